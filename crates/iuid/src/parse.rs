@@ -1,0 +1,261 @@
+//! Reading UUID text: the four RFC 9562 text forms and Relay global ids (SPEC §2).
+//!
+//! Parsing never allocates: hex is decoded through a 256-entry table straight into the 16
+//! output bytes, and a Relay id is base64-decoded into a stack buffer. The form is chosen by
+//! length first (32 simple, 36 hyphenated, 38 braced, 45 `urn:uuid:`), because a Relay id
+//! (`base64("T:" + uuid)`) is never shorter than 46 characters; so an input of a UUID length
+//! gets the precise UUID error (which character, where) rather than a base64 one.
+
+use core::fmt;
+
+/// Why a text is not a UUID, or not an iUID. Positions are 1-based, in the input as given.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[non_exhaustive]
+pub enum ParseError {
+    /// The input is empty.
+    Empty,
+    /// Not 32/36/38/45 characters and not a Relay global id either.
+    InvalidLength {
+        /// Input length in bytes.
+        len: usize,
+    },
+    /// A byte that is not a hex digit where one was expected.
+    InvalidChar {
+        /// 1-based position of the byte.
+        pos: usize,
+        /// The byte found.
+        byte: u8,
+    },
+    /// A hyphen missing or misplaced, a missing `}`, or a bad `urn:uuid:` prefix.
+    InvalidGroup {
+        /// 1-based position where the separator or prefix was expected.
+        pos: usize,
+    },
+    /// Looked like a Relay global id but did not decode to `Type:<uuid text>`.
+    InvalidRelay,
+    /// A UUID, but of another version than 8.
+    NotVersion8 {
+        /// The UUID's version (bits 48–51).
+        version: u8,
+    },
+    /// Version 8, but the variant bits (64–65) are not 0b10 (RFC 9562 §4.1).
+    InvalidVariant,
+    /// An iUID format version (`ver1`, bits 52–55) this codec does not know.
+    UnsupportedFormat {
+        /// The `ver1` found.
+        ver1: u8,
+    },
+}
+
+impl ParseError {
+    /// True when the text is a valid UUID of another version (v4, v7, …), as opposed to text
+    /// that is not a UUID at all.
+    pub fn is_other_uuid(&self) -> bool {
+        matches!(self, ParseError::NotVersion8 { .. })
+    }
+}
+
+struct Byte(u8);
+
+impl fmt::Display for Byte {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_ascii_graphic() || self.0 == b' ' {
+            write!(f, "'{}'", self.0 as char)
+        } else {
+            write!(f, "'\\x{:02x}'", self.0)
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            ParseError::Empty => f.write_str("empty id"),
+            ParseError::InvalidLength { len } => write!(
+                f,
+                "invalid length {len}: expected 32 (simple), 36 (hyphenated), 38 (braced) or \
+                 45 (urn:uuid:) characters, or a Relay global id"
+            ),
+            ParseError::InvalidChar { pos, byte } => write!(
+                f,
+                "invalid character {} at position {pos}: expected a hex digit",
+                Byte(byte)
+            ),
+            ParseError::InvalidGroup { pos } => write!(
+                f,
+                "invalid group layout at position {pos}: expected 8-4-4-4-12 hex digits \
+                 separated by '-' (braced with {{}} or prefixed with urn:uuid:)"
+            ),
+            ParseError::InvalidRelay => f.write_str(
+                "invalid Relay global id: expected base64 of \"Type:<uuid>\" (standard or \
+                 URL-safe alphabet, padded or not)",
+            ),
+            ParseError::NotVersion8 { version } => {
+                write!(f, "a UUID of version {version}, not an iUID (version 8)")
+            }
+            ParseError::InvalidVariant => {
+                f.write_str("invalid variant: bits 64-65 of an iUID must be 0b10 (RFC 9562)")
+            }
+            ParseError::UnsupportedFormat { ver1 } => {
+                write!(
+                    f,
+                    "unsupported iUID format version {ver1} (ver1): only 0 is known"
+                )
+            }
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Hex digit value, or 0xff for anything else.
+const HEX: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 6 {
+        t[b'a' as usize + i] = 10 + i as u8;
+        t[b'A' as usize + i] = 10 + i as u8;
+        i += 1;
+    }
+    t
+};
+
+/// Where each byte's two hex digits start in the hyphenated form.
+const HYPHENATED_OFFSETS: [usize; 16] = [0, 2, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 28, 30, 32, 34];
+
+/// Longest Relay global id accepted, in characters.
+const MAX_RELAY: usize = 256;
+
+/// Parses any accepted text form into 16 bytes; `offset` is added to reported positions.
+pub(crate) fn parse_bytes(input: &[u8]) -> Result<[u8; 16], ParseError> {
+    match input.len() {
+        0 => Err(ParseError::Empty),
+        32 => parse_simple(input, 0),
+        36 => parse_hyphenated(input, 0),
+        38 => {
+            if input[0] != b'{' {
+                return Err(ParseError::InvalidGroup { pos: 1 });
+            }
+            if input[37] != b'}' {
+                return Err(ParseError::InvalidGroup { pos: 38 });
+            }
+            parse_hyphenated(&input[1..37], 1)
+        }
+        45 => {
+            if !input[..9].eq_ignore_ascii_case(b"urn:uuid:") {
+                return Err(ParseError::InvalidGroup { pos: 1 });
+            }
+            parse_hyphenated(&input[9..], 9)
+        }
+        len if len >= 46 => parse_relay(input),
+        len => Err(ParseError::InvalidLength { len }),
+    }
+}
+
+fn parse_simple(s: &[u8], offset: usize) -> Result<[u8; 16], ParseError> {
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = hex_pair(s, 2 * i, offset)?;
+    }
+    Ok(out)
+}
+
+fn parse_hyphenated(s: &[u8], offset: usize) -> Result<[u8; 16], ParseError> {
+    for at in [8, 13, 18, 23] {
+        if s[at] != b'-' {
+            // A hex digit where a hyphen belongs is a layout error; anything else is a bad byte
+            // only if it is not a hyphen misplaced elsewhere: report the layout either way.
+            return Err(ParseError::InvalidGroup {
+                pos: offset + at + 1,
+            });
+        }
+    }
+    let mut out = [0u8; 16];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = hex_pair(s, HYPHENATED_OFFSETS[i], offset)?;
+    }
+    Ok(out)
+}
+
+#[inline]
+fn hex_pair(s: &[u8], at: usize, offset: usize) -> Result<u8, ParseError> {
+    let hi = HEX[usize::from(s[at])];
+    let lo = HEX[usize::from(s[at + 1])];
+    if (hi | lo) == 0xff {
+        let bad = if hi == 0xff { at } else { at + 1 };
+        return Err(ParseError::InvalidChar {
+            pos: offset + bad + 1,
+            byte: s[bad],
+        });
+    }
+    Ok((hi << 4) | lo)
+}
+
+/// Base64 value of a byte in either alphabet (standard `+/`, URL-safe `-_`), or 0xff.
+const B64: [u8; 256] = {
+    let mut t = [0xffu8; 256];
+    let mut i = 0;
+    while i < 26 {
+        t[b'A' as usize + i] = i as u8;
+        t[b'a' as usize + i] = 26 + i as u8;
+        i += 1;
+    }
+    let mut i = 0;
+    while i < 10 {
+        t[b'0' as usize + i] = 52 + i as u8;
+        i += 1;
+    }
+    t[b'+' as usize] = 62;
+    t[b'-' as usize] = 62;
+    t[b'/' as usize] = 63;
+    t[b'_' as usize] = 63;
+    t
+};
+
+/// Unwraps a Relay global id, `base64("Type:" + uuid)`, and parses the uuid after the first
+/// `:`. Input that is not base64 at all is reported as a length error (it is no UUID form
+/// either); base64 that does not hold `Type:<uuid>` is [`ParseError::InvalidRelay`].
+fn parse_relay(input: &[u8]) -> Result<[u8; 16], ParseError> {
+    if input.len() > MAX_RELAY {
+        return Err(ParseError::InvalidLength { len: input.len() });
+    }
+    let mut data = input;
+    while let [rest @ .., b'='] = data {
+        data = rest;
+    }
+    if input.len() - data.len() > 2 || data.len() % 4 == 1 {
+        return Err(ParseError::InvalidLength { len: input.len() });
+    }
+    let mut buf = [0u8; MAX_RELAY * 3 / 4];
+    let mut n = 0;
+    let mut acc: u32 = 0;
+    let mut bits = 0;
+    for &c in data {
+        let v = B64[usize::from(c)];
+        if v == 0xff {
+            return Err(ParseError::InvalidLength { len: input.len() });
+        }
+        acc = (acc << 6) | u32::from(v);
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            buf[n] = (acc >> bits) as u8;
+            n += 1;
+        }
+    }
+    let decoded = &buf[..n];
+    let colon = decoded
+        .iter()
+        .position(|&b| b == b':')
+        .ok_or(ParseError::InvalidRelay)?;
+    let uuid = &decoded[colon + 1..];
+    match uuid.len() {
+        32 | 36 | 38 | 45 => parse_bytes(uuid).map_err(|_| ParseError::InvalidRelay),
+        _ => Err(ParseError::InvalidRelay),
+    }
+}
