@@ -1,0 +1,210 @@
+//! The router config, `config/router.yaml` (SPEC §4).
+//!
+//! Unknown keys are errors: a typo (`time_outs:`) must not silently disable a feature.
+//! Paths inside the file (`routing_table`) are relative to the file itself, so a config and its
+//! table can move together.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+
+use crate::extract::{RouteSpec, Routes};
+use crate::source::{Seg, Source, SourceError, SourceErrors};
+
+/// The config file as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ConfigFile {
+    listen: String,
+    #[serde(default)]
+    admin_listen: Option<String>,
+    region: String,
+    routing_table: String,
+    #[serde(default)]
+    routes: Vec<RouteSpec>,
+    #[serde(default)]
+    unrouted: Unrouted,
+    #[serde(default)]
+    timeouts: Timeouts,
+    #[serde(default)]
+    limits: Limits,
+    #[serde(default)]
+    preserve_host: bool,
+}
+
+/// What to do with a request that carries no id (SPEC §4 `unrouted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Unrouted {
+    /// Send it to the table's `default_region`.
+    #[default]
+    DefaultRegion,
+    /// Answer 404 problem+json.
+    Reject,
+}
+
+/// Upstream timeouts in milliseconds (SPEC §4 `timeouts`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// TCP connect to an upstream.
+    pub connect_ms: u64,
+    /// From sending the request to the upstream's response headers (then 504).
+    pub response_headers_ms: u64,
+    /// How long a pooled upstream connection may sit idle.
+    pub idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 1000,
+            response_headers_ms: 15_000,
+            idle_ms: 60_000,
+        }
+    }
+}
+
+impl Timeouts {
+    /// `connect_ms` as a duration.
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    /// `response_headers_ms` as a duration.
+    pub fn response_headers(&self) -> Duration {
+        Duration::from_millis(self.response_headers_ms)
+    }
+    /// `idle_ms` as a duration.
+    pub fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
+    }
+}
+
+/// Request limits (SPEC §4 `limits`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest GraphQL body buffered to find ids, in bytes.
+    pub graphql_body_bytes: usize,
+    /// `Via` entries a request may already carry; at this many it is a loop (508).
+    pub max_hops: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            graphql_body_bytes: 1 << 20,
+            max_hops: 3,
+        }
+    }
+}
+
+/// A validated router config.
+#[derive(Debug)]
+pub struct RouterConfig {
+    /// The config file this came from.
+    pub path: PathBuf,
+    /// The public listener.
+    pub listen: SocketAddr,
+    /// The admin API listener (SPEC §8), if any.
+    pub admin_listen: Option<SocketAddr>,
+    /// This edge's own region name (for `Via`, loop detection, metrics).
+    pub region: String,
+    /// The routing table file, resolved against the config file's directory.
+    pub routing_table: PathBuf,
+    /// Where ids are read from requests.
+    pub routes: Routes,
+    /// Policy for requests without an id.
+    pub unrouted: Unrouted,
+    /// Upstream timeouts.
+    pub timeouts: Timeouts,
+    /// Request limits.
+    pub limits: Limits,
+    /// Keep the client's `Host` instead of the upstream's authority.
+    pub preserve_host: bool,
+}
+
+impl RouterConfig {
+    /// Reads and validates the config at `path`; every error carries file:line:column.
+    pub fn load(path: &Path) -> Result<RouterConfig, SourceErrors> {
+        let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;
+        Self::from_source(&source)
+    }
+
+    /// Validates a config already read; relative paths resolve against `source.path`.
+    pub fn from_source(source: &Source) -> Result<RouterConfig, SourceErrors> {
+        let file: ConfigFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
+        let mut errors: Vec<SourceError> = Vec::new();
+        let key = |k: &str| Seg::Key(k.to_owned());
+
+        let mut addr = |field: &str, text: &str| match text.parse::<SocketAddr>() {
+            Ok(a) => Some(a),
+            Err(_) => {
+                errors.push(source.error_at(
+                    &[key(field)],
+                    format!("`{text}` is not an address:port such as 0.0.0.0:8080"),
+                ));
+                None
+            }
+        };
+        let listen = addr("listen", &file.listen);
+        let admin_listen = file
+            .admin_listen
+            .as_deref()
+            .and_then(|t| addr("admin_listen", t));
+
+        if !file
+            .region
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+            || file.region.is_empty()
+        {
+            errors.push(source.error_at(
+                &[key("region")],
+                "region may only hold letters, digits, `-`, `_`, `.` (it goes into Via)",
+            ));
+        }
+        if file.limits.max_hops == 0 {
+            errors.push(source.error_at(
+                &[key("limits"), key("max_hops")],
+                "max_hops must be at least 1",
+            ));
+        }
+        if file.timeouts.connect_ms == 0 || file.timeouts.response_headers_ms == 0 {
+            errors.push(source.error_at(&[key("timeouts")], "timeouts must be above 0 ms"));
+        }
+
+        let routes = match Routes::new(&file.routes) {
+            Ok(r) => Some(r),
+            Err(bad) => {
+                for (i, field, message) in bad {
+                    errors.push(
+                        source.error_at(&[key("routes"), Seg::Index(i), key(field)], message),
+                    );
+                }
+                None
+            }
+        };
+
+        let base = source.path.parent().unwrap_or(Path::new("."));
+        let routing_table = base.join(&file.routing_table);
+
+        match (listen, routes) {
+            (Some(listen), Some(routes)) if errors.is_empty() => Ok(RouterConfig {
+                path: source.path.clone(),
+                listen,
+                admin_listen,
+                region: file.region,
+                routing_table,
+                routes,
+                unrouted: file.unrouted,
+                timeouts: file.timeouts,
+                limits: file.limits,
+                preserve_host: file.preserve_host,
+            }),
+            _ => Err(SourceErrors(errors)),
+        }
+    }
+}

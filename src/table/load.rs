@@ -1,0 +1,430 @@
+//! Validation and compilation of a routing table file (SPEC §5).
+//!
+//! Every semantic error is collected (not just the first) and located in the file, so that
+//! `iuid-router check` lists all a table's problems at once. A table with any error is never
+//! returned, hence never installed.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+
+use http::uri::{Scheme, Uri};
+
+use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
+use super::{Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, Upstream};
+use crate::source::{Seg, Source, SourceError, SourceErrors};
+
+/// Reads, validates and compiles the table at `path`.
+pub fn load_file(path: &Path) -> Result<RoutingTable, SourceErrors> {
+    let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;
+    load_source(&source)
+}
+
+/// Validates and compiles a table already read; errors point into `source`.
+pub fn load_source(source: &Source) -> Result<RoutingTable, SourceErrors> {
+    let file: TableFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
+    let mut v = Validator {
+        source,
+        errors: Vec::new(),
+    };
+    match v.build(file) {
+        Some(table) if v.errors.is_empty() => Ok(table),
+        _ => Err(SourceErrors(v.errors)),
+    }
+}
+
+struct Validator<'s> {
+    source: &'s Source,
+    errors: Vec<SourceError>,
+}
+
+fn key(s: impl Into<String>) -> Seg {
+    Seg::Key(s.into())
+}
+
+/// Region names go into `Via` and metric labels, so they must be HTTP tokens.
+fn is_region_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+}
+
+impl Validator<'_> {
+    fn error(&mut self, path: &[Seg], message: impl Into<String>) {
+        self.errors.push(self.source.error_at(path, message));
+    }
+
+    /// The compiled table, or `None` when any error was recorded.
+    fn build(&mut self, file: TableFile) -> Option<RoutingTable> {
+        let regions = self.regions(&file);
+        let names: HashMap<&str, RegionId> = regions
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (r.name.as_str(), RegionId(i as u16)))
+            .collect();
+
+        let mut region_of = |v: &mut Self, name: &str, path: &[Seg]| -> Option<RegionId> {
+            let found = names.get(name).copied();
+            if found.is_none() {
+                let known: Vec<&str> = regions.iter().map(|r| r.name.as_str()).collect();
+                v.error(
+                    path,
+                    format!(
+                        "region `{name}` is not defined under `regions` (defined: {})",
+                        known.join(", ")
+                    ),
+                );
+            }
+            found
+        };
+
+        // Countries.
+        let mut country_codes: Box<[Option<String>; 256]> = Box::new([const { None }; 256]);
+        let mut country_region: [Option<RegionId>; 256] = [None; 256];
+        let mut seen = HashMap::new();
+        for (raw, spec) in &file.countries.0 {
+            let CountrySpec { code, region } = spec;
+            let nth = seen.entry(*raw).and_modify(|n| *n += 1).or_insert(0usize);
+            let key_path = [key("countries"), Seg::KeyName(raw.to_string(), *nth)];
+            let Some(id) = self.byte_id("country", *raw, &key_path) else {
+                continue;
+            };
+            if *nth > 0 {
+                self.error(&key_path, format!("country {raw} is listed twice"));
+                continue;
+            }
+            let mut value_path = vec![key("countries"), key(raw.to_string())];
+            if code.is_some() {
+                value_path.push(key("region"));
+            }
+            country_region[usize::from(id)] = region_of(self, region, &value_path);
+            country_codes[usize::from(id)] = code.clone();
+        }
+
+        // Services.
+        let mut service_names: Box<[Option<String>; 256]> = Box::new([const { None }; 256]);
+        let mut service_by_name: HashMap<String, u8> = HashMap::new();
+        let mut seen = HashMap::new();
+        for (raw, name) in &file.services.0 {
+            let nth = seen.entry(*raw).and_modify(|n| *n += 1).or_insert(0usize);
+            let key_path = [key("services"), Seg::KeyName(raw.to_string(), *nth)];
+            let Some(id) = self.byte_id("service", *raw, &key_path) else {
+                continue;
+            };
+            if *nth > 0 {
+                self.error(&key_path, format!("service {raw} is listed twice"));
+                continue;
+            }
+            let value_path = [key("services"), key(raw.to_string())];
+            if name.is_empty() {
+                self.error(&value_path, "service name is empty");
+            } else if let Some(other) = service_by_name.insert(name.clone(), id) {
+                self.error(
+                    &value_path,
+                    format!("service name `{name}` is already used by service {other}"),
+                );
+            }
+            service_names[usize::from(id)] = Some(name.clone());
+        }
+
+        // Overrides.
+        let mut overrides = Vec::with_capacity(file.overrides.len());
+        let mut override_regions = Vec::with_capacity(file.overrides.len());
+        for (i, spec) in file.overrides.iter().enumerate() {
+            let (o, region) = self.override_rule(i, spec, &service_by_name, &mut region_of);
+            overrides.push(o);
+            override_regions.push(region);
+        }
+
+        let default_region = region_of(self, &file.default_region, &[key("default_region")]);
+
+        if !self.errors.is_empty() {
+            return None;
+        }
+        let table = compile(
+            file.version,
+            regions,
+            overrides,
+            &override_regions,
+            country_region,
+            default_region?,
+        );
+        Some(table.with_names(country_codes, service_names))
+    }
+
+    fn regions(&mut self, file: &TableFile) -> Vec<Region> {
+        let mut regions: Vec<Region> = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        if file.regions.0.is_empty() {
+            self.error(&[key("regions")], "at least one region is required");
+        }
+        for (name, spec) in &file.regions.0 {
+            let nth = seen.entry(name).and_modify(|n| *n += 1).or_insert(0);
+            let key_path = [key("regions"), Seg::KeyName(name.clone(), *nth)];
+            if *nth > 0 {
+                self.error(&key_path, format!("region `{name}` is defined twice"));
+                continue;
+            }
+            if !is_region_name(name) {
+                self.error(
+                    &key_path,
+                    format!("region name `{name}` may only hold letters, digits, `-`, `_`, `.`"),
+                );
+            }
+            let up_path = [key("regions"), key(name.clone()), key("upstreams")];
+            if spec.upstreams.is_empty() {
+                self.error(&up_path, format!("region `{name}` has no upstreams"));
+            }
+            let mut upstreams: Vec<Upstream> = Vec::new();
+            for (i, url) in spec.upstreams.iter().enumerate() {
+                let path = [
+                    key("regions"),
+                    key(name.clone()),
+                    key("upstreams"),
+                    Seg::Index(i),
+                ];
+                match parse_upstream(url) {
+                    Ok(u) => {
+                        if upstreams.iter().any(|x| x.authority == u.authority) {
+                            self.error(&path, format!("upstream `{url}` is listed twice"));
+                        }
+                        upstreams.push(u);
+                    }
+                    Err(why) => self.error(&path, format!("upstream `{url}`: {why}")),
+                }
+            }
+            regions.push(Region {
+                name: name.clone(),
+                upstreams,
+                next: AtomicUsize::new(0),
+            });
+        }
+        if regions.len() > usize::from(u16::MAX) {
+            self.error(&[key("regions")], "too many regions");
+        }
+        regions
+    }
+
+    /// Checks an 8-bit iUID field value written as a YAML integer.
+    fn byte_id(&mut self, what: &str, raw: i64, path: &[Seg]) -> Option<u8> {
+        match u8::try_from(raw) {
+            Ok(id) => Some(id),
+            Err(_) => {
+                self.error(
+                    path,
+                    format!("{what} id {raw} is out of range: iUID {what} ids are 0–255"),
+                );
+                None
+            }
+        }
+    }
+
+    fn override_rule(
+        &mut self,
+        i: usize,
+        spec: &OverrideSpec,
+        services: &HashMap<String, u8>,
+        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
+    ) -> (Override, Option<RegionId>) {
+        let at = |field: &str| [key("overrides"), Seg::Index(i), key(field)];
+        let service = match &spec.service {
+            None => None,
+            Some(NameOrId::Id(raw)) => self.byte_id("service", *raw, &at("service")),
+            Some(NameOrId::Name(name)) => {
+                let found = services.get(name).copied();
+                if found.is_none() {
+                    self.error(
+                        &at("service"),
+                        format!("service `{name}` is not named under `services`"),
+                    );
+                }
+                found
+            }
+        };
+        let country = spec
+            .country
+            .and_then(|raw| self.byte_id("country", raw, &at("country")));
+        let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
+        let after = self.instant(spec.created_after.as_deref(), &at("created_after"));
+        if let (Some(b), Some(a)) = (before, after) {
+            if a >= b {
+                self.error(
+                    &at("created_after"),
+                    "created_after is not earlier than created_before: the override can never match",
+                );
+            }
+        }
+        if spec.service.is_none()
+            && spec.country.is_none()
+            && spec.created_before.is_none()
+            && spec.created_after.is_none()
+        {
+            self.error(
+                &[key("overrides"), Seg::Index(i)],
+                "override has no condition (service, country, created_before, created_after): \
+                 use default_region or the country map instead",
+            );
+        }
+        let region = region_of(self, &spec.region, &at("region"));
+        (
+            Override {
+                service,
+                country,
+                created_before_ms: before,
+                created_after_ms: after,
+                region: spec.region.clone(),
+            },
+            region,
+        )
+    }
+
+    /// Parses an RFC 3339 instant into the first whole millisecond at or after it, the unit
+    /// iUID timestamps compare in (an id at ms `t` was minted before `x` iff `t < ceil(x)`).
+    fn instant(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
+        let text = text?;
+        match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
+            Ok(t) => {
+                let ns = t.unix_timestamp_nanos();
+                let ms = ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) != 0);
+                Some(ms.clamp(0, i128::from(u64::MAX)) as u64)
+            }
+            Err(e) => {
+                self.error(
+                    path,
+                    format!(
+                        "`{text}` is not an RFC 3339 timestamp ({e}); e.g. 2026-06-01T00:00:00Z"
+                    ),
+                );
+                None
+            }
+        }
+    }
+}
+
+/// Checks an upstream base URL: `http://host[:port]`, nothing after the authority.
+fn parse_upstream(url: &str) -> Result<Upstream, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
+    match uri.scheme() {
+        Some(s) if *s == Scheme::HTTP => {}
+        Some(s) if *s == Scheme::HTTPS => {
+            return Err("https upstreams are not supported yet; use http://".into())
+        }
+        _ => return Err("must start with http://".into()),
+    }
+    let authority = uri.authority().cloned().ok_or("no host")?;
+    if authority.host().is_empty() {
+        return Err("no host".into());
+    }
+    if authority.as_str().contains('@') {
+        return Err("user info is not allowed".into());
+    }
+    if let Some(pq) = uri.path_and_query() {
+        if pq.as_str() != "/" && !pq.as_str().is_empty() {
+            return Err(
+                "must not have a path or query: requests keep their own path (http://host:port)"
+                    .into(),
+            );
+        }
+    }
+    Ok(Upstream {
+        url: url.to_owned(),
+        scheme: Scheme::HTTP,
+        authority,
+    })
+}
+
+/// Folds overrides and the country map into one plan per (country, service_entity) pair.
+fn compile(
+    version: String,
+    regions: Vec<Region>,
+    overrides: Vec<Override>,
+    override_regions: &[Option<RegionId>],
+    country_region: [Option<RegionId>; 256],
+    default_region: RegionId,
+) -> RoutingTable {
+    let mut plans: Vec<Plan> = Vec::new();
+    let mut plan_ids: HashMap<Plan, u16> = HashMap::new();
+    let mut plan_index = vec![0u16; 1 << 16].into_boxed_slice();
+    let mut country_owned = [false; 256];
+    for (c, r) in country_region.iter().enumerate() {
+        country_owned[c] = r.is_some();
+    }
+    for country in 0..=255u8 {
+        for service in 0..=255u8 {
+            let plan = plan_for(
+                country,
+                service,
+                &overrides,
+                override_regions,
+                &country_region,
+            );
+            let next = plans.len() as u16;
+            let id = *plan_ids.entry(plan.clone()).or_insert_with(|| {
+                plans.push(plan);
+                next
+            });
+            plan_index[(usize::from(country) << 8) | usize::from(service)] = id;
+        }
+    }
+    RoutingTable {
+        version,
+        regions,
+        overrides,
+        default_region,
+        country_codes: Box::new([const { None }; 256]),
+        country_owned,
+        service_names: Box::new([const { None }; 256]),
+        plan_index,
+        plans,
+    }
+}
+
+fn plan_for(
+    country: u8,
+    service: u8,
+    overrides: &[Override],
+    override_regions: &[Option<RegionId>],
+    country_region: &[Option<RegionId>; 256],
+) -> Plan {
+    let mut timed = Vec::new();
+    for (index, (o, region)) in overrides.iter().zip(override_regions).enumerate() {
+        if o.country.is_some_and(|c| c != country) || o.service.is_some_and(|s| s != service) {
+            continue;
+        }
+        let Some(region) = *region else { continue };
+        let decision = Decision {
+            region,
+            rule: Rule::Override { index },
+        };
+        if o.created_before_ms.is_none() && o.created_after_ms.is_none() {
+            return Plan {
+                timed: timed.into_boxed_slice(),
+                otherwise: Some(decision),
+            };
+        }
+        timed.push(TimedStep {
+            after_ms: o.created_after_ms.unwrap_or(0),
+            before_ms: o.created_before_ms.unwrap_or(u64::MAX),
+            decision,
+        });
+    }
+    Plan {
+        timed: timed.into_boxed_slice(),
+        otherwise: country_region[usize::from(country)].map(|region| Decision {
+            region,
+            rule: Rule::Country { country },
+        }),
+    }
+}
+
+impl RoutingTable {
+    fn with_names(
+        mut self,
+        country_codes: Box<[Option<String>; 256]>,
+        service_names: Box<[Option<String>; 256]>,
+    ) -> Self {
+        self.country_codes = country_codes;
+        self.service_names = service_names;
+        self
+    }
+}

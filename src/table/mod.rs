@@ -1,0 +1,238 @@
+//! The routing table (SPEC §5): which region owns an id.
+//!
+//! The file ([`model`]) is validated and compiled once per load ([`load`]) into a
+//! [`RoutingTable`] whose [`RoutingTable::resolve`] is a couple of array reads: every
+//! (country, service_entity) pair — 65 536 of them — is mapped at load to a *plan*: the
+//! overrides with a time predicate that could still match it, in order, then the decision that
+//! holds otherwise. Overrides without time predicates and the country map fold into that final
+//! decision, so the usual lookup touches no list at all. Plans are deduplicated, so the whole
+//! table costs 128 KiB of indexes plus a few plans.
+//!
+//! The live table is swapped whole (`arc-swap`) by the reloader; a table is immutable once
+//! built, which is what lets requests in flight finish on the table they started with.
+
+mod load;
+pub mod model;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use http::uri::{Authority, Scheme};
+use iuid::{Id, Iuid};
+use serde::Serialize;
+
+pub use load::{load_file, load_source};
+
+/// Index of a region in [`RoutingTable::regions`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RegionId(pub u16);
+
+/// Which rule of the table decided a route; serialized for `resolve` (SPEC §3) as
+/// `{"kind": "override", "index": 0}`, `{"kind": "country", "country": 3}` or
+/// `{"kind": "default_region"}`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Rule {
+    /// `overrides[index]` matched (0-based, file order).
+    Override {
+        /// Position in the `overrides` list.
+        index: usize,
+    },
+    /// The country map's entry for this country.
+    Country {
+        /// The iUID country id.
+        country: u8,
+    },
+    /// The id has no routing bits (not an iUID), so `default_region` applies.
+    DefaultRegion,
+}
+
+/// The outcome of [`RoutingTable::resolve`]: where to send the request, and why.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Decision {
+    /// The owning region.
+    pub region: RegionId,
+    /// The rule that matched.
+    pub rule: Rule,
+}
+
+/// Why an id has no region (SPEC §6: answered 404).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ResolveError {
+    /// A well-formed iUID whose country no region owns and no override covers.
+    UnownedCountry {
+        /// The iUID country id.
+        country: u8,
+        /// The iUID service_entity id.
+        service_entity: u8,
+    },
+}
+
+impl std::fmt::Display for ResolveError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ResolveError::UnownedCountry {
+                country,
+                service_entity,
+            } => write!(
+                f,
+                "no region owns country {country} (service_entity {service_entity}): \
+                 it is not in the routing table's countries and no override matches"
+            ),
+        }
+    }
+}
+
+/// One upstream of a region: where to connect (`http://host:port`).
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// The URL as written in the table, for humans.
+    pub url: String,
+    /// Always `http` today.
+    pub scheme: Scheme,
+    /// `host:port` to connect to and to send as `Host`.
+    pub authority: Authority,
+}
+
+/// A region: its name and upstreams, with the round-robin cursor over them.
+#[derive(Debug)]
+pub struct Region {
+    /// The name used in the table, `Via` and metrics.
+    pub name: String,
+    /// At least one.
+    pub upstreams: Vec<Upstream>,
+    next: AtomicUsize,
+}
+
+impl Region {
+    /// Picks the next upstream round-robin; lock-free.
+    pub fn next_upstream(&self) -> &Upstream {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        &self.upstreams[n % self.upstreams.len()]
+    }
+}
+
+/// An override rule as loaded, for reporting.
+#[derive(Debug, Clone, Serialize)]
+pub struct Override {
+    /// Service entity id predicate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub service: Option<u8>,
+    /// Country id predicate.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub country: Option<u8>,
+    /// Matches ids whose `unix_ts_ms` is below this (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_before_ms: Option<u64>,
+    /// Matches ids whose `unix_ts_ms` is at or above this (ms since the epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub created_after_ms: Option<u64>,
+    /// Target region name.
+    pub region: String,
+}
+
+/// A time-conditional step of a plan: applies when `after_ms <= ts < before_ms`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct TimedStep {
+    after_ms: u64,
+    before_ms: u64,
+    decision: Decision,
+}
+
+/// What to do for one (country, service_entity) pair.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct Plan {
+    timed: Box<[TimedStep]>,
+    otherwise: Option<Decision>,
+}
+
+/// A validated, compiled routing table (SPEC §5). Immutable; share it behind an `Arc`.
+#[derive(Debug)]
+pub struct RoutingTable {
+    /// The file's `version` text.
+    pub version: String,
+    /// Regions in file order; [`RegionId`] indexes this.
+    pub regions: Vec<Region>,
+    /// Overrides in file order.
+    pub overrides: Vec<Override>,
+    /// Region for ids without routing bits and for unrouted requests.
+    pub default_region: RegionId,
+    country_codes: Box<[Option<String>; 256]>,
+    country_owned: [bool; 256],
+    service_names: Box<[Option<String>; 256]>,
+    /// `(country << 8) | service_entity` → index into `plans`.
+    plan_index: Box<[u16]>,
+    plans: Vec<Plan>,
+}
+
+impl RoutingTable {
+    /// The region that owns `id` and the rule that said so. O(1): two array reads, plus one
+    /// comparison per time-conditional override that names this country/service.
+    #[inline]
+    pub fn resolve(&self, id: &Id) -> Result<Decision, ResolveError> {
+        match id {
+            Id::Iuid(iuid) => self.resolve_iuid(iuid),
+            Id::Other(_) => Ok(Decision {
+                region: self.default_region,
+                rule: Rule::DefaultRegion,
+            }),
+        }
+    }
+
+    /// [`RoutingTable::resolve`] for an iUID.
+    #[inline]
+    pub fn resolve_iuid(&self, id: &Iuid) -> Result<Decision, ResolveError> {
+        let key = (usize::from(id.country()) << 8) | usize::from(id.service_entity());
+        let plan = &self.plans[usize::from(self.plan_index[key])];
+        if !plan.timed.is_empty() {
+            let ts = id.unix_ts_ms();
+            for step in plan.timed.iter() {
+                if step.after_ms <= ts && ts < step.before_ms {
+                    return Ok(step.decision);
+                }
+            }
+        }
+        plan.otherwise.ok_or(ResolveError::UnownedCountry {
+            country: id.country(),
+            service_entity: id.service_entity(),
+        })
+    }
+
+    /// The region behind an id from [`RoutingTable::resolve`].
+    #[inline]
+    pub fn region(&self, id: RegionId) -> &Region {
+        &self.regions[usize::from(id.0)]
+    }
+
+    /// Looks a region up by name.
+    pub fn region_by_name(&self, name: &str) -> Option<RegionId> {
+        self.regions
+            .iter()
+            .position(|r| r.name == name)
+            .map(|i| RegionId(i as u16))
+    }
+
+    /// The `code` given for a country, if any.
+    pub fn country_code(&self, country: u8) -> Option<&str> {
+        self.country_codes[usize::from(country)].as_deref()
+    }
+
+    /// Whether the country map has an entry for this country.
+    pub fn has_country(&self, country: u8) -> bool {
+        self.country_owned[usize::from(country)]
+    }
+
+    /// The name of a service entity id, if the table names it.
+    pub fn service_name(&self, service_entity: u8) -> Option<&str> {
+        self.service_names[usize::from(service_entity)].as_deref()
+    }
+
+    /// How many countries the map covers.
+    pub fn country_count(&self) -> usize {
+        self.country_owned.iter().filter(|&&b| b).count()
+    }
+
+    /// How many service entities are named.
+    pub fn service_count(&self) -> usize {
+        self.service_names.iter().filter(|n| n.is_some()).count()
+    }
+}
