@@ -1,1 +1,19 @@
+//! iuid-router: an HTTP edge router that proxies each request to the region owning the iUID in
+//! it (SPEC §1).
+//!
+//! Where things are:
+//! - ids are decoded by the `iuid` crate (`crates/iuid`);
+//! - ids are read from requests in [`extract`];
+//! - the routing table (model, validation, compiled lookup) lives in [`table`];
+//! - forwarding — the request's life from loop check to response — is [`proxy`];
+//! - upstream connections are [`upstream`]; the listener is [`server`].
 
+pub mod config;
+pub mod demo;
+pub mod extract;
+pub mod inspect;
+pub mod proxy;
+pub mod server;
+pub mod source;
+pub mod table;
+pub mod upstream;

@@ -1,0 +1,248 @@
+//! Where ids are read from a request (SPEC §4 `routes`).
+//!
+//! Routes are tried in the order of the config, first match wins. All `path:` templates live
+//! in one `matchit` router, tried at the place of the first `path:` route; `matchit` refuses
+//! templates that conflict at load, and prefers static segments over `{params}`, so among
+//! templates the most specific one matches. A route that matches but whose id does not parse
+//! is an error (400), not a miss: the client meant an id and got it wrong.
+
+mod path;
+
+use http::header::HeaderName;
+use http::request::Parts;
+use iuid::{Id, ParseError};
+use serde::Deserialize;
+
+/// One entry of `routes:`: exactly one of the keys.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteSpec {
+    /// A path template with an `{id}` parameter, e.g. `/v1/orders/{id}/{*rest}`.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// A GraphQL endpoint path (a later release reads `node(id:)` there).
+    #[serde(default)]
+    pub graphql: Option<String>,
+    /// A request header holding an id, e.g. `x-entity-id`.
+    #[serde(default)]
+    pub header: Option<String>,
+}
+
+/// The kind of route an id was read from (for logs and metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RouteKind {
+    /// A `path:` template.
+    Path,
+    /// A `header:` route.
+    Header,
+}
+
+impl RouteKind {
+    /// Lowercase name, as in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RouteKind::Path => "path",
+            RouteKind::Header => "header",
+        }
+    }
+}
+
+/// What [`Routes::extract`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Extraction {
+    /// A well-formed id.
+    Id(Id, RouteKind),
+    /// A route matched but its id is not a valid id (SPEC §6: 400).
+    Malformed(ParseError, RouteKind),
+    /// No route matched: the `unrouted` policy applies.
+    NoId,
+}
+
+#[derive(Debug)]
+enum Step {
+    Paths,
+    Header(HeaderName),
+}
+
+/// The compiled `routes:` list.
+#[derive(Debug)]
+pub struct Routes {
+    steps: Vec<Step>,
+    paths: matchit::Router<()>,
+    paths_len: usize,
+}
+
+/// A route error: (index in `routes`, offending key, message).
+pub type RouteError = (usize, &'static str, String);
+
+impl Routes {
+    /// Compiles route specs; every bad route is reported.
+    pub fn new(specs: &[RouteSpec]) -> Result<Routes, Vec<RouteError>> {
+        let mut errors = Vec::new();
+        let mut steps = Vec::new();
+        let mut paths = matchit::Router::new();
+        for (i, spec) in specs.iter().enumerate() {
+            match (&spec.path, &spec.graphql, &spec.header) {
+                (Some(p), None, None) => {
+                    if !p.starts_with('/') {
+                        errors.push((i, "path", format!("path template `{p}` must start with /")));
+                    } else if !p.contains("{id}") {
+                        errors.push((i, "path", format!("path template `{p}` has no {{id}}")));
+                    } else if let Err(e) = paths.insert(p.as_str(), ()) {
+                        errors.push((i, "path", format!("path template `{p}`: {e}")));
+                    }
+                    if !steps.iter().any(|s| matches!(s, Step::Paths)) {
+                        steps.push(Step::Paths);
+                    }
+                }
+                (None, None, Some(h)) => match HeaderName::from_bytes(h.as_bytes()) {
+                    Ok(name) => steps.push(Step::Header(name)),
+                    Err(_) => errors.push((i, "header", format!("`{h}` is not a header name"))),
+                },
+                (None, Some(_), None) => errors.push((
+                    i,
+                    "graphql",
+                    "graphql routes are not supported by this version yet".to_owned(),
+                )),
+                _ => errors.push((
+                    i,
+                    "path",
+                    "a route has exactly one of path, graphql, header".to_owned(),
+                )),
+            }
+        }
+        if errors.is_empty() {
+            let paths_len = specs.iter().filter(|s| s.path.is_some()).count();
+            Ok(Routes {
+                steps,
+                paths,
+                paths_len,
+            })
+        } else {
+            Err(errors)
+        }
+    }
+
+    /// How many route entries there are (all path templates count once).
+    pub fn len(&self) -> usize {
+        self.steps.len() + self.paths_len.saturating_sub(1)
+    }
+
+    /// Whether no route is configured (every request is unrouted).
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// Reads the id out of a request's head. Allocation-free.
+    pub fn extract(&self, parts: &Parts) -> Extraction {
+        for step in &self.steps {
+            let found = match step {
+                Step::Paths => self.path_id(parts.uri.path()),
+                Step::Header(name) => parts
+                    .headers
+                    .get(name)
+                    .map(|v| (Id::parse(trim(v.as_bytes())), RouteKind::Header)),
+            };
+            match found {
+                Some((Ok(id), kind)) => return Extraction::Id(id, kind),
+                Some((Err(e), kind)) => return Extraction::Malformed(e, kind),
+                None => {}
+            }
+        }
+        Extraction::NoId
+    }
+
+    fn path_id(&self, path: &str) -> Option<(Result<Id, ParseError>, RouteKind)> {
+        let matched = self.paths.at(path).ok()?;
+        let raw = matched.params.get("id")?;
+        Some((path::parse_segment(raw), RouteKind::Path))
+    }
+}
+
+fn trim(v: &[u8]) -> &[u8] {
+    v.trim_ascii()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn routes(specs: &[(&str, &str)]) -> Routes {
+        let specs: Vec<RouteSpec> = specs
+            .iter()
+            .map(|(k, v)| RouteSpec {
+                path: (*k == "path").then(|| v.to_string()),
+                graphql: (*k == "graphql").then(|| v.to_string()),
+                header: (*k == "header").then(|| v.to_string()),
+            })
+            .collect();
+        Routes::new(&specs).expect("valid routes")
+    }
+
+    fn parts(uri: &str, header: Option<&str>) -> Parts {
+        let mut b = http::Request::builder().uri(uri);
+        if let Some(h) = header {
+            b = b.header("x-entity-id", h);
+        }
+        b.body(()).expect("request").into_parts().0
+    }
+
+    const ID: &str = "017f22e2-79b0-802a-8144-dc0c0c07398f";
+
+    #[test]
+    fn path_then_header_first_match_wins() {
+        let r = routes(&[
+            ("path", "/v1/orders/{id}"),
+            ("path", "/v1/orders/{id}/{*rest}"),
+            ("header", "x-entity-id"),
+        ]);
+        let want = Id::parse(ID.as_bytes()).expect("vector");
+        let uri = format!("/v1/orders/{ID}/items?x=1");
+        assert_eq!(
+            r.extract(&parts(&uri, None)),
+            Extraction::Id(want, RouteKind::Path)
+        );
+        assert_eq!(
+            r.extract(&parts("/other", Some(ID))),
+            Extraction::Id(want, RouteKind::Header)
+        );
+        assert_eq!(r.extract(&parts("/other", None)), Extraction::NoId);
+        assert!(matches!(
+            r.extract(&parts("/v1/orders/nope", Some(ID))),
+            Extraction::Malformed(_, RouteKind::Path)
+        ));
+    }
+
+    #[test]
+    fn percent_encoded_braced_id() {
+        let r = routes(&[("path", "/o/{id}")]);
+        let uri = format!("/o/%7B{}%7d", ID.to_uppercase());
+        assert!(matches!(r.extract(&parts(&uri, None)), Extraction::Id(..)));
+    }
+
+    #[test]
+    fn bad_routes_are_reported() {
+        let specs = vec![
+            RouteSpec {
+                path: Some("/x/{key}".into()),
+                graphql: None,
+                header: None,
+            },
+            RouteSpec {
+                path: None,
+                graphql: None,
+                header: Some("bad header".into()),
+            },
+            RouteSpec {
+                path: Some("/a/{id}".into()),
+                graphql: None,
+                header: Some("x".into()),
+            },
+        ];
+        let errors = Routes::new(&specs).expect_err("invalid");
+        assert_eq!(
+            errors.iter().map(|e| e.0).collect::<Vec<_>>(),
+            vec![0, 1, 2]
+        );
+    }
+}

@@ -1,0 +1,112 @@
+//! Error responses as `application/problem+json` (RFC 9457), with the statuses of SPEC §6.
+//!
+//! Every refusal the router makes itself goes through [`Problem`], so that clients get one
+//! shape: `{"type", "title", "status", "detail"}` and, where useful, extension members.
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, StatusCode};
+use http_body_util::Full;
+use iuid::ParseError;
+use serde_json::json;
+
+use crate::extract::RouteKind;
+use crate::proxy::headers::LoopReason;
+use crate::table::ResolveError;
+
+/// A refusal of the router's own.
+#[derive(Debug)]
+pub enum Problem {
+    /// A route matched but its id is malformed (400).
+    MalformedId(ParseError, RouteKind),
+    /// A well-formed iUID whose country no region owns (404).
+    Unowned(ResolveError),
+    /// No route found an id and `unrouted: reject` (404).
+    NoId,
+    /// The request already went round (508).
+    Loop(LoopReason),
+    /// The upstream refused, reset or answered badly (502).
+    BadGateway {
+        /// The region the request was for.
+        region: String,
+        /// What went wrong, for the client.
+        detail: String,
+    },
+    /// The upstream's response headers did not arrive in time (504).
+    GatewayTimeout {
+        /// The region the request was for.
+        region: String,
+        /// The limit that passed, in ms.
+        after_ms: u64,
+    },
+}
+
+impl Problem {
+    /// The HTTP status of SPEC §6.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            Problem::MalformedId(..) => StatusCode::BAD_REQUEST,
+            Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
+            Problem::Loop(_) => StatusCode::LOOP_DETECTED,
+            Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
+            Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+        }
+    }
+
+    fn slug_and_title(&self) -> (&'static str, &'static str) {
+        match self {
+            Problem::MalformedId(..) => ("malformed-id", "Malformed entity id"),
+            Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
+            Problem::NoId => ("no-id", "No entity id in the request"),
+            Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
+            Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
+            Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
+        }
+    }
+
+    fn detail(&self) -> String {
+        match self {
+            Problem::MalformedId(e, kind) => {
+                format!("the id in the request {} is not valid: {e}", kind.as_str())
+            }
+            Problem::Unowned(e) => e.to_string(),
+            Problem::NoId => "no configured route found an id in this request, and \
+                              unrouted requests are rejected"
+                .to_owned(),
+            Problem::Loop(LoopReason::SeenRegion) => {
+                "the request's Via already names this router's region".to_owned()
+            }
+            Problem::Loop(LoopReason::TooManyHops(n)) => {
+                format!("the request already passed {n} proxies (Via), the most allowed")
+            }
+            Problem::BadGateway { region, detail } => {
+                format!("upstream of region {region}: {detail}")
+            }
+            Problem::GatewayTimeout { region, after_ms } => {
+                format!("upstream of region {region} sent no response headers within {after_ms} ms")
+            }
+        }
+    }
+
+    /// The response: RFC 9457 body, `Content-Type: application/problem+json`.
+    pub fn into_response(self) -> Response<Full<Bytes>> {
+        let status = self.status();
+        let (slug, title) = self.slug_and_title();
+        let mut body = json!({
+            "type": format!("urn:iuid-router:problem:{slug}"),
+            "title": title,
+            "status": status.as_u16(),
+            "detail": self.detail(),
+        });
+        if let Problem::Unowned(ResolveError::UnownedCountry { country, .. }) = &self {
+            body["country"] = json!(country);
+        }
+        let bytes = serde_json::to_vec(&body).unwrap_or_default();
+        let mut resp = Response::new(Full::new(Bytes::from(bytes)));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        resp
+    }
+}
