@@ -1,0 +1,181 @@
+//! `iuid-router demo`: three regional echo clusters and the router in one process (SPEC §3).
+//!
+//! The echo servers bind ephemeral loopback ports, and the embedded routing table is written
+//! with those ports, so the demo never collides with what else runs on the machine; only the
+//! router's own address (default `127.0.0.1:8080`) is fixed, so the printed `curl` lines work.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
+use axum::extract::Request;
+use iuid::{Generator, Iuid};
+use tokio::net::TcpListener;
+
+use crate::config::RouterConfig;
+use crate::proxy::Proxy;
+use crate::source::Source;
+use crate::table::{load_source, RoutingTable};
+
+/// The demo's router config; `{listen}` is filled in.
+const CONFIG: &str = "\
+listen: {listen}
+region: eu
+routing_table: demo-routing-table.yaml
+routes:
+  - path: /v1/orders/{id}
+  - path: /v1/orders/{id}/{*rest}
+  - header: x-entity-id
+unrouted: default_region
+";
+
+/// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
+const TABLE: &str = "\
+version: demo
+regions:
+  eu: { upstreams: [\"http://{eu}\"] }
+  us: { upstreams: [\"http://{us}\"] }
+  ap: { upstreams: [\"http://{ap}\"] }
+countries:
+  1: { code: KZ, region: ap }
+  2: { code: US, region: us }
+  3: { code: DE, region: eu }
+  4: { code: JP, region: ap }
+services:
+  1: AyanOrder
+  2: WalletAccount
+overrides:
+  - { service: WalletAccount, region: eu }
+default_region: eu
+";
+
+/// An echo server for one region: answers every request with the region's name and what it
+/// received (request line, headers, body length), as plain text.
+pub async fn echo_server(region: &str, listener: TcpListener) -> std::io::Result<()> {
+    let region: Arc<str> = region.into();
+    let app = axum::Router::new().fallback(move |req: Request| echo(region.clone(), req));
+    axum::serve(listener, app).await
+}
+
+async fn echo(region: Arc<str>, req: Request) -> String {
+    let (parts, body) = req.into_parts();
+    let body = axum::body::to_bytes(body, 16 << 20).await;
+    let mut out = String::new();
+    let _ = writeln!(out, "region: {region}");
+    let _ = writeln!(out, "{} {} {:?}", parts.method, parts.uri, parts.version);
+    for (name, value) in &parts.headers {
+        let _ = writeln!(out, "{name}: {}", String::from_utf8_lossy(value.as_bytes()));
+    }
+    match body {
+        Ok(b) => {
+            let _ = writeln!(out, "body: {} bytes", b.len());
+        }
+        Err(e) => {
+            let _ = writeln!(out, "body: unreadable ({e})");
+        }
+    }
+    out
+}
+
+/// Runs the demo until the process is stopped: echo regions, router on `listen`, and a printed
+/// tour of ids and `curl` lines.
+pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+    let mut addrs = Vec::new();
+    for region in ["eu", "us", "ap"] {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        addrs.push(listener.local_addr()?);
+        tokio::spawn(async move {
+            if let Err(e) = echo_server(region, listener).await {
+                tracing::error!(region, error = %e, "echo server stopped");
+            }
+        });
+    }
+    let table_text = TABLE
+        .replace("{eu}", &addrs[0].to_string())
+        .replace("{us}", &addrs[1].to_string())
+        .replace("{ap}", &addrs[2].to_string());
+    let table = load_source(&Source {
+        path: PathBuf::from("<demo>/demo-routing-table.yaml"),
+        text: table_text,
+    })?;
+    let config = RouterConfig::from_source(&Source {
+        path: PathBuf::from("<demo>/router.yaml"),
+        text: CONFIG.replace("{listen}", &listen.to_string()),
+    })?;
+
+    let listener = crate::server::bind(listen).await?;
+    let local = listener.local_addr()?;
+    println!("{}", tour(local, &addrs, &table));
+    let table = Arc::new(ArcSwap::from_pointee(table));
+    let proxy = Arc::new(Proxy::new(Arc::new(config), table));
+    crate::server::serve(listener, proxy).await;
+    Ok(())
+}
+
+/// The text printed at start: where things run, then ids with the `curl` lines that reach
+/// each region. Each `curl` line follows a comment `# → <region or status>: <what>`.
+fn tour(router: SocketAddr, echo: &[SocketAddr], table: &RoutingTable) -> String {
+    let base = format!("http://{router}");
+    let order = |country: u8| Generator::new(country, 1).mint();
+    let wallet_us = Generator::new(2, 2).mint();
+    let unknown = Generator::new(99, 1).mint();
+    let mut out = String::new();
+    let _ = writeln!(out, "iuid-router demo: router on {base}");
+    for (name, addr) in ["eu", "us", "ap"].iter().zip(echo) {
+        let _ = writeln!(out, "  region {name}: echo cluster on http://{addr}");
+    }
+    let _ = writeln!(
+        out,
+        "  routing table: {} regions, {} countries, {} overrides\n",
+        table.regions.len(),
+        table.country_count(),
+        table.overrides.len()
+    );
+    let mut line = |to: &str, what: &str, curl: String| {
+        let _ = writeln!(out, "# → {to}: {what}\n{curl}\n");
+    };
+    let path = |id: &Iuid| format!("curl -s {base}/v1/orders/{id}");
+    line(
+        "ap",
+        "an AyanOrder minted in KZ (country 1)",
+        path(&order(1)),
+    );
+    line(
+        "us",
+        "an AyanOrder minted in the US (country 2)",
+        path(&order(2)),
+    );
+    line(
+        "eu",
+        "an AyanOrder minted in DE (country 3), with a sub-path and query",
+        format!("curl -s '{base}/v1/orders/{}/items?page=2'", order(3)),
+    );
+    line(
+        "eu",
+        "a WalletAccount minted in the US: the override homes wallets in eu",
+        format!("curl -s -H 'x-entity-id: {wallet_us}' {base}/v1/wallets/balance"),
+    );
+    line(
+        "eu",
+        "a UUIDv4 has no routing bits: default_region",
+        format!("curl -s {base}/v1/orders/9b2c4f7e-1d3a-4c5b-8e6f-0a1b2c3d4e5f"),
+    );
+    line(
+        "404",
+        "country 99 is owned by no region (problem+json)",
+        path(&unknown),
+    );
+    line(
+        "400",
+        "a malformed id (problem+json)",
+        format!("curl -s {base}/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398"),
+    );
+    let _ = write!(
+        out,
+        "Decode any id with: cargo run --release -- decode {}\nPress Ctrl-C to stop.",
+        order(1)
+    );
+    out
+}
