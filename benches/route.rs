@@ -1,1 +1,86 @@
-fn main(){}
+//! The router's own hot-path steps, without sockets: reading the id out of a request head and
+//! resolving its region. Run with `cargo bench --bench route`.
+
+use std::hint::black_box;
+use std::path::PathBuf;
+
+use criterion::{criterion_group, criterion_main, Criterion};
+use iuid::{Id, Iuid};
+use iuid_router::extract::{RouteSpec, Routes};
+use iuid_router::source::Source;
+use iuid_router::table::load_source;
+
+const TABLE: &str = "\
+version: bench
+regions:
+  eu: { upstreams: [\"http://127.0.0.1:1\", \"http://127.0.0.1:2\"] }
+  us: { upstreams: [\"http://127.0.0.1:3\"] }
+  ap: { upstreams: [\"http://127.0.0.1:4\"] }
+countries:
+  1: ap
+  2: us
+  3: eu
+  4: eu
+services:
+  1: AyanOrder
+  2: WalletAccount
+overrides:
+  - { service: WalletAccount, region: eu }
+  - { country: 1, created_before: \"2026-06-01T00:00:00Z\", region: eu }
+default_region: eu
+";
+
+fn route(path: &str) -> RouteSpec {
+    RouteSpec {
+        path: Some(path.into()),
+        graphql: None,
+        header: None,
+    }
+}
+
+fn bench(c: &mut Criterion) {
+    let table = load_source(&Source {
+        path: PathBuf::from("bench.yaml"),
+        text: TABLE.into(),
+    })
+    .expect("table");
+    let routes = Routes::new(&[
+        route("/v1/orders/{id}"),
+        route("/v1/orders/{id}/{*rest}"),
+        RouteSpec {
+            path: None,
+            graphql: None,
+            header: Some("x-entity-id".into()),
+        },
+    ])
+    .expect("routes");
+
+    let kz_migrated = Iuid::from_fields(1_700_000_000_000, 1, 1, 42);
+    let us_order = Iuid::from_fields(1_800_000_000_000, 2, 1, 42);
+    let text = us_order.to_string();
+    let parts = http::Request::get(format!("/v1/orders/{text}/items?page=2"))
+        .header("host", "api.example.com")
+        .header("accept", "application/json")
+        .body(())
+        .expect("request")
+        .into_parts()
+        .0;
+
+    c.bench_function("resolve/country", |b| {
+        let id = Id::Iuid(us_order);
+        b.iter(|| table.resolve(black_box(&id)))
+    });
+    c.bench_function("resolve/timed_override", |b| {
+        let id = Id::Iuid(kz_migrated);
+        b.iter(|| table.resolve(black_box(&id)))
+    });
+    c.bench_function("extract+resolve/path", |b| {
+        b.iter(|| match routes.extract(black_box(&parts)) {
+            iuid_router::extract::Extraction::Id(id, _) => table.resolve(&id).ok(),
+            _ => None,
+        })
+    });
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

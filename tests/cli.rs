@@ -1,0 +1,190 @@
+//! The commands of SPEC §3, run as the real binary.
+
+use std::process::{Command, Output};
+
+fn bin() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+}
+
+fn run(args: &[&str]) -> Output {
+    bin().args(args).output().expect("run iuid-router")
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+#[test]
+fn decode_prints_the_spec_test_vector() {
+    let o = run(&["decode", "017f22e2-79b0-802a-8144-dc0c0c07398f"]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["ts_ms"], 0x017F_22E2_79B0u64);
+    assert_eq!(v["created_at"], "2022-02-22T19:22:22Z");
+    assert_eq!(v["ver"], 8);
+    assert_eq!(v["ver1"], 0);
+    assert_eq!(v["country"], 42);
+    assert_eq!(v["service_entity"], 5);
+}
+
+#[test]
+fn decode_names_fields_from_the_table_and_rejects_bad_ids() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/router.yaml");
+    let id = "017f22e2-79b0-8001-8044-dc0c0c07398f"; // country 1, service 1
+    let o = run(&["decode", "--config", config, id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(
+        (v["country_code"].as_str(), v["service"].as_str()),
+        (Some("KZ"), Some("AyanOrder"))
+    );
+
+    let o = run(&["decode", "017f22e2-79b0-802a-8144-dc0c0c07398g"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("position 36"), "{}", stderr(&o));
+    let o = run(&["decode", "9b2c4f7e-1d3a-4c5b-8e6f-0a1b2c3d4e5f"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains('4'), "{}", stderr(&o));
+}
+
+#[test]
+fn mint_gives_strictly_increasing_ids_of_the_right_country_and_service() {
+    let o = run(&[
+        "mint",
+        "--country",
+        "42",
+        "--service",
+        "5",
+        "--count",
+        "1000",
+    ]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let out = stdout(&o);
+    let ids: Vec<iuid::Iuid> = out
+        .lines()
+        .map(|l| l.parse().expect("minted id parses"))
+        .collect();
+    assert_eq!(ids.len(), 1000);
+    assert!(
+        ids.windows(2).all(|w| w[0] < w[1]),
+        "not strictly increasing"
+    );
+    assert!(ids
+        .iter()
+        .all(|i| i.country() == 42 && i.service_entity() == 5));
+    // Text order is id order too: what a database index on the text sees.
+    let text: Vec<&str> = out.lines().collect();
+    assert!(text.windows(2).all(|w| w[0] < w[1]));
+}
+
+#[test]
+fn resolve_prints_the_decision() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/router.yaml");
+    // A WalletAccount (2) minted in the US (2): the service override sends it to eu.
+    let id = iuid::Iuid::from_fields(1_800_000_000_000, 2, 2, 7).to_string();
+    let o = run(&["resolve", "--config", config, &id]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+    assert_eq!(v["region"], "eu");
+    assert_eq!(v["rule"]["kind"], "override");
+    assert_eq!(v["rule"]["index"], 0);
+    assert_eq!(v["upstreams"][0], "http://eu-gw-1:8080");
+
+    let unowned = iuid::Iuid::from_fields(1_800_000_000_000, 200, 1, 7).to_string();
+    let o = run(&["resolve", "--config", config, &unowned]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("country 200"), "{}", stderr(&o));
+}
+
+#[test]
+fn check_accepts_the_shipped_config() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/router.yaml");
+    let o = run(&["check", "--config", config]);
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert!(stdout(&o).contains("ok"));
+}
+
+/// Writes a config and table pair and runs `check` on it.
+fn check_table(table: &str) -> (Option<i32>, String) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("router.yaml"),
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: table.yaml\nroutes:\n  - path: /o/{id}\n",
+    )
+    .expect("write");
+    std::fs::write(dir.path().join("table.yaml"), table).expect("write");
+    let o = run(&[
+        "check",
+        "--config",
+        dir.path().join("router.yaml").to_str().expect("utf8"),
+    ]);
+    (o.status.code(), stderr(&o))
+}
+
+#[test]
+fn check_rejects_a_typod_key_with_its_line_and_column() {
+    let (code, err) = check_table(
+        "version: x\nregions:\n  eu: { upstreams: [\"http://a:1\"] }\ncountries:\n  3: eu\ndefualt_region: eu\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(err.contains("table.yaml:6:1:"), "{err}");
+    assert!(err.contains("unknown field `defualt_region`"), "{err}");
+}
+
+#[test]
+fn check_rejects_an_undefined_region_pointing_at_it() {
+    let (code, err) = check_table(
+        "version: x\nregions:\n  eu: { upstreams: [\"http://a:1\"] }\ncountries:\n  3: eu\n  7: { code: BR, region: sa }\noverrides:\n  - { service: 9, region: mars }\ndefault_region: eu\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("table.yaml:6:26: region `sa` is not defined"),
+        "{err}"
+    );
+    assert!(
+        err.contains("table.yaml:8:27: region `mars` is not defined"),
+        "{err}"
+    );
+    assert!(err.contains("2 error(s)"), "every error is listed: {err}");
+}
+
+#[test]
+fn check_reports_every_kind_of_table_error() {
+    let (code, err) = check_table(
+        "version: x\nregions:\n  eu: { upstreams: [\"ftp://a:1\", \"http://b:2/path\"] }\ncountries:\n  3: eu\n  3: eu\n  300: eu\nservices:\n  1: A\n  2: A\noverrides:\n  - { created_before: \"yesterday\", region: eu }\n  - { service: Nope, region: eu }\ndefault_region: eu\n",
+    );
+    assert_eq!(code, Some(1));
+    for want in [
+        "table.yaml:3:21: upstream `ftp://a:1`: must start with http://",
+        "table.yaml:3:34: upstream `http://b:2/path`: must not have a path",
+        "table.yaml:6:3: country 3 is listed twice",
+        "table.yaml:7:3: country id 300 is out of range",
+        "table.yaml:10:6: service name `A` is already used",
+        "table.yaml:12:23: `yesterday` is not an RFC 3339 timestamp",
+        "table.yaml:13:16: service `Nope` is not named",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
+#[test]
+fn check_rejects_a_typod_config_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\ntime_outs: {}\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("router.yaml:4:1: unknown field `time_outs`"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -1,0 +1,115 @@
+//! `iuid-router demo` as a newcomer runs it: start it, then run each printed `curl` line and
+//! check that the answer came from the region the comment above it promises.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+
+struct Killed(Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// One printed example: what it promises (`eu`, `404`, …), the URL, and an optional header.
+struct Example {
+    expect: String,
+    url: String,
+    header: Option<(String, String)>,
+}
+
+fn parse_curl(line: &str) -> (String, Option<(String, String)>) {
+    let mut url = None;
+    let mut header = None;
+    let mut words = line
+        .split_whitespace()
+        .map(|w| w.trim_matches('\''))
+        .peekable();
+    let mut rest = Vec::new();
+    while let Some(w) = words.next() {
+        if w == "-H" {
+            // The header value is quoted and may span words: "'x-entity-id:" "<id>'".
+            let name = words
+                .next()
+                .expect("header name")
+                .trim_end_matches(':')
+                .to_owned();
+            let value = words.next().expect("header value").to_owned();
+            header = Some((name, value));
+        } else if w.starts_with("http://") {
+            url = Some(w.to_owned());
+        } else {
+            rest.push(w);
+        }
+    }
+    (url.expect("a URL in the curl line"), header)
+}
+
+#[tokio::test]
+async fn printed_curl_lines_reach_the_promised_region() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
+    let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+        .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start demo");
+    let mut child = Killed(child);
+    let stdout = child.0.stdout.take().expect("stdout");
+
+    let examples = tokio::task::spawn_blocking(move || {
+        let mut examples = Vec::new();
+        let mut expect = None;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.expect("read");
+            if let Some(rest) = line.strip_prefix("# → ") {
+                expect = rest.split(':').next().map(str::to_owned);
+            } else if line.starts_with("curl ") {
+                let (url, header) = parse_curl(&line);
+                examples.push(Example {
+                    expect: expect.take().expect("a comment before each curl line"),
+                    url,
+                    header,
+                });
+            } else if line.starts_with("Press Ctrl-C") {
+                break;
+            }
+        }
+        examples
+    })
+    .await
+    .expect("join");
+    assert!(examples.len() >= 6, "the demo prints its tour");
+
+    let client = reqwest::Client::new();
+    let mut regions = std::collections::BTreeSet::new();
+    for ex in &examples {
+        let mut req = client.get(&ex.url);
+        if let Some((name, value)) = &ex.header {
+            req = req.header(name, value);
+        }
+        let resp = req.send().await.expect("demo answers");
+        let status = resp.status().as_u16();
+        let body = resp.text().await.expect("body");
+        match ex.expect.parse::<u16>() {
+            Ok(code) => assert_eq!(status, code, "{} → {body}", ex.url),
+            Err(_) => {
+                assert_eq!(status, 200, "{} → {body}", ex.url);
+                let first = body.lines().next().unwrap_or_default();
+                assert_eq!(first, format!("region: {}", ex.expect), "{}", ex.url);
+                regions.insert(ex.expect.clone());
+            }
+        }
+    }
+    assert_eq!(
+        regions.len(),
+        3,
+        "the tour reaches all three regions: {regions:?}"
+    );
+}
