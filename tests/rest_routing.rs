@@ -342,3 +342,94 @@ async fn a_dead_upstream_is_502_problem_json() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn every_text_form_of_an_id_routes_the_same() {
+    let w = World::start().await;
+    let us = Iuid::from_fields(AFTER_CUTOVER, 2, 1, 99);
+    let plain = us.to_string();
+    // base64("Ride??:" + uuid) uses '/' in the standard alphabet, percent-encoded in a path.
+    let relay_std = relay("Ride??", &plain);
+    assert!(relay_std.contains('/'), "{relay_std}");
+    let forms = [
+        plain.to_uppercase(),
+        plain.replace('-', ""),
+        format!("%7B{plain}%7D"),
+        format!("urn:uuid:{plain}"),
+        relay_std.replace('/', "%2F").replace('=', "%3D"),
+        relay_std
+            .replace('/', "_")
+            .replace('+', "-")
+            .trim_end_matches('=')
+            .to_owned(),
+    ];
+    for form in &forms {
+        let (status, up, _) = w.get_order(form).await;
+        assert_eq!((status, up.as_str()), (200, "us-1"), "{form}");
+    }
+    let resp = client()
+        .get(w.router.url("/no/id/in/path"))
+        .header("x-entity-id", relay_std.as_str())
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.headers()["x-upstream"], "us-1");
+    assert_eq!(w.us.count(), forms.len() + 1);
+}
+
+/// Standard, padded base64 of `Type:uuid` (a Relay global id), written out here so the test
+/// does not lean on the codec it checks.
+fn relay(type_name: &str, uuid: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{type_name}:{uuid}").into_bytes();
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn preserve_host_keeps_the_clients_host_and_reject_refuses_unrouted() {
+    let us = Upstream::start("us-1").await;
+    let table = format!(
+        "version: t\nregions:\n  us: {{ upstreams: [\"{}\"] }}\ncountries:\n  2: us\ndefault_region: us\n",
+        us.url()
+    );
+    let config = CONFIG.replace(
+        "unrouted: default_region",
+        "unrouted: reject\npreserve_host: true",
+    );
+    let router = Router::start(&config, &table).await;
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{}", id(AFTER_CUTOVER, 2, 1))))
+        .header("host", "api.example.com")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 200);
+    let got = us.last();
+    assert_eq!(got.headers["host"], "api.example.com");
+    assert_eq!(got.headers["x-forwarded-host"], "api.example.com");
+
+    let resp = client()
+        .get(router.url("/v1/other"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 404);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    assert_eq!(us.count(), 1, "the unrouted request was not forwarded");
+}

@@ -22,7 +22,7 @@ use hyper::body::Incoming;
 
 use crate::config::{RouterConfig, Unrouted};
 use crate::extract::Extraction;
-use crate::table::{Decision, RoutingTable};
+use crate::table::{Decision, RegionId, RoutingTable};
 use crate::upstream::{ForwardError, UpstreamClient};
 use headers::Forwarding;
 use problem::Problem;
@@ -30,10 +30,47 @@ use problem::Problem;
 /// The body of every response the router sends: the upstream's, streamed, or one of its own.
 pub type ProxyBody = Either<Incoming, Full<Bytes>>;
 
-/// Where a request goes: the upstream picked and the region it belongs to.
+/// Where a request goes: the upstream picked, and the table and region it came from (the
+/// table is kept so the region's name outlives a reload without copying it).
 struct Target {
     authority: Authority,
-    region: Box<str>,
+    table: Arc<RoutingTable>,
+    region: RegionId,
+}
+
+impl Target {
+    fn region_name(&self) -> String {
+        self.table.region(self.region).name.clone()
+    }
+}
+
+/// This router's `Via` entries, one per protocol version a client may speak, made once.
+#[derive(Debug)]
+struct ViaValues {
+    http10: HeaderValue,
+    http11: HeaderValue,
+    http2: HeaderValue,
+}
+
+impl ViaValues {
+    fn new(region: &str) -> ViaValues {
+        let make = |v| {
+            headers::via_value(v, region).unwrap_or(HeaderValue::from_static("1.1 iuid-router"))
+        };
+        ViaValues {
+            http10: make(http::Version::HTTP_10),
+            http11: make(http::Version::HTTP_11),
+            http2: make(http::Version::HTTP_2),
+        }
+    }
+
+    fn for_version(&self, version: http::Version) -> &HeaderValue {
+        match version {
+            http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
+            http::Version::HTTP_2 | http::Version::HTTP_3 => &self.http2,
+            _ => &self.http11,
+        }
+    }
 }
 
 /// Shared state of the data path: config, live table, upstream client.
@@ -42,16 +79,15 @@ pub struct Proxy {
     config: Arc<RouterConfig>,
     table: Arc<ArcSwap<RoutingTable>>,
     client: UpstreamClient,
-    via: HeaderValue,
+    via: ViaValues,
 }
 
 impl Proxy {
     /// A proxy over a live table (shared with whoever reloads it).
     pub fn new(config: Arc<RouterConfig>, table: Arc<ArcSwap<RoutingTable>>) -> Proxy {
         let client = UpstreamClient::new(&config.timeouts);
-        // The config validated the region as a token, so this cannot fail in practice.
-        let via = headers::via_value(http::Version::HTTP_11, &config.region)
-            .unwrap_or(HeaderValue::from_static("1.1 iuid-router"));
+        // The config validated the region as a token, so the fallback is never used.
+        let via = ViaValues::new(&config.region);
         Proxy {
             config,
             table,
@@ -71,39 +107,37 @@ impl Proxy {
         match self.forward(parts, body).await {
             Ok(resp) => self.respond(resp),
             Err(ForwardError::TimedOut) => Problem::GatewayTimeout {
-                region: target.region.into(),
+                region: target.region_name(),
                 after_ms: self.config.timeouts.response_headers_ms,
             }
             .into_response()
             .map(Either::Right),
             Err(ForwardError::Failed(detail)) => {
-                tracing::warn!(region = &*target.region, upstream = %target.authority, %detail, "upstream failed");
-                Problem::BadGateway {
-                    region: target.region.into(),
-                    detail,
-                }
-                .into_response()
-                .map(Either::Right)
+                let region = target.region_name();
+                tracing::warn!(%region, upstream = %target.authority, %detail, "upstream failed");
+                Problem::BadGateway { region, detail }
+                    .into_response()
+                    .map(Either::Right)
             }
         }
     }
 
-    /// Phases 1–4: loop check, id extraction, region resolution, upstream choice. Synchronous:
-    /// the table guard never lives across an `.await`.
+    /// Phases 1–4: loop check, id extraction, region resolution, upstream choice.
     fn route(&self, parts: &Parts) -> Result<Target, Problem> {
-        headers::check_loop(
-            &parts.headers,
-            &self.config.region,
-            self.config.limits.max_hops,
-        )
-        .map_err(Problem::Loop)?;
-        let table = self.table.load();
+        let limits = &self.config.limits;
+        headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
+            .map_err(Problem::Loop)?;
+        let table = self.table.load_full();
         let decision = self.resolve(&table, self.config.routes.extract(parts))?;
-        let region = table.region(decision.region);
-        let upstream = region.next_upstream();
+        let authority = table
+            .region(decision.region)
+            .next_upstream()
+            .authority
+            .clone();
         Ok(Target {
-            authority: upstream.authority.clone(),
-            region: region.name.as_str().into(),
+            authority,
+            table,
+            region: decision.region,
         })
     }
 
@@ -130,14 +164,13 @@ impl Proxy {
             .authority()
             .and_then(|a| HeaderValue::from_str(a.as_str()).ok());
         let original_host = parts.headers.get(HOST).cloned().or(authority_host);
-        let via = headers::via_value(parts.version, &self.config.region);
         headers::rewrite_request(
             &mut parts.headers,
             &Forwarding {
                 client,
                 original_host: original_host.as_ref(),
                 upstream,
-                via: via.as_ref().unwrap_or(&self.via),
+                via: self.via.for_version(parts.version),
                 preserve_host: self.config.preserve_host,
             },
         );
@@ -163,7 +196,7 @@ impl Proxy {
 
     /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back.
     fn respond(&self, mut resp: Response<Incoming>) -> Response<ProxyBody> {
-        headers::rewrite_response(resp.headers_mut(), &self.via);
+        headers::rewrite_response(resp.headers_mut(), &self.via.http11);
         resp.map(Either::Left)
     }
 }
