@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use iuid::{Id, Iuid};
+use iuid_router::extract::graphql::plan::ParseLimits;
 use iuid_router::extract::{RouteSpec, Routes};
 use iuid_router::source::Source;
 use iuid_router::table::load_source;
@@ -30,10 +31,16 @@ overrides:
 default_region: eu
 ";
 
+const LIMITS: ParseLimits = ParseLimits {
+    tokens: 50_000,
+    depth: 64,
+};
+
 fn route(path: &str) -> RouteSpec {
     RouteSpec {
         path: Some(path.into()),
         graphql: None,
+        persisted_id_variables: None,
         header: None,
     }
 }
@@ -44,15 +51,19 @@ fn bench(c: &mut Criterion) {
         text: TABLE.into(),
     })
     .expect("table");
-    let routes = Routes::new(&[
-        route("/v1/orders/{id}"),
-        route("/v1/orders/{id}/{*rest}"),
-        RouteSpec {
-            path: None,
-            graphql: None,
-            header: Some("x-entity-id".into()),
-        },
-    ])
+    let routes = Routes::new(
+        &[
+            route("/v1/orders/{id}"),
+            route("/v1/orders/{id}/{*rest}"),
+            RouteSpec {
+                path: None,
+                graphql: None,
+                persisted_id_variables: None,
+                header: Some("x-entity-id".into()),
+            },
+        ],
+        LIMITS,
+    )
     .expect("routes");
 
     let kz_migrated = Iuid::from_fields(1_700_000_000_000, 1, 1, 42);

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::{RouteSpec, Routes};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 
@@ -90,6 +91,10 @@ pub struct Limits {
     pub graphql_body_bytes: usize,
     /// `Via` entries a request may already carry; at this many it is a loop (508).
     pub max_hops: usize,
+    /// Most lexer tokens in a GraphQL document parsed to find ids (then 400).
+    pub graphql_max_tokens: usize,
+    /// Deepest nesting of a GraphQL document parsed to find ids (then 400).
+    pub graphql_max_depth: usize,
 }
 
 impl Default for Limits {
@@ -97,6 +102,8 @@ impl Default for Limits {
         Limits {
             graphql_body_bytes: 1 << 20,
             max_hops: 3,
+            graphql_max_tokens: 50_000,
+            graphql_max_depth: 64,
         }
     }
 }
@@ -176,7 +183,11 @@ impl RouterConfig {
             errors.push(source.error_at(&[key("timeouts")], "timeouts must be above 0 ms"));
         }
 
-        let routes = match Routes::new(&file.routes) {
+        let parse_limits = ParseLimits {
+            tokens: file.limits.graphql_max_tokens,
+            depth: file.limits.graphql_max_depth,
+        };
+        let routes = match Routes::new(&file.routes, parse_limits) {
             Ok(r) => Some(r),
             Err(bad) => {
                 for (i, field, message) in bad {

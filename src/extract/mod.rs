@@ -6,8 +6,13 @@
 //! templates the most specific one matches. A route that matches but whose id does not parse
 //! is an error (400), not a miss: the client meant an id and got it wrong.
 
+pub mod graphql;
 mod path;
 
+use std::sync::Arc;
+
+use graphql::plan::ParseLimits;
+use graphql::GraphqlRoute;
 use http::header::HeaderName;
 use http::request::Parts;
 use iuid::{Id, ParseError};
@@ -20,9 +25,14 @@ pub struct RouteSpec {
     /// A path template with an `{id}` parameter, e.g. `/v1/orders/{id}/{*rest}`.
     #[serde(default)]
     pub path: Option<String>,
-    /// A GraphQL endpoint path (a later release reads `node(id:)` there).
+    /// A GraphQL endpoint path, matched exactly; ids are read from `node(id:)` and
+    /// `nodes(ids:)` in the request.
     #[serde(default)]
     pub graphql: Option<String>,
+    /// With `graphql:`: variables that hold ids in persisted queries sent by hash only
+    /// (default `id`, `ids`, `nodeId`).
+    #[serde(default)]
+    pub persisted_id_variables: Option<Vec<String>>,
     /// A request header holding an id, e.g. `x-entity-id`.
     #[serde(default)]
     pub header: Option<String>,
@@ -35,6 +45,8 @@ pub enum RouteKind {
     Path,
     /// A `header:` route.
     Header,
+    /// A `graphql:` route.
+    Graphql,
 }
 
 impl RouteKind {
@@ -43,15 +55,21 @@ impl RouteKind {
         match self {
             RouteKind::Path => "path",
             RouteKind::Header => "header",
+            RouteKind::Graphql => "graphql",
         }
     }
 }
 
 /// What [`Routes::extract`] found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Extraction {
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Extraction<'r> {
     /// A well-formed id.
     Id(Id, RouteKind),
+    /// The ids of a GraphQL request (possibly none), read from its body or query string.
+    Ids(Vec<Id>),
+    /// A GraphQL endpoint: the ids are in the body, which the caller reads and hands to the
+    /// route.
+    Graphql(&'r Arc<GraphqlRoute>),
     /// A route matched but its id is not a valid id (SPEC §6: 400).
     Malformed(ParseError, RouteKind),
     /// No route matched: the `unrouted` policy applies.
@@ -62,6 +80,7 @@ pub enum Extraction {
 enum Step {
     Paths,
     Header(HeaderName),
+    Graphql(Arc<GraphqlRoute>),
 }
 
 /// The compiled `routes:` list.
@@ -76,12 +95,20 @@ pub struct Routes {
 pub type RouteError = (usize, &'static str, String);
 
 impl Routes {
-    /// Compiles route specs; every bad route is reported.
-    pub fn new(specs: &[RouteSpec]) -> Result<Routes, Vec<RouteError>> {
+    /// Compiles route specs; every bad route is reported. `limits` bound GraphQL parsing.
+    pub fn new(specs: &[RouteSpec], limits: ParseLimits) -> Result<Routes, Vec<RouteError>> {
         let mut errors = Vec::new();
         let mut steps = Vec::new();
         let mut paths = matchit::Router::new();
         for (i, spec) in specs.iter().enumerate() {
+            if spec.persisted_id_variables.is_some() && spec.graphql.is_none() {
+                errors.push((
+                    i,
+                    "persisted_id_variables",
+                    "persisted_id_variables goes with a graphql route".to_owned(),
+                ));
+                continue;
+            }
             match (&spec.path, &spec.graphql, &spec.header) {
                 (Some(p), None, None) => {
                     if !p.starts_with('/') {
@@ -99,11 +126,19 @@ impl Routes {
                     Ok(name) => steps.push(Step::Header(name)),
                     Err(_) => errors.push((i, "header", format!("`{h}` is not a header name"))),
                 },
-                (None, Some(_), None) => errors.push((
-                    i,
-                    "graphql",
-                    "graphql routes are not supported by this version yet".to_owned(),
-                )),
+                (None, Some(p), None) => {
+                    if p.starts_with('/') {
+                        let vars = spec.persisted_id_variables.clone().unwrap_or_default();
+                        let route = GraphqlRoute::new(p.clone(), vars, limits);
+                        steps.push(Step::Graphql(Arc::new(route)));
+                    } else {
+                        errors.push((
+                            i,
+                            "graphql",
+                            format!("graphql path `{p}` must start with /"),
+                        ));
+                    }
+                }
                 _ => errors.push((
                     i,
                     "path",
@@ -134,9 +169,13 @@ impl Routes {
     }
 
     /// Reads the id out of a request's head. Allocation-free.
-    pub fn extract(&self, parts: &Parts) -> Extraction {
+    pub fn extract(&self, parts: &Parts) -> Extraction<'_> {
         for step in &self.steps {
             let found = match step {
+                Step::Graphql(route) if parts.uri.path() == route.path => {
+                    return Extraction::Graphql(route)
+                }
+                Step::Graphql(_) => None,
                 Step::Paths => self.path_id(parts.uri.path()),
                 Step::Header(name) => parts
                     .headers
@@ -173,10 +212,11 @@ mod tests {
             .map(|(k, v)| RouteSpec {
                 path: (*k == "path").then(|| v.to_string()),
                 graphql: (*k == "graphql").then(|| v.to_string()),
+                persisted_id_variables: None,
                 header: (*k == "header").then(|| v.to_string()),
             })
             .collect();
-        Routes::new(&specs).expect("valid routes")
+        Routes::new(&specs, LIMITS).expect("valid routes")
     }
 
     fn parts(uri: &str, header: Option<&str>) -> Parts {
@@ -188,6 +228,10 @@ mod tests {
     }
 
     const ID: &str = "017f22e2-79b0-802a-8144-dc0c0c07398f";
+    const LIMITS: ParseLimits = ParseLimits {
+        tokens: 1000,
+        depth: 32,
+    };
 
     #[test]
     fn path_then_header_first_match_wins() {
@@ -226,20 +270,23 @@ mod tests {
             RouteSpec {
                 path: Some("/x/{key}".into()),
                 graphql: None,
+                persisted_id_variables: None,
                 header: None,
             },
             RouteSpec {
                 path: None,
                 graphql: None,
+                persisted_id_variables: None,
                 header: Some("bad header".into()),
             },
             RouteSpec {
                 path: Some("/a/{id}".into()),
                 graphql: None,
+                persisted_id_variables: None,
                 header: Some("x".into()),
             },
         ];
-        let errors = Routes::new(&specs).expect_err("invalid");
+        let errors = Routes::new(&specs, LIMITS).expect_err("invalid");
         assert_eq!(
             errors.iter().map(|e| e.0).collect::<Vec<_>>(),
             vec![0, 1, 2]

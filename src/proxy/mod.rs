@@ -5,6 +5,7 @@
 //! The live routing table is read through `arc-swap`: no lock on the hot path, and a reload
 //! never changes the table under a request that already resolved its region.
 
+mod graphql;
 pub mod headers;
 pub mod problem;
 
@@ -23,7 +24,7 @@ use hyper::body::Incoming;
 use crate::config::{RouterConfig, Unrouted};
 use crate::extract::Extraction;
 use crate::table::{Decision, RegionId, RoutingTable};
-use crate::upstream::{ForwardError, UpstreamClient};
+use crate::upstream::{ForwardError, UpstreamBody, UpstreamClient};
 use headers::Forwarding;
 use problem::Problem;
 
@@ -99,8 +100,8 @@ impl Proxy {
     /// Handles one request end to end; never fails: refusals are problem+json responses.
     pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        let target = match self.route(&parts) {
-            Ok(target) => target,
+        let (target, body) = match self.route(&parts, body).await {
+            Ok(routed) => routed,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
         self.rewrite_request(&mut parts, client, &target.authority);
@@ -122,37 +123,63 @@ impl Proxy {
         }
     }
 
-    /// Phases 1–4: loop check, id extraction, region resolution, upstream choice.
-    fn route(&self, parts: &Parts) -> Result<Target, Problem> {
+    /// Phases 1–4: loop check, id extraction, region resolution, upstream choice. The body
+    /// comes back as it must go upstream (read whole only for GraphQL).
+    async fn route(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+    ) -> Result<(Target, UpstreamBody), Problem> {
         let limits = &self.config.limits;
         headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
             .map_err(Problem::Loop)?;
+        let (found, body) = self.extract(parts, body).await?;
         let table = self.table.load_full();
-        let decision = self.resolve(&table, self.config.routes.extract(parts))?;
+        let decision = self.resolve(&table, found)?;
         let authority = table
             .region(decision.region)
             .next_upstream()
             .authority
             .clone();
-        Ok(Target {
+        let target = Target {
             authority,
             table,
             region: decision.region,
-        })
+        };
+        Ok((target, body))
     }
 
-    /// Phase 3: the region that owns the id, or the `unrouted` policy when there is none.
+    /// Phase 2: the id(s) in the request, from its head, or from its body for GraphQL.
+    async fn extract(
+        &self,
+        parts: &Parts,
+        body: Incoming,
+    ) -> Result<(Extraction<'_>, UpstreamBody), Problem> {
+        match self.config.routes.extract(parts) {
+            Extraction::Graphql(route) => {
+                let limit = self.config.limits.graphql_body_bytes;
+                let (ids, body) = graphql::read_ids(route, parts, body, limit).await?;
+                Ok((Extraction::Ids(ids), body))
+            }
+            found => Ok((found, Either::Left(body))),
+        }
+    }
+
+    /// Phase 3: the region that owns the id(s), or the `unrouted` policy when there is none.
     fn resolve(&self, table: &RoutingTable, found: Extraction) -> Result<Decision, Problem> {
         match found {
             Extraction::Id(id, _) => table.resolve(&id).map_err(Problem::Unowned),
+            Extraction::Ids(ids) if !ids.is_empty() => resolve_all(table, &ids),
             Extraction::Malformed(e, kind) => Err(Problem::MalformedId(e, kind)),
-            Extraction::NoId => match self.config.unrouted {
-                Unrouted::DefaultRegion => Ok(Decision {
-                    region: table.default_region,
-                    rule: crate::table::Rule::DefaultRegion,
-                }),
-                Unrouted::Reject => Err(Problem::NoId),
-            },
+            Extraction::NoId | Extraction::Ids(_) | Extraction::Graphql(_) => {
+                match self.config.unrouted {
+                    Unrouted::DefaultRegion => Ok(Decision {
+                        region: table.default_region,
+                        rule: crate::table::Rule::DefaultRegion,
+                    }),
+                    Unrouted::Reject => Err(Problem::NoId),
+                }
+            }
         }
     }
 
@@ -189,7 +216,7 @@ impl Proxy {
     async fn forward(
         &self,
         parts: Parts,
-        body: Incoming,
+        body: UpstreamBody,
     ) -> Result<Response<Incoming>, ForwardError> {
         self.client.send(Request::from_parts(parts, body)).await
     }
@@ -199,4 +226,23 @@ impl Proxy {
         headers::rewrite_response(resp.headers_mut(), &self.via.http11);
         resp.map(Either::Left)
     }
+}
+
+/// The one region that owns every id of a GraphQL request; ids in several regions cannot be
+/// served by one upstream (SPEC §6: 400 naming the regions).
+fn resolve_all(table: &RoutingTable, ids: &[iuid::Id]) -> Result<Decision, Problem> {
+    let mut decisions = Vec::with_capacity(ids.len());
+    for id in ids {
+        decisions.push(table.resolve(id).map_err(Problem::Unowned)?);
+    }
+    let first = decisions[0];
+    if decisions.iter().all(|d| d.region == first.region) {
+        return Ok(first);
+    }
+    let placed = ids
+        .iter()
+        .zip(&decisions)
+        .map(|(id, d)| (id.to_string(), table.region(d.region).name.clone()))
+        .collect();
+    Err(Problem::RegionConflict { ids: placed })
 }

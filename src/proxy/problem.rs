@@ -22,6 +22,18 @@ pub enum Problem {
     Unowned(ResolveError),
     /// No route found an id and `unrouted: reject` (404).
     NoId,
+    /// A GraphQL request that cannot be decoded (400): the decoder's message.
+    GraphqlInvalid(String),
+    /// GraphQL ids owned by different regions (400): each id with its region.
+    RegionConflict {
+        /// `(id, region)` in request order.
+        ids: Vec<(String, String)>,
+    },
+    /// A GraphQL body over `limits.graphql_body_bytes` (413).
+    PayloadTooLarge {
+        /// The limit, in bytes.
+        limit: usize,
+    },
     /// The request already went round (508).
     Loop(LoopReason),
     /// The upstream refused, reset or answered badly (502).
@@ -44,7 +56,10 @@ impl Problem {
     /// The HTTP status of SPEC §6.
     pub fn status(&self) -> StatusCode {
         match self {
-            Problem::MalformedId(..) => StatusCode::BAD_REQUEST,
+            Problem::MalformedId(..)
+            | Problem::GraphqlInvalid(_)
+            | Problem::RegionConflict { .. } => StatusCode::BAD_REQUEST,
+            Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
             Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
@@ -57,6 +72,11 @@ impl Problem {
             Problem::MalformedId(..) => ("malformed-id", "Malformed entity id"),
             Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
             Problem::NoId => ("no-id", "No entity id in the request"),
+            Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),
+            Problem::RegionConflict { .. } => {
+                ("ids-in-several-regions", "Ids owned by different regions")
+            }
+            Problem::PayloadTooLarge { .. } => ("payload-too-large", "GraphQL body too large"),
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
@@ -72,6 +92,21 @@ impl Problem {
             Problem::NoId => "no configured route found an id in this request, and \
                               unrouted requests are rejected"
                 .to_owned(),
+            Problem::GraphqlInvalid(m) => m.clone(),
+            Problem::RegionConflict { ids } => {
+                let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
+                regions.sort_unstable();
+                regions.dedup();
+                let listed: Vec<String> = ids.iter().map(|(id, r)| format!("{id} ({r})")).collect();
+                format!(
+                    "one request can go to one region, but its ids belong to {}: {}",
+                    regions.join(", "),
+                    listed.join(", ")
+                )
+            }
+            Problem::PayloadTooLarge { limit } => {
+                format!("the GraphQL body is over the {limit}-byte limit")
+            }
             Problem::Loop(LoopReason::SeenRegion) => {
                 "the request's Via already names this router's region".to_owned()
             }
@@ -97,8 +132,21 @@ impl Problem {
             "status": status.as_u16(),
             "detail": self.detail(),
         });
-        if let Problem::Unowned(ResolveError::UnownedCountry { country, .. }) = &self {
-            body["country"] = json!(country);
+        match &self {
+            Problem::Unowned(ResolveError::UnownedCountry { country, .. }) => {
+                body["country"] = json!(country);
+            }
+            Problem::RegionConflict { ids } => {
+                let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
+                regions.sort_unstable();
+                regions.dedup();
+                body["regions"] = json!(regions);
+                body["ids"] = json!(ids
+                    .iter()
+                    .map(|(id, r)| json!({ "id": id, "region": r }))
+                    .collect::<Vec<_>>());
+            }
+            _ => {}
         }
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut resp = Response::new(Full::new(Bytes::from(bytes)));

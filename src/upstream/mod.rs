@@ -6,12 +6,18 @@
 
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{Request, Response, Version};
+use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Timeouts;
+
+/// A request body on its way upstream: the client's, streamed, or one the router buffered
+/// (a GraphQL body it had to read to find the ids), sent as it was received.
+pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
 
 /// How forwarding a request failed.
 #[derive(Debug)]
@@ -25,7 +31,7 @@ pub enum ForwardError {
 /// The pooled upstream client.
 #[derive(Clone, Debug)]
 pub struct UpstreamClient {
-    client: Client<HttpConnector, Incoming>,
+    client: Client<HttpConnector, UpstreamBody>,
     response_headers: Duration,
 }
 
@@ -50,7 +56,7 @@ impl UpstreamClient {
     /// for the response headers; the body streams afterwards.
     pub async fn send(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, ForwardError> {
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         *req.version_mut() = Version::HTTP_11;

@@ -216,6 +216,16 @@ pub enum Id {
     Other(Uuid),
 }
 
+impl fmt::Display for Id {
+    /// Canonical lowercase hyphenated text, whatever form the id was read from.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Id::Iuid(i) => write_text(&i.0, f),
+            Id::Other(u) => write_text(&u.0, f),
+        }
+    }
+}
+
 impl Id {
     /// Parses text: version 8 must be a valid iUID (else the [`ParseError`]); any other version
     /// is [`Id::Other`].

@@ -1,0 +1,415 @@
+//! Node ids in GraphQL requests (SPEC §4 `graphql:` routes, §6).
+//!
+//! The GraphQL-over-HTTP forms read here: `POST` with `application/json` (one operation, or a
+//! batch array), `POST` with `application/graphql` (the raw document), and `GET` with
+//! URL-encoded `query`, `variables`, `operationName`, `extensions`. Persisted queries sent by
+//! hash only (no document) are routed by configured variable names.
+//!
+//! Cost: a cold document is parsed with `apollo-parser` under token and depth limits, and its
+//! plan cached by shape ([`scan`], [`cache`]); later requests with the same shape only scan
+//! for string literals, look the plan up, and read the ids it names.
+
+pub mod cache;
+pub mod plan;
+pub mod scan;
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+
+use iuid::{Id, ParseError};
+use serde::Deserialize;
+use serde_json::Value;
+
+use cache::PlanCache;
+use plan::{IdSource, ParseLimits};
+use scan::Literal;
+
+/// Variables read from a persisted query (sent by hash only) when none are configured.
+pub const DEFAULT_PERSISTED_ID_VARIABLES: [&str; 3] = ["id", "ids", "nodeId"];
+
+/// Plans kept per GraphQL route.
+const CACHE_CAPACITY: usize = 1024;
+/// Documents larger than this are planned every time rather than cached.
+const CACHE_MAX_SHAPE: usize = 64 << 10;
+
+/// Why the ids of a GraphQL request cannot be read (all answered 400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GraphqlError {
+    /// The body or query string is not a GraphQL request: the decoder's message.
+    Invalid(String),
+    /// An id position holds something that is not an id.
+    MalformedId(ParseError),
+}
+
+impl std::fmt::Display for GraphqlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GraphqlError::Invalid(m) => f.write_str(m),
+            GraphqlError::MalformedId(e) => write!(f, "a node id is not valid: {e}"),
+        }
+    }
+}
+
+/// One `graphql:` route: its endpoint path, persisted-query variables and plan cache.
+#[derive(Debug)]
+pub struct GraphqlRoute {
+    /// The endpoint path, matched exactly (e.g. `/graphql`).
+    pub path: String,
+    persisted_id_variables: Vec<String>,
+    limits: ParseLimits,
+    cache: PlanCache,
+}
+
+/// Routes are equal when they serve the same endpoint (the cache is a detail).
+impl PartialEq for GraphqlRoute {
+    fn eq(&self, other: &Self) -> bool {
+        self.path == other.path
+    }
+}
+
+impl Eq for GraphqlRoute {}
+
+/// One operation of a request, as JSON (GraphQL over HTTP).
+#[derive(Debug, Default, Deserialize)]
+struct Operation<'a> {
+    #[serde(borrow, default)]
+    query: Option<Cow<'a, str>>,
+    #[serde(borrow, default, rename = "operationName")]
+    operation_name: Option<Cow<'a, str>>,
+    #[serde(default)]
+    variables: Option<Value>,
+    #[serde(default)]
+    extensions: Option<Value>,
+}
+
+thread_local! {
+    /// The literal list of the document being read, reused across requests on a thread.
+    static LITERALS: RefCell<Vec<Literal>> = const { RefCell::new(Vec::new()) };
+}
+
+impl GraphqlRoute {
+    /// A route for `path`; `persisted_id_variables` empty means the defaults.
+    pub fn new(path: String, persisted_id_variables: Vec<String>, limits: ParseLimits) -> Self {
+        let persisted_id_variables = if persisted_id_variables.is_empty() {
+            DEFAULT_PERSISTED_ID_VARIABLES.map(String::from).to_vec()
+        } else {
+            persisted_id_variables
+        };
+        GraphqlRoute {
+            path,
+            persisted_id_variables,
+            limits,
+            cache: PlanCache::new(CACHE_CAPACITY, CACHE_MAX_SHAPE),
+        }
+    }
+
+    /// How many document plans are cached.
+    pub fn cached_plans(&self) -> usize {
+        self.cache.len()
+    }
+
+    /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET).
+    pub fn ids_from_query(&self, query: &str, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
+        let mut op = Operation::default();
+        let mut variables = None;
+        let mut extensions = None;
+        for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+            match &*k {
+                "query" => op.query = Some(v),
+                "operationName" => op.operation_name = Some(v),
+                "variables" => variables = Some(v),
+                "extensions" => extensions = Some(v),
+                _ => {}
+            }
+        }
+        op.variables = json_param("variables", variables)?;
+        op.extensions = json_param("extensions", extensions)?;
+        self.operation(&op, out)
+    }
+
+    /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
+    /// or a batch array).
+    pub fn ids_from_body(
+        &self,
+        content_type: Option<&[u8]>,
+        body: &[u8],
+        out: &mut Vec<Id>,
+    ) -> Result<(), GraphqlError> {
+        let is_graphql = content_type.is_some_and(|ct| {
+            ct.len() >= 19 && ct[..19].eq_ignore_ascii_case(b"application/graphql")
+        });
+        if is_graphql {
+            let text = std::str::from_utf8(body)
+                .map_err(|e| GraphqlError::Invalid(format!("the document is not UTF-8: {e}")))?;
+            let op = Operation {
+                query: Some(Cow::Borrowed(text)),
+                ..Operation::default()
+            };
+            return self.operation(&op, out);
+        }
+        let first = body.iter().find(|b| !b.is_ascii_whitespace());
+        if first == Some(&b'[') {
+            let batch: Vec<Operation> = serde_json::from_slice(body)
+                .map_err(|e| GraphqlError::Invalid(format!("invalid JSON batch: {e}")))?;
+            if batch.is_empty() {
+                return Err(GraphqlError::Invalid("empty batch".into()));
+            }
+            for op in &batch {
+                self.operation(op, out)?;
+            }
+            Ok(())
+        } else {
+            let op: Operation = serde_json::from_slice(body)
+                .map_err(|e| GraphqlError::Invalid(format!("invalid JSON body: {e}")))?;
+            self.operation(&op, out)
+        }
+    }
+
+    /// The ids of one operation.
+    fn operation(&self, op: &Operation<'_>, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
+        let variables = match &op.variables {
+            None | Some(Value::Null) => None,
+            Some(Value::Object(map)) => Some(map),
+            Some(_) => return Err(GraphqlError::Invalid("variables must be an object".into())),
+        };
+        let Some(query) = op.query.as_deref() else {
+            let persisted = op
+                .extensions
+                .as_ref()
+                .and_then(|e| e.get("persistedQuery"))
+                .is_some();
+            if !persisted {
+                return Err(GraphqlError::Invalid(
+                    "the request has no query and no persistedQuery extension".into(),
+                ));
+            }
+            // Sent by hash only: the document is unknown here, so ids are where the
+            // configured variables say.
+            for name in &self.persisted_id_variables {
+                if let Some(value) = variables.and_then(|v| v.get(name.as_str())) {
+                    push_value(value, out)?;
+                }
+            }
+            return Ok(());
+        };
+        let operation_name = op.operation_name.as_deref().filter(|n| !n.is_empty());
+        LITERALS.with(|cell| {
+            let mut literals = cell.borrow_mut();
+            let doc = query.as_bytes();
+            let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
+            let entry = match self.cache.get(key, doc, &literals, operation_name) {
+                Some(entry) => entry,
+                None => {
+                    let plan = plan::build(query, &literals, operation_name, self.limits);
+                    let shape = scan::shape_of(doc, &literals);
+                    self.cache.insert(key, shape, operation_name, plan)
+                }
+            };
+            let plan = entry
+                .plan
+                .as_ref()
+                .map_err(|e| GraphqlError::Invalid(e.to_string()))?;
+            for source in plan.sources.iter() {
+                match source {
+                    IdSource::Literal(i) => push_literal(query, &literals, *i, out)?,
+                    IdSource::Variable { name, default } => {
+                        match variables.and_then(|v| v.get(&**name)) {
+                            Some(value) if !value.is_null() => push_value(value, out)?,
+                            _ => {
+                                for i in default.iter() {
+                                    push_literal(query, &literals, *i, out)?;
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Decodes a JSON-valued query-string parameter.
+fn json_param(name: &str, text: Option<Cow<'_, str>>) -> Result<Option<Value>, GraphqlError> {
+    match text {
+        None => Ok(None),
+        Some(t) if t.trim().is_empty() => Ok(None),
+        Some(t) => serde_json::from_str(&t)
+            .map(Some)
+            .map_err(|e| GraphqlError::Invalid(format!("invalid JSON in `{name}`: {e}"))),
+    }
+}
+
+fn push_literal(
+    doc: &str,
+    literals: &[Literal],
+    index: u32,
+    out: &mut Vec<Id>,
+) -> Result<(), GraphqlError> {
+    let Some(l) = literals.get(index as usize) else {
+        return Ok(());
+    };
+    let text = &doc.as_bytes()[l.start as usize..l.end as usize];
+    out.push(Id::parse(text.trim_ascii()).map_err(GraphqlError::MalformedId)?);
+    Ok(())
+}
+
+/// A variable's value: an id string, or a list of them (`nodes(ids: $ids)`).
+fn push_value(value: &Value, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
+    match value {
+        Value::String(s) => {
+            out.push(Id::parse(s.trim().as_bytes()).map_err(GraphqlError::MalformedId)?);
+            Ok(())
+        }
+        Value::Array(items) => items.iter().try_for_each(|v| push_value(v, out)),
+        Value::Null => Ok(()),
+        other => Err(GraphqlError::Invalid(format!(
+            "a node id variable holds {other}, not an id string"
+        ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const A: &str = "017f22e2-79b0-802a-8144-dc0c0c07398f";
+    const B: &str = "017f22e2-79b0-8003-8044-dc0c0c07398f";
+
+    fn route() -> GraphqlRoute {
+        GraphqlRoute::new(
+            "/graphql".into(),
+            Vec::new(),
+            ParseLimits {
+                tokens: 10_000,
+                depth: 64,
+            },
+        )
+    }
+
+    fn ids(route: &GraphqlRoute, body: &str) -> Result<Vec<String>, GraphqlError> {
+        let mut out = Vec::new();
+        route.ids_from_body(None, body.as_bytes(), &mut out)?;
+        Ok(out.iter().map(ToString::to_string).collect())
+    }
+
+    fn json(query: &str, variables: serde_json::Value) -> String {
+        serde_json::json!({ "query": query, "variables": variables }).to_string()
+    }
+
+    #[test]
+    fn literals_variables_defaults_lists_aliases_fragments() {
+        let r = route();
+        let q = format!(
+            r#"query Q($a: ID!, $d: ID = "{B}", $l: [ID!]!) {{
+                x: node(id: "{A}") {{ id }}
+                node(id: $a) {{ id }}
+                y: node(id: $d) {{ id }}
+                nodes(ids: ["{B}", $a]) {{ id }}
+                z: nodes(ids: $l) {{ id }}
+                ...Root
+                ... on Query {{ w: node(id: "{A}") {{ id }} }}
+                viewer {{ node(id: "not-root") {{ id }} }}
+            }}
+            fragment Root on Query {{ v: node(id: "{B}") {{ id }} }}"#
+        );
+        let got = ids(&r, &json(&q, serde_json::json!({ "a": A, "l": [A, B] }))).expect("ids");
+        assert_eq!(got, vec![A, A, B, B, A, A, B, B, A]);
+        // Same shape, other literal values: served from the cache, reading the new values.
+        let q2 = q.replace(A, B);
+        let got = ids(
+            &r,
+            &json(&q2, serde_json::json!({ "a": B, "d": A, "l": [] })),
+        )
+        .expect("ids");
+        assert_eq!(got, vec![B, B, A, B, B, B, B]);
+        assert_eq!(r.cached_plans(), 1);
+    }
+
+    #[test]
+    fn operation_choice() {
+        let r = route();
+        let doc = format!(
+            r#"query One {{ node(id: "{A}") {{ id }} }} query Two {{ node(id: "{B}") {{ id }} }}"#
+        );
+        let body =
+            |name: &str| serde_json::json!({ "query": doc, "operationName": name }).to_string();
+        assert_eq!(ids(&r, &body("Two")).expect("two"), vec![B]);
+        assert_eq!(ids(&r, &body("One")).expect("one"), vec![A]);
+        let e = ids(&r, &json(&doc, serde_json::Value::Null)).expect_err("ambiguous");
+        assert!(e.to_string().contains("several operations"), "{e}");
+        let e = ids(&r, &body("Three")).expect_err("unknown");
+        assert!(e.to_string().contains("Three"), "{e}");
+    }
+
+    #[test]
+    fn persisted_batched_and_bad_requests() {
+        let r = route();
+        let persisted = serde_json::json!({
+            "extensions": { "persistedQuery": { "version": 1, "sha256Hash": "abc" } },
+            "variables": { "nodeId": A, "other": B },
+        });
+        assert_eq!(ids(&r, &persisted.to_string()).expect("persisted"), vec![A]);
+        let batch = format!(
+            "[{}, {}]",
+            json(
+                &format!(r#"{{ node(id: "{A}") {{ id }} }}"#),
+                serde_json::Value::Null
+            ),
+            json(
+                "query($id: ID!) { node(id: $id) { id } }",
+                serde_json::json!({ "id": B })
+            )
+        );
+        assert_eq!(ids(&r, &batch).expect("batch"), vec![A, B]);
+        for bad in [
+            "{",
+            "[]",
+            "{\"query\": 5}",
+            "{}",
+            "{\"query\": \"{ node(id: \"}",
+        ] {
+            assert!(
+                matches!(ids(&r, bad), Err(GraphqlError::Invalid(_))),
+                "{bad}"
+            );
+        }
+        let bad_id = json(r#"{ node(id: "nope") { id } }"#, serde_json::Value::Null);
+        assert!(matches!(
+            ids(&r, &bad_id),
+            Err(GraphqlError::MalformedId(_))
+        ));
+    }
+
+    #[test]
+    fn get_and_raw_document_forms() {
+        let r = route();
+        let query: String = form_urlencoded::Serializer::new(String::new())
+            .append_pair("query", "query($id: ID!) { node(id: $id) { id } }")
+            .append_pair("variables", &serde_json::json!({ "id": A }).to_string())
+            .finish();
+        let mut out = Vec::new();
+        r.ids_from_query(&query, &mut out).expect("get");
+        assert_eq!(out.len(), 1);
+        let mut out = Vec::new();
+        let doc = format!(r#"{{ nodes(ids: ["{A}", "{B}"]) {{ id }} }}"#);
+        r.ids_from_body(
+            Some(b"application/graphql; charset=utf-8"),
+            doc.as_bytes(),
+            &mut out,
+        )
+        .expect("raw");
+        assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn limits_bound_pathological_documents() {
+        let r = route();
+        let deep = format!("{{{}}}", "a {".repeat(200) + &"}".repeat(200));
+        let e = ids(&r, &json(&deep, serde_json::Value::Null)).expect_err("too deep");
+        assert!(e.to_string().contains("limit"), "{e}");
+        let wide = format!("{{ {} }}", "a: b ".repeat(5_000));
+        let e = ids(&r, &json(&wide, serde_json::Value::Null)).expect_err("too many tokens");
+        assert!(e.to_string().contains("limit"), "{e}");
+    }
+}

@@ -1,0 +1,270 @@
+//! Extraction plans: where a GraphQL document keeps its node ids.
+//!
+//! A plan is built once per document shape (see `scan.rs`) with `apollo-parser`, and says
+//! which string literals (by index) and which variables (by name, with the literal indices
+//! of their defaults) hold the ids of the chosen operation's root `node(id:)` and
+//! `nodes(ids:)` fields — through aliases, fragment spreads and inline fragments. Applying a
+//! plan to a request needs no parsing at all.
+
+use std::collections::{HashMap, HashSet};
+
+use apollo_parser::cst::{self, CstNode};
+use apollo_parser::Parser;
+
+use super::scan::Literal;
+
+/// Where one id (or list of ids) of a request is.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IdSource {
+    /// The content of the string literal with this index (document order).
+    Literal(u32),
+    /// A variable; when the request gives no value, its default's literals.
+    Variable {
+        /// The variable name, without `$`.
+        name: Box<str>,
+        /// Literal indices of the default value (`$id: ID = "…"`), possibly a list.
+        default: Box<[u32]>,
+    },
+}
+
+/// What to read from requests of one document shape and operation name.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Every place an id is, in document order.
+    pub sources: Box<[IdSource]>,
+}
+
+/// Why a document has no plan (answered 400).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum PlanError {
+    /// The parser's first error, or a limit it hit.
+    Syntax(String),
+    /// Several operations and no `operationName` (GraphQL spec §6.1 `GetOperation`).
+    AmbiguousOperation,
+    /// `operationName` names no operation of the document.
+    UnknownOperation(String),
+    /// The document has no operation at all.
+    NoOperation,
+}
+
+impl std::fmt::Display for PlanError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PlanError::Syntax(m) => write!(f, "GraphQL syntax error: {m}"),
+            PlanError::AmbiguousOperation => {
+                f.write_str("the document has several operations and no operationName")
+            }
+            PlanError::UnknownOperation(n) => write!(f, "no operation named `{n}` in the document"),
+            PlanError::NoOperation => f.write_str("the document has no operation"),
+        }
+    }
+}
+
+/// Parser limits: a bound on the work a cold parse may do (`limits` in the router config).
+#[derive(Debug, Clone, Copy)]
+pub struct ParseLimits {
+    /// Most lexer tokens.
+    pub tokens: usize,
+    /// Deepest nesting.
+    pub depth: usize,
+}
+
+/// Parses `doc` and builds its plan for `operation_name`.
+pub fn build(
+    doc: &str,
+    literals: &[Literal],
+    operation_name: Option<&str>,
+    limits: ParseLimits,
+) -> Result<Plan, PlanError> {
+    let tree = Parser::new(doc)
+        .token_limit(limits.tokens)
+        .recursion_limit(limits.depth)
+        .parse();
+    if let Some(e) = tree.errors().next() {
+        return Err(PlanError::Syntax(format!(
+            "{} at byte {}",
+            e.message(),
+            e.index()
+        )));
+    }
+    let document = tree.document();
+    let mut operations = Vec::new();
+    let mut fragments = HashMap::new();
+    for def in document.definitions() {
+        match def {
+            cst::Definition::OperationDefinition(op) => operations.push(op),
+            cst::Definition::FragmentDefinition(frag) => {
+                if let Some(name) = frag.fragment_name().and_then(|n| n.name()) {
+                    fragments.insert(name.text().to_string(), frag);
+                }
+            }
+            _ => {}
+        }
+    }
+    let op = choose_operation(&operations, operation_name)?;
+    // Only queries read entities by node id; other operations are routed as unrouted.
+    if op
+        .operation_type()
+        .is_some_and(|t| t.query_token().is_none())
+    {
+        return Ok(Plan::default());
+    }
+    let mut b = Builder {
+        literals,
+        fragments: &fragments,
+        defaults: HashMap::new(),
+        sources: Vec::new(),
+        visited: HashSet::new(),
+        unindexed_literal: false,
+    };
+    if let Some(defs) = op.variable_definitions() {
+        for def in defs.variable_definitions() {
+            let Some(name) = def.variable().and_then(|v| v.name()) else {
+                continue;
+            };
+            let mut default = Vec::new();
+            if let Some(value) = def.default_value().and_then(|d| d.value()) {
+                b.literal_indices(&value, &mut default);
+            }
+            b.defaults.insert(name.text().to_string(), default);
+        }
+    }
+    if let Some(set) = op.selection_set() {
+        b.selection_set(&set);
+    }
+    if b.unindexed_literal {
+        return Err(PlanError::Syntax(format!(
+            "a node id is string literal number {} or later: too many literals",
+            super::scan::MAX_LITERALS
+        )));
+    }
+    Ok(Plan {
+        sources: b.sources.into_boxed_slice(),
+    })
+}
+
+fn choose_operation<'a>(
+    operations: &'a [cst::OperationDefinition],
+    name: Option<&str>,
+) -> Result<&'a cst::OperationDefinition, PlanError> {
+    match name.filter(|n| !n.is_empty()) {
+        Some(want) => operations
+            .iter()
+            .find(|op| op.name().is_some_and(|n| n.text() == want))
+            .ok_or_else(|| PlanError::UnknownOperation(want.to_owned())),
+        None => match operations {
+            [] => Err(PlanError::NoOperation),
+            [only] => Ok(only),
+            _ => Err(PlanError::AmbiguousOperation),
+        },
+    }
+}
+
+struct Builder<'a> {
+    literals: &'a [Literal],
+    fragments: &'a HashMap<String, cst::FragmentDefinition>,
+    defaults: HashMap<String, Vec<u32>>,
+    sources: Vec<IdSource>,
+    /// Fragments already expanded: a cycle (invalid, but sent) must not loop.
+    visited: HashSet<String>,
+    /// An id literal past the scanner's limit: the plan would miss it, so there is none.
+    unindexed_literal: bool,
+}
+
+impl Builder<'_> {
+    /// Root selections: `node(id:)`, `nodes(ids:)`, and fragments that contain them.
+    fn selection_set(&mut self, set: &cst::SelectionSet) {
+        for selection in set.selections() {
+            match selection {
+                cst::Selection::Field(field) => self.field(&field),
+                cst::Selection::InlineFragment(inline) => {
+                    if let Some(inner) = inline.selection_set() {
+                        self.selection_set(&inner);
+                    }
+                }
+                cst::Selection::FragmentSpread(spread) => {
+                    let Some(name) = spread.fragment_name().and_then(|n| n.name()) else {
+                        continue;
+                    };
+                    let name = name.text().to_string();
+                    if !self.visited.insert(name.clone()) {
+                        continue;
+                    }
+                    let fragments = self.fragments;
+                    if let Some(inner) = fragments.get(&name).and_then(|f| f.selection_set()) {
+                        self.selection_set(&inner);
+                    }
+                }
+            }
+        }
+    }
+
+    fn field(&mut self, field: &cst::Field) {
+        let Some(name) = field.name() else { return };
+        let wanted_arg = match &*name.text() {
+            "node" => "id",
+            "nodes" => "ids",
+            _ => return,
+        };
+        let Some(args) = field.arguments() else {
+            return;
+        };
+        for arg in args.arguments() {
+            if arg.name().is_some_and(|n| n.text() == wanted_arg) {
+                if let Some(value) = arg.value() {
+                    self.value(&value);
+                }
+            }
+        }
+    }
+
+    /// An argument value: a literal, a variable, or a list of either.
+    fn value(&mut self, value: &cst::Value) {
+        match value {
+            cst::Value::StringValue(s) => match self.literal_index(s) {
+                Some(i) => self.sources.push(IdSource::Literal(i)),
+                None => self.unindexed_literal = true,
+            },
+            cst::Value::Variable(v) => {
+                if let Some(name) = v.name() {
+                    let name = name.text().to_string();
+                    let default = self.defaults.get(&name).cloned().unwrap_or_default();
+                    self.sources.push(IdSource::Variable {
+                        name: name.into_boxed_str(),
+                        default: default.into_boxed_slice(),
+                    });
+                }
+            }
+            cst::Value::ListValue(list) => {
+                for item in list.values() {
+                    self.value(&item);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    fn literal_indices(&mut self, value: &cst::Value, out: &mut Vec<u32>) {
+        match value {
+            cst::Value::StringValue(s) => match self.literal_index(s) {
+                Some(i) => out.push(i),
+                None => self.unindexed_literal = true,
+            },
+            cst::Value::ListValue(list) => {
+                for item in list.values() {
+                    self.literal_indices(&item, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The scanner's index for a string value of the syntax tree, by its opening quote.
+    fn literal_index(&self, s: &cst::StringValue) -> Option<u32> {
+        let at = u32::from(s.syntax().text_range().start());
+        self.literals
+            .binary_search_by_key(&at, |l| l.quote)
+            .ok()
+            .map(|i| i as u32)
+    }
+}
