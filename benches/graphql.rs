@@ -26,10 +26,10 @@ fn typical_query() -> String {
     q
 }
 
-fn body(query: &str) -> Vec<u8> {
+fn body(query: &str, operation_name: Option<&str>) -> Vec<u8> {
     json!({
         "query": query,
-        "operationName": "OrderDetails",
+        "operationName": operation_name,
         "variables": { "id": "017f22e2-79b0-8003-8044-dc0c0c07398f", "first": 20 },
     })
     .to_string()
@@ -51,7 +51,7 @@ fn large_query() -> String {
 }
 
 fn bench(c: &mut Criterion) {
-    let typical = body(&typical_query());
+    let typical = body(&typical_query(), Some("OrderDetails"));
     println!("typical body: {} bytes", typical.len());
     let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
     let mut ids = Vec::with_capacity(8);
@@ -77,7 +77,7 @@ fn bench(c: &mut Criterion) {
         )
     });
 
-    let large = body(&large_query());
+    let large = body(&large_query(), Some("Many"));
     println!("large body: {} bytes", large.len());
     let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
     let mut large_ids = Vec::new();
@@ -98,6 +98,28 @@ fn bench(c: &mut Criterion) {
                 route
                     .ids_from_body(None, black_box(&large), &mut ids)
                     .map(|()| ids)
+            },
+            BatchSize::SmallInput,
+        )
+    });
+
+    // The worst a cold request can cost before the limits stop it: 1 MiB of aliases.
+    let mut aliases = String::from("{ ");
+    let mut i = 0;
+    while aliases.len() < 1 << 20 {
+        aliases.push_str(&format!("a{i}: node(id: \"{i}\") {{ id }} "));
+        i += 1;
+    }
+    aliases.push('}');
+    let pathological = body(&aliases, None);
+    c.bench_function("graphql/1MiB_aliases/refused", |b| {
+        b.iter_batched(
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS),
+            |route| {
+                let mut ids = Vec::new();
+                route
+                    .ids_from_body(None, black_box(&pathological), &mut ids)
+                    .expect_err("over the token limit")
             },
             BatchSize::SmallInput,
         )

@@ -28,6 +28,7 @@ routes:
   - path: /v1/orders/{id}
   - path: /v1/orders/{id}/{*rest}
   - header: x-entity-id
+  - graphql: /graphql
 unrouted: default_region
 ";
 
@@ -156,6 +157,15 @@ fn tour(router: SocketAddr, echo: &[SocketAddr], table: &RoutingTable) -> String
         "eu",
         "a WalletAccount minted in the US: the override homes wallets in eu",
         format!("curl -s -H 'x-entity-id: {wallet_us}' {base}/v1/wallets/balance"),
+    );
+    line(
+        "us",
+        "GraphQL: node(id:) of an order minted in the US",
+        format!(
+            "curl -s {base}/graphql -H 'content-type: application/json' \
+             -d '{{\"query\":\"{{ node(id: \\\"{}\\\") {{ id }} }}\"}}'",
+            order(2)
+        ),
     );
     line(
         "eu",

@@ -13,11 +13,28 @@ impl Drop for Killed {
     }
 }
 
-/// One printed example: what it promises (`eu`, `404`, …), the URL, and an optional header.
+/// One printed example: what it promises (`eu`, `404`, …), the URL, an optional header and
+/// an optional body (then it is a POST, as with curl's `-d`).
 struct Example {
     expect: String,
     url: String,
     header: Option<(String, String)>,
+    body: Option<String>,
+}
+
+/// Splits off curl's `-d '…'` (the body runs to the line's last quote).
+fn parse_curl_with_body(line: &str) -> (String, Option<(String, String)>, Option<String>) {
+    match line.split_once(" -d '") {
+        Some((head, rest)) => {
+            let body = rest.strip_suffix('\'').expect("quoted body").to_owned();
+            let (url, header) = parse_curl(head);
+            (url, header, Some(body))
+        }
+        None => {
+            let (url, header) = parse_curl(line);
+            (url, header, None)
+        }
+    }
 }
 
 fn parse_curl(line: &str) -> (String, Option<(String, String)>) {
@@ -71,11 +88,12 @@ async fn printed_curl_lines_reach_the_promised_region() {
             if let Some(rest) = line.strip_prefix("# → ") {
                 expect = rest.split(':').next().map(str::to_owned);
             } else if line.starts_with("curl ") {
-                let (url, header) = parse_curl(&line);
+                let (url, header, body) = parse_curl_with_body(&line);
                 examples.push(Example {
                     expect: expect.take().expect("a comment before each curl line"),
                     url,
                     header,
+                    body,
                 });
             } else if line.starts_with("Press Ctrl-C") {
                 break;
@@ -86,11 +104,18 @@ async fn printed_curl_lines_reach_the_promised_region() {
     .await
     .expect("join");
     assert!(examples.len() >= 6, "the demo prints its tour");
+    assert!(
+        examples.iter().any(|e| e.body.is_some()),
+        "a GraphQL example is printed"
+    );
 
     let client = reqwest::Client::new();
     let mut regions = std::collections::BTreeSet::new();
     for ex in &examples {
-        let mut req = client.get(&ex.url);
+        let mut req = match &ex.body {
+            Some(body) => client.post(&ex.url).body(body.clone()),
+            None => client.get(&ex.url),
+        };
         if let Some((name, value)) = &ex.header {
             req = req.header(name, value);
         }

@@ -440,3 +440,33 @@ async fn an_oversized_chunked_body_is_413_without_a_content_length() {
     assert!(reply.contains("application/problem+json"));
     assert_eq!(w.total(), 0);
 }
+
+#[tokio::test]
+async fn megabyte_pathological_documents_are_refused_by_the_limits() {
+    let config = config("", "default_region").replace(
+        "limits: { graphql_body_bytes: 8192, max_hops: 3 }",
+        "limits: { graphql_body_bytes: 2097152, max_hops: 3 }",
+    );
+    let w = World::start_with(&config).await;
+    let deep = format!("{{{}{}}}", "a {".repeat(350_000), "}".repeat(350_000));
+    let mut aliases = String::from("{ ");
+    let mut i = 0;
+    while aliases.len() < 1 << 20 {
+        aliases.push_str(&format!("a{i}: node(id: \"{}\") {{ id }} ", id(3)));
+        i += 1;
+    }
+    aliases.push('}');
+    for (what, doc) in [("deep nesting", deep), ("thousands of aliases", aliases)] {
+        assert!(doc.len() >= 1 << 20, "{what}: {} bytes", doc.len());
+        let (status, _, problem) = w.post("application/json", &op(&doc, Value::Null)).await;
+        assert_eq!(status, 400, "{what}");
+        let detail = problem["detail"].as_str().expect("detail");
+        assert!(detail.contains("limit"), "{what}: {detail}");
+    }
+    // Still serving.
+    let small = op(
+        &format!(r#"{{ node(id: "{}") {{ id }} }}"#, id(2)),
+        Value::Null,
+    );
+    w.post_reaches("application/json", &small, "us").await;
+}
