@@ -5,7 +5,7 @@ use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use iuid_router::extract::graphql::plan::ParseLimits;
-use iuid_router::extract::graphql::GraphqlRoute;
+use iuid_router::extract::graphql::{ColdParse, GraphqlRoute};
 use serde_json::json;
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -55,13 +55,14 @@ fn bench(c: &mut Criterion) {
     println!("typical body: {} bytes", typical.len());
     let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
     let mut ids = Vec::with_capacity(8);
-    warm.ids_from_body(None, &typical, &mut ids).expect("ids");
+    warm.ids_from_body(None, &typical, ColdParse::Here, &mut ids)
+        .expect("ids");
     assert_eq!(ids.len(), 1);
 
     c.bench_function("graphql/2KiB/cache_hit", |b| {
         b.iter(|| {
             ids.clear();
-            warm.ids_from_body(None, black_box(&typical), &mut ids)
+            warm.ids_from_body(None, black_box(&typical), ColdParse::Here, &mut ids)
         })
     });
     c.bench_function("graphql/2KiB/cold", |b| {
@@ -70,7 +71,7 @@ fn bench(c: &mut Criterion) {
             |route| {
                 let mut ids = Vec::new();
                 route
-                    .ids_from_body(None, black_box(&typical), &mut ids)
+                    .ids_from_body(None, black_box(&typical), ColdParse::Here, &mut ids)
                     .map(|()| ids)
             },
             BatchSize::SmallInput,
@@ -82,12 +83,12 @@ fn bench(c: &mut Criterion) {
     let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
     let mut large_ids = Vec::new();
     warm_large
-        .ids_from_body(None, &large, &mut large_ids)
+        .ids_from_body(None, &large, ColdParse::Here, &mut large_ids)
         .expect("ids");
     c.bench_function("graphql/64KiB/cache_hit", |b| {
         b.iter(|| {
             large_ids.clear();
-            warm_large.ids_from_body(None, black_box(&large), &mut large_ids)
+            warm_large.ids_from_body(None, black_box(&large), ColdParse::Here, &mut large_ids)
         })
     });
     c.bench_function("graphql/64KiB/cold", |b| {
@@ -96,7 +97,7 @@ fn bench(c: &mut Criterion) {
             |route| {
                 let mut ids = Vec::new();
                 route
-                    .ids_from_body(None, black_box(&large), &mut ids)
+                    .ids_from_body(None, black_box(&large), ColdParse::Here, &mut ids)
                     .map(|()| ids)
             },
             BatchSize::SmallInput,
@@ -118,7 +119,7 @@ fn bench(c: &mut Criterion) {
             |route| {
                 let mut ids = Vec::new();
                 route
-                    .ids_from_body(None, black_box(&pathological), &mut ids)
+                    .ids_from_body(None, black_box(&pathological), ColdParse::Here, &mut ids)
                     .expect_err("over the token limit")
             },
             BatchSize::SmallInput,

@@ -470,3 +470,26 @@ async fn megabyte_pathological_documents_are_refused_by_the_limits() {
     );
     w.post_reaches("application/json", &small, "us").await;
 }
+
+#[tokio::test]
+async fn large_documents_are_parsed_off_the_workers_and_still_routed() {
+    let w = World::start().await;
+    // Over the 4 KiB inline-parse bound: the first request is parsed on the blocking pool,
+    // the second is a cache hit served inline; both by POST and by GET.
+    let fields = "field ".repeat(1000);
+    let doc = format!(r#"query Big {{ node(id: "{}") {{ id {fields} }} }}"#, id(1));
+    for _ in 0..2 {
+        w.post_reaches("application/json", &op(&doc, Value::Null), "ap")
+            .await;
+    }
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("query", &doc.replace(&id(1), &id(2)))
+        .finish();
+    let resp = client()
+        .get(w.router.url(&format!("/graphql?{query}")))
+        .send()
+        .await
+        .expect("answer");
+    let (status, up, problem) = answer(resp).await;
+    assert_eq!((status, up.as_str()), (200, "us"), "{problem}");
+}

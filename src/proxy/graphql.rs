@@ -1,10 +1,11 @@
 //! Phase 2 for GraphQL routes: read the body (bounded), find the node ids, and keep the
 //! bytes to send upstream unchanged.
 //!
-//! Small documents are read on the async worker: a cache hit costs a few microseconds and a
-//! cold parse of a few KiB well under a millisecond. Bodies over [`BLOCKING_ABOVE`] bytes go
-//! to the blocking pool, so that a cold parse of a large document (bounded by the token and
-//! depth limits) never holds up other connections on the same worker.
+//! Requests are read on the async worker when that is cheap: a cache hit costs a few
+//! microseconds, a cold parse of a document up to 4 KiB about 100 µs. A larger document that
+//! misses the cache, and any body over [`BLOCKING_ABOVE`] bytes (whose JSON decoding alone
+//! takes milliseconds at 1 MiB), go to the blocking pool, so that a cold parse — bounded by the
+//! token and depth limits — never holds up other connections of the same worker.
 
 use std::sync::Arc;
 
@@ -17,12 +18,12 @@ use hyper::body::Incoming;
 use iuid::Id;
 
 use super::problem::Problem;
-use crate::extract::graphql::{GraphqlError, GraphqlRoute};
+use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::RouteKind;
 use crate::upstream::UpstreamBody;
 
 /// Bodies larger than this are searched for ids on the blocking pool.
-pub const BLOCKING_ABOVE: usize = 16 << 10;
+pub const BLOCKING_ABOVE: usize = 64 << 10;
 
 /// The ids of a GraphQL request and the body to forward. `GET` requests keep their body
 /// streaming; `POST` bodies are read up to `limit` bytes (413 beyond).
@@ -35,7 +36,14 @@ pub async fn read_ids(
     let mut ids = Vec::new();
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
-        route.ids_from_query(query, &mut ids).map_err(problem)?;
+        match route.ids_from_query(query, ColdParse::SmallOnly, &mut ids) {
+            Err(GraphqlError::ParseElsewhere) => {
+                let (route, query) = (route.clone(), query.to_owned());
+                ids = off_worker(move |ids| route.ids_from_query(&query, ColdParse::Here, ids))
+                    .await?;
+            }
+            done => done.map_err(problem)?,
+        }
         return Ok((ids, Either::Left(body)));
     }
     if parts.method != Method::POST {
@@ -61,24 +69,42 @@ pub async fn read_ids(
     };
     let content_type = parts.headers.get(CONTENT_TYPE).cloned();
     let ct = content_type.as_ref().map(|v| v.as_bytes());
-    if bytes.len() <= BLOCKING_ABOVE {
-        route.ids_from_body(ct, &bytes, &mut ids).map_err(problem)?;
+    let inline = if bytes.len() <= BLOCKING_ABOVE {
+        route.ids_from_body(ct, &bytes, ColdParse::SmallOnly, &mut ids)
     } else {
-        let (route, body) = (route.clone(), bytes.clone());
-        ids = tokio::task::spawn_blocking(move || {
-            let mut ids = Vec::new();
-            let ct = content_type.as_ref().map(|v| v.as_bytes());
-            route.ids_from_body(ct, &body, &mut ids).map(|()| ids)
-        })
-        .await
-        .map_err(|e| Problem::GraphqlInvalid(format!("the GraphQL request failed: {e}")))?
-        .map_err(problem)?;
+        Err(GraphqlError::ParseElsewhere)
+    };
+    match inline {
+        Err(GraphqlError::ParseElsewhere) => {
+            let (route, body) = (route.clone(), bytes.clone());
+            ids = off_worker(move |ids| {
+                let ct = content_type.as_ref().map(|v| v.as_bytes());
+                route.ids_from_body(ct, &body, ColdParse::Here, ids)
+            })
+            .await?;
+        }
+        done => done.map_err(problem)?,
     }
     Ok((ids, Either::Right(Full::new(bytes))))
 }
 
+/// Runs an extraction on the blocking pool.
+async fn off_worker<F>(extract: F) -> Result<Vec<Id>, Problem>
+where
+    F: FnOnce(&mut Vec<Id>) -> Result<(), GraphqlError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let mut ids = Vec::new();
+        extract(&mut ids).map(|()| ids)
+    })
+    .await
+    .map_err(|e| Problem::GraphqlInvalid(format!("the GraphQL request failed: {e}")))?
+    .map_err(problem)
+}
+
 fn problem(e: GraphqlError) -> Problem {
     match e {
+        GraphqlError::ParseElsewhere => Problem::GraphqlInvalid(e.to_string()),
         GraphqlError::Invalid(m) => Problem::GraphqlInvalid(m),
         GraphqlError::MalformedId(e) => Problem::MalformedId(e, RouteKind::Graphql),
     }

@@ -32,9 +32,28 @@ const CACHE_CAPACITY: usize = 1024;
 /// Documents larger than this are planned every time rather than cached.
 const CACHE_MAX_SHAPE: usize = 64 << 10;
 
-/// Why the ids of a GraphQL request cannot be read (all answered 400).
+/// Where a cache miss may be parsed.
+///
+/// A cold parse costs about 30 µs per KiB; on an async worker that delays every other
+/// connection of the worker. Callers on a worker pass [`ColdParse::SmallOnly`] and, on
+/// [`GraphqlError::ParseElsewhere`], retry with [`ColdParse::Here`] on the blocking pool.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColdParse {
+    /// Any document may be parsed on this thread.
+    Here,
+    /// Only documents up to [`INLINE_PARSE_MAX`] bytes; cache hits are always served.
+    SmallOnly,
+}
+
+/// Largest document parsed on an async worker (about 100 µs of parsing).
+pub const INLINE_PARSE_MAX: usize = 4 << 10;
+
+/// Why the ids of a GraphQL request cannot be read (answered 400, except `ParseElsewhere`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GraphqlError {
+    /// A large document missed the cache under [`ColdParse::SmallOnly`]: call again with
+    /// [`ColdParse::Here`] off the async workers.
+    ParseElsewhere,
     /// The body or query string is not a GraphQL request: the decoder's message.
     Invalid(String),
     /// An id position holds something that is not an id.
@@ -44,6 +63,7 @@ pub enum GraphqlError {
 impl std::fmt::Display for GraphqlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            GraphqlError::ParseElsewhere => f.write_str("the document needs a cold parse"),
             GraphqlError::Invalid(m) => f.write_str(m),
             GraphqlError::MalformedId(e) => write!(f, "a node id is not valid: {e}"),
         }
@@ -109,7 +129,12 @@ impl GraphqlRoute {
     }
 
     /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET).
-    pub fn ids_from_query(&self, query: &str, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
+    pub fn ids_from_query(
+        &self,
+        query: &str,
+        cold: ColdParse,
+        out: &mut Vec<Id>,
+    ) -> Result<(), GraphqlError> {
         let mut op = Operation::default();
         let mut variables = None;
         let mut extensions = None;
@@ -124,7 +149,7 @@ impl GraphqlRoute {
         }
         op.variables = json_param("variables", variables)?;
         op.extensions = json_param("extensions", extensions)?;
-        self.operation(&op, out)
+        self.operation(&op, cold, out)
     }
 
     /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
@@ -133,6 +158,7 @@ impl GraphqlRoute {
         &self,
         content_type: Option<&[u8]>,
         body: &[u8],
+        cold: ColdParse,
         out: &mut Vec<Id>,
     ) -> Result<(), GraphqlError> {
         let is_graphql = content_type.is_some_and(|ct| {
@@ -145,7 +171,7 @@ impl GraphqlRoute {
                 query: Some(Cow::Borrowed(text)),
                 ..Operation::default()
             };
-            return self.operation(&op, out);
+            return self.operation(&op, cold, out);
         }
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'[') {
@@ -155,18 +181,23 @@ impl GraphqlRoute {
                 return Err(GraphqlError::Invalid("empty batch".into()));
             }
             for op in &batch {
-                self.operation(op, out)?;
+                self.operation(op, cold, out)?;
             }
             Ok(())
         } else {
             let op: Operation = serde_json::from_slice(body)
                 .map_err(|e| GraphqlError::Invalid(format!("invalid JSON body: {e}")))?;
-            self.operation(&op, out)
+            self.operation(&op, cold, out)
         }
     }
 
     /// The ids of one operation.
-    fn operation(&self, op: &Operation<'_>, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
+    fn operation(
+        &self,
+        op: &Operation<'_>,
+        cold: ColdParse,
+        out: &mut Vec<Id>,
+    ) -> Result<(), GraphqlError> {
         let variables = match &op.variables {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(map),
@@ -199,6 +230,9 @@ impl GraphqlRoute {
             let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
             let entry = match self.cache.get(key, doc, &literals, operation_name) {
                 Some(entry) => entry,
+                None if cold == ColdParse::SmallOnly && doc.len() > INLINE_PARSE_MAX => {
+                    return Err(GraphqlError::ParseElsewhere);
+                }
                 None => {
                     let plan = plan::build(query, &literals, operation_name, self.limits);
                     let shape = scan::shape_of(doc, &literals);
@@ -289,7 +323,7 @@ mod tests {
 
     fn ids(route: &GraphqlRoute, body: &str) -> Result<Vec<String>, GraphqlError> {
         let mut out = Vec::new();
-        route.ids_from_body(None, body.as_bytes(), &mut out)?;
+        route.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)?;
         Ok(out.iter().map(ToString::to_string).collect())
     }
 
@@ -389,17 +423,35 @@ mod tests {
             .append_pair("variables", &serde_json::json!({ "id": A }).to_string())
             .finish();
         let mut out = Vec::new();
-        r.ids_from_query(&query, &mut out).expect("get");
+        r.ids_from_query(&query, ColdParse::Here, &mut out)
+            .expect("get");
         assert_eq!(out.len(), 1);
         let mut out = Vec::new();
         let doc = format!(r#"{{ nodes(ids: ["{A}", "{B}"]) {{ id }} }}"#);
         r.ids_from_body(
             Some(b"application/graphql; charset=utf-8"),
             doc.as_bytes(),
+            ColdParse::Here,
             &mut out,
         )
         .expect("raw");
         assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn large_cold_documents_are_parsed_elsewhere_but_hits_are_served() {
+        let r = route();
+        let doc = format!(r#"{{ node(id: "{A}") {{ id {} }} }}"#, "f ".repeat(3000));
+        let body = json(&doc, serde_json::Value::Null);
+        let mut out = Vec::new();
+        let small_only = r.ids_from_body(None, body.as_bytes(), ColdParse::SmallOnly, &mut out);
+        assert_eq!(small_only, Err(GraphqlError::ParseElsewhere));
+        r.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)
+            .expect("here");
+        out.clear();
+        r.ids_from_body(None, body.as_bytes(), ColdParse::SmallOnly, &mut out)
+            .expect("hit");
+        assert_eq!(out.len(), 1);
     }
 
     #[test]
