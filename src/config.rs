@@ -33,6 +33,65 @@ struct ConfigFile {
     limits: Limits,
     #[serde(default)]
     preserve_host: bool,
+    #[serde(default)]
+    reload: Reload,
+    #[serde(default)]
+    shutdown: Shutdown,
+    #[serde(default)]
+    access_log: bool,
+    #[serde(default)]
+    log_format: LogFormat,
+}
+
+/// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
+/// always work.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Reload {
+    /// Watch the table file's directory and reload on change.
+    pub watch: bool,
+    /// Quiet time after the last file event before reloading, in ms.
+    pub debounce_ms: u64,
+}
+
+impl Default for Reload {
+    fn default() -> Self {
+        Reload {
+            watch: true,
+            debounce_ms: 200,
+        }
+    }
+}
+
+/// Graceful shutdown on `SIGTERM`/`SIGINT`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Shutdown {
+    /// Time between `/readyz` turning 503 and the listener closing, in ms, for load
+    /// balancers to stop sending new connections.
+    pub drain_delay_ms: u64,
+    /// Longest wait for requests in flight once the listener is closed, in ms.
+    pub grace_ms: u64,
+}
+
+impl Default for Shutdown {
+    fn default() -> Self {
+        Shutdown {
+            drain_delay_ms: 0,
+            grace_ms: 30_000,
+        }
+    }
+}
+
+/// How log lines are written (to stderr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    /// Human-readable lines.
+    #[default]
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// What to do with a request that carries no id (SPEC §4 `unrouted`).
@@ -131,6 +190,14 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Keep the client's `Host` instead of the upstream's authority.
     pub preserve_host: bool,
+    /// Table reload settings.
+    pub reload: Reload,
+    /// Graceful shutdown settings.
+    pub shutdown: Shutdown,
+    /// Log one line per request (target `iuid_router::access`).
+    pub access_log: bool,
+    /// Text or JSON log lines.
+    pub log_format: LogFormat,
 }
 
 impl RouterConfig {
@@ -214,6 +281,10 @@ impl RouterConfig {
                 timeouts: file.timeouts,
                 limits: file.limits,
                 preserve_host: file.preserve_host,
+                reload: file.reload,
+                shutdown: file.shutdown,
+                access_log: file.access_log,
+                log_format: file.log_format,
             }),
             _ => Err(SourceErrors(errors)),
         }

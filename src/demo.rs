@@ -8,8 +8,8 @@ use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
-use arc_swap::ArcSwap;
 use axum::extract::Request;
 use iuid::{Generator, Iuid};
 use tokio::net::TcpListener;
@@ -17,7 +17,7 @@ use tokio::net::TcpListener;
 use crate::config::RouterConfig;
 use crate::proxy::Proxy;
 use crate::source::Source;
-use crate::table::{load_source, RoutingTable};
+use crate::table::{LiveTable, RoutingTable};
 
 /// The demo's router config; `{listen}` is filled in.
 const CONFIG: &str = "\
@@ -97,7 +97,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         .replace("{eu}", &addrs[0].to_string())
         .replace("{us}", &addrs[1].to_string())
         .replace("{ap}", &addrs[2].to_string());
-    let table = load_source(&Source {
+    let live = LiveTable::from_source(&Source {
         path: PathBuf::from("<demo>/demo-routing-table.yaml"),
         text: table_text,
     })?;
@@ -108,10 +108,9 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
 
     let listener = crate::server::bind(listen).await?;
     let local = listener.local_addr()?;
-    println!("{}", tour(local, &addrs, &table));
-    let table = Arc::new(ArcSwap::from_pointee(table));
-    let proxy = Arc::new(Proxy::new(Arc::new(config), table));
-    crate::server::serve(listener, proxy).await;
+    println!("{}", tour(local, &addrs, &live.current()));
+    let proxy = Arc::new(Proxy::new(Arc::new(config), Arc::new(live)));
+    crate::server::serve(listener, proxy, std::future::pending(), Duration::ZERO).await;
     Ok(())
 }
 

@@ -8,11 +8,14 @@
 //! - forwarding — the request's life from loop check to response — is [`proxy`];
 //! - upstream connections are [`upstream`]; the listener is [`server`].
 
+pub mod admin;
 pub mod config;
 pub mod demo;
 pub mod extract;
 pub mod inspect;
+pub mod metrics;
 pub mod proxy;
+pub mod run;
 pub mod server;
 pub mod source;
 pub mod table;

@@ -3,14 +3,12 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Arc;
 
-use arc_swap::ArcSwap;
 use clap::{Parser, Subcommand};
-use iuid_router::config::RouterConfig;
+use iuid_router::config::{LogFormat, RouterConfig};
 use iuid_router::source::SourceErrors;
 use iuid_router::table::{load_file, RoutingTable};
-use iuid_router::{demo, inspect, proxy::Proxy, server};
+use iuid_router::{demo, inspect, server};
 
 #[derive(Parser)]
 #[command(
@@ -87,9 +85,22 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => runtime(serve(&config)),
-        Command::Demo { listen } => runtime(async move { demo::run(listen).await }),
+        Command::Serve { config } => match RouterConfig::load(&config) {
+            Ok(config) => {
+                init_tracing(config.log_format);
+                runtime(serve(config))
+            }
+            Err(errors) => {
+                eprintln!("{errors}");
+                ExitCode::FAILURE
+            }
+        },
+        Command::Demo { listen } => {
+            init_tracing(LogFormat::Text);
+            runtime(async move { demo::run(listen).await })
+        }
         Command::Echo { region, listen } => runtime(async move {
+            init_tracing(LogFormat::Text);
             let listener = server::bind(listen).await?;
             tracing::info!(%listen, %region, "echo server");
             demo::echo_server(&region, listener).await?;
@@ -106,20 +117,23 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_tracing() {
+/// Logs to stderr, filtered by `RUST_LOG` (default `info`), as text or JSON lines.
+fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
+    let fmt = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Json => fmt.json().try_init(),
+        LogFormat::Text => fmt.try_init(),
+    };
 }
 
 fn runtime<F>(fut: F) -> ExitCode
 where
     F: std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
 {
-    init_tracing();
     let rt = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -130,7 +144,10 @@ where
             return ExitCode::FAILURE;
         }
     };
-    match rt.block_on(fut) {
+    let result = rt.block_on(fut);
+    // Background tasks (watchers, the admin API) end with the runtime; don't wait on them.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {e}");
@@ -146,21 +163,10 @@ fn load(config: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors> {
     Ok((config, table))
 }
 
-async fn serve(config: &Path) -> Result<(), Box<dyn std::error::Error>> {
-    let (config, table) = load(config)?;
-    let listener = server::bind(config.listen).await?;
-    tracing::info!(
-        listen = %listener.local_addr()?,
-        region = %config.region,
-        table_version = %table.version,
-        "serving"
-    );
-    let proxy = Arc::new(Proxy::new(
-        Arc::new(config),
-        Arc::new(ArcSwap::from_pointee(table)),
-    ));
-    server::serve(listener, proxy).await;
-    Ok(())
+async fn serve(config: RouterConfig) -> Result<(), Box<dyn std::error::Error>> {
+    iuid_router::run::serve(config)
+        .await
+        .map_err(|e| e as Box<dyn std::error::Error>)
 }
 
 fn check(config_path: &Path) -> ExitCode {

@@ -76,6 +76,17 @@ pub enum Extraction<'r> {
     NoId,
 }
 
+impl Extraction<'_> {
+    /// The kind of route that matched, as a metric label (`none` when none did).
+    pub fn route_kind(&self) -> &'static str {
+        match self {
+            Extraction::Id(_, kind) | Extraction::Malformed(_, kind) => kind.as_str(),
+            Extraction::Ids(_) | Extraction::Graphql(_) => RouteKind::Graphql.as_str(),
+            Extraction::NoId => "none",
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Step {
     Paths,

@@ -115,6 +115,36 @@ pub fn via_value(version: Version, region: &str) -> Option<HeaderValue> {
     HeaderValue::try_from(format!("{protocol} {region}")).ok()
 }
 
+/// This router's `Via` entries, one per protocol version a client may speak, made once.
+#[derive(Debug)]
+pub struct ViaValues {
+    http10: HeaderValue,
+    /// For HTTP/1.1 messages, and responses (upstreams speak HTTP/1.1).
+    pub http11: HeaderValue,
+    http2: HeaderValue,
+}
+
+impl ViaValues {
+    /// The entries for `region`.
+    pub fn new(region: &str) -> ViaValues {
+        let make = |v| via_value(v, region).unwrap_or(HeaderValue::from_static("1.1 iuid-router"));
+        ViaValues {
+            http10: make(http::Version::HTTP_10),
+            http11: make(http::Version::HTTP_11),
+            http2: make(http::Version::HTTP_2),
+        }
+    }
+
+    /// The entry for a message of this version.
+    pub fn for_version(&self, version: http::Version) -> &HeaderValue {
+        match version {
+            http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
+            http::Version::HTTP_2 | http::Version::HTTP_3 => &self.http2,
+            _ => &self.http11,
+        }
+    }
+}
+
 /// What the request rewrite needs to know besides the headers.
 #[derive(Debug)]
 pub struct Forwarding<'a> {

@@ -8,11 +8,14 @@
 mod graphql;
 pub mod headers;
 pub mod problem;
+pub mod request_id;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use arc_swap::ArcSwap;
+use std::time::Instant;
+
+use ::metrics::SharedString;
 use bytes::Bytes;
 use http::header::HOST;
 use http::request::Parts;
@@ -20,12 +23,14 @@ use http::uri::{Authority, Uri};
 use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
+use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
 use crate::extract::Extraction;
-use crate::table::{Decision, RegionId, RoutingTable};
+use crate::metrics;
+use crate::table::{Decision, LiveTable, RegionId, RoutingTable};
 use crate::upstream::{ForwardError, UpstreamBody, UpstreamClient};
-use headers::Forwarding;
+use headers::{Forwarding, ViaValues};
 use problem::Problem;
 
 /// The body of every response the router sends: the upstream's, streamed, or one of its own.
@@ -40,54 +45,31 @@ struct Target {
 }
 
 impl Target {
-    fn region_name(&self) -> String {
-        self.table.region(self.region).name.clone()
+    fn region(&self) -> &crate::table::Region {
+        self.table.region(self.region)
     }
 }
 
-/// This router's `Via` entries, one per protocol version a client may speak, made once.
-#[derive(Debug)]
-struct ViaValues {
-    http10: HeaderValue,
-    http11: HeaderValue,
-    http2: HeaderValue,
-}
-
-impl ViaValues {
-    fn new(region: &str) -> ViaValues {
-        let make = |v| {
-            headers::via_value(v, region).unwrap_or(HeaderValue::from_static("1.1 iuid-router"))
-        };
-        ViaValues {
-            http10: make(http::Version::HTTP_10),
-            http11: make(http::Version::HTTP_11),
-            http2: make(http::Version::HTTP_2),
-        }
-    }
-
-    fn for_version(&self, version: http::Version) -> &HeaderValue {
-        match version {
-            http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
-            http::Version::HTTP_2 | http::Version::HTTP_3 => &self.http2,
-            _ => &self.http11,
-        }
-    }
+/// What is known of a request as it goes through the phases, for metrics and the access log.
+struct Trail {
+    route: &'static str,
+    region: Option<Arc<str>>,
+    upstream: Option<Authority>,
 }
 
 /// Shared state of the data path: config, live table, upstream client.
 #[derive(Debug)]
 pub struct Proxy {
     config: Arc<RouterConfig>,
-    table: Arc<ArcSwap<RoutingTable>>,
+    table: Arc<LiveTable>,
     client: UpstreamClient,
     via: ViaValues,
 }
 
 impl Proxy {
     /// A proxy over a live table (shared with whoever reloads it).
-    pub fn new(config: Arc<RouterConfig>, table: Arc<ArcSwap<RoutingTable>>) -> Proxy {
+    pub fn new(config: Arc<RouterConfig>, table: Arc<LiveTable>) -> Proxy {
         let client = UpstreamClient::new(&config.timeouts);
-        // The config validated the region as a token, so the fallback is never used.
         let via = ViaValues::new(&config.region);
         Proxy {
             config,
@@ -98,23 +80,90 @@ impl Proxy {
     }
 
     /// Handles one request end to end; never fails: refusals are problem+json responses.
-    pub async fn handle(&self, req: Request<Incoming>, client: SocketAddr) -> Response<ProxyBody> {
+    /// Around the phases: the request id (`x-request-id`, taken or made, passed upstream and
+    /// returned), one tracing span, metrics, and the optional access log line.
+    pub async fn handle(
+        &self,
+        mut req: Request<Incoming>,
+        client: SocketAddr,
+    ) -> Response<ProxyBody> {
+        let _in_flight = metrics::InFlight::start();
+        let started = Instant::now();
+        let request_id = request_id::take_or_make(req.headers_mut());
+        let span = tracing::info_span!(
+            "request",
+            request_id = request_id::as_str(&request_id),
+            method = %req.method(),
+            id = tracing::field::Empty,
+            region = tracing::field::Empty,
+            upstream = tracing::field::Empty,
+        );
+        let mut trail = Trail {
+            route: "none",
+            region: None,
+            upstream: None,
+        };
+        let method = req.method().clone();
+        let path = req.uri().path().to_owned();
+        let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
+        resp.headers_mut()
+            .insert(request_id::HEADER.clone(), request_id.clone());
+
+        let status = resp.status().as_u16();
+        let region = trail
+            .region
+            .as_ref()
+            .map_or(SharedString::const_str("none"), metrics::label);
+        metrics::request(trail.route, region, status);
+        if self.config.access_log {
+            tracing::info!(
+                target: "iuid_router::access",
+                request_id = request_id::as_str(&request_id),
+                %method,
+                path,
+                status,
+                route = trail.route,
+                region = trail.region.as_deref().unwrap_or("-"),
+                upstream = %trail.upstream.as_ref().map_or("-", |a| a.as_str()),
+                duration_ms = started.elapsed().as_secs_f64() * 1e3,
+            );
+        }
+        resp
+    }
+
+    /// The phases in order; each refusal returns early as problem+json.
+    async fn phases(
+        &self,
+        req: Request<Incoming>,
+        client: SocketAddr,
+        trail: &mut Trail,
+    ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
-        let (target, body) = match self.route(&parts, body).await {
+        let (target, body) = match self.route(&parts, body, trail).await {
             Ok(routed) => routed,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
         self.rewrite_request(&mut parts, client, &target.authority);
-        match self.forward(parts, body).await {
-            Ok(resp) => self.respond(resp),
-            Err(ForwardError::TimedOut) => Problem::GatewayTimeout {
-                region: target.region_name(),
-                after_ms: self.config.timeouts.response_headers_ms,
+        let label = metrics::label(&target.region().label);
+        let sent = Instant::now();
+        let forwarded = self.forward(parts, body).await;
+        match forwarded {
+            Ok(resp) => {
+                metrics::upstream_duration(label, sent.elapsed().as_secs_f64());
+                self.respond(resp)
             }
-            .into_response()
-            .map(Either::Right),
-            Err(ForwardError::Failed(detail)) => {
-                let region = target.region_name();
+            Err(ForwardError::TimedOut) => {
+                metrics::upstream_error(label, "timeout");
+                Problem::GatewayTimeout {
+                    region: target.region().name.clone(),
+                    after_ms: self.config.timeouts.response_headers_ms,
+                }
+                .into_response()
+                .map(Either::Right)
+            }
+            Err(ForwardError::Failed { kind, detail }) => {
+                metrics::upstream_error(label, kind);
+                let region = target.region().name.clone();
                 tracing::warn!(%region, upstream = %target.authority, %detail, "upstream failed");
                 Problem::BadGateway { region, detail }
                     .into_response()
@@ -129,18 +178,26 @@ impl Proxy {
         &self,
         parts: &Parts,
         body: Incoming,
+        trail: &mut Trail,
     ) -> Result<(Target, UpstreamBody), Problem> {
         let limits = &self.config.limits;
         headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
             .map_err(Problem::Loop)?;
         let (found, body) = self.extract(parts, body).await?;
-        let table = self.table.load_full();
+        trail.route = found.route_kind();
+        if let Extraction::Id(id, _) = &found {
+            tracing::Span::current().record("id", tracing::field::display(id));
+        }
+        let table = self.table.current();
         let decision = self.resolve(&table, found)?;
-        let authority = table
-            .region(decision.region)
-            .next_upstream()
-            .authority
-            .clone();
+        metrics::decision(decision.rule.kind());
+        let region = table.region(decision.region);
+        let authority = region.next_upstream().authority.clone();
+        let span = tracing::Span::current();
+        span.record("region", &*region.label);
+        span.record("upstream", authority.as_str());
+        trail.region = Some(region.label.clone());
+        trail.upstream = Some(authority.clone());
         let target = Target {
             authority,
             table,
@@ -175,7 +232,7 @@ impl Proxy {
                 match self.config.unrouted {
                     Unrouted::DefaultRegion => Ok(Decision {
                         region: table.default_region,
-                        rule: crate::table::Rule::DefaultRegion,
+                        rule: crate::table::Rule::Unrouted,
                     }),
                     Unrouted::Reject => Err(Problem::NoId),
                 }

@@ -195,6 +195,7 @@ impl Validator<'_> {
             }
             regions.push(Region {
                 name: name.clone(),
+                label: name.as_str().into(),
                 upstreams,
                 next: AtomicUsize::new(0),
             });

@@ -11,15 +11,19 @@
 //! The live table is swapped whole (`arc-swap`) by the reloader; a table is immutable once
 //! built, which is what lets requests in flight finish on the table they started with.
 
+mod live;
 mod load;
 pub mod model;
+pub mod watch;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use http::uri::{Authority, Scheme};
 use iuid::{Id, Iuid};
 use serde::Serialize;
 
+pub use live::{LiveTable, ReloadError, ReloadOutcome, TableStatus};
 pub use load::{load_file, load_source};
 
 /// Index of a region in [`RoutingTable::regions`].
@@ -44,6 +48,20 @@ pub enum Rule {
     },
     /// The id has no routing bits (not an iUID), so `default_region` applies.
     DefaultRegion,
+    /// The request carried no id and `unrouted: default_region` sent it to the default.
+    Unrouted,
+}
+
+impl Rule {
+    /// The rule's kind as a metric label: `override`, `country`, `default_region`, `unrouted`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Rule::Override { .. } => "override",
+            Rule::Country { .. } => "country",
+            Rule::DefaultRegion => "default_region",
+            Rule::Unrouted => "unrouted",
+        }
+    }
 }
 
 /// The outcome of [`RoutingTable::resolve`]: where to send the request, and why.
@@ -98,6 +116,8 @@ pub struct Upstream {
 pub struct Region {
     /// The name used in the table, `Via` and metrics.
     pub name: String,
+    /// The name again, shared: a metric label and log field without a copy per request.
+    pub label: Arc<str>,
     /// At least one.
     pub upstreams: Vec<Upstream>,
     next: AtomicUsize,

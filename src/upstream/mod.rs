@@ -23,7 +23,12 @@ pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
 #[derive(Debug)]
 pub enum ForwardError {
     /// The upstream refused the connection, reset it, or sent a bad response (→ 502).
-    Failed(String),
+    Failed {
+        /// `connect` (refused, unreachable, connect timeout) or `reset` (anything after).
+        kind: &'static str,
+        /// What happened, for the client.
+        detail: String,
+    },
     /// No response headers within `timeouts.response_headers_ms` (→ 504).
     TimedOut,
 }
@@ -63,7 +68,10 @@ impl UpstreamClient {
         match tokio::time::timeout(self.response_headers, self.client.request(req)).await {
             Err(_) => Err(ForwardError::TimedOut),
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(ForwardError::Failed(describe(&e))),
+            Ok(Err(e)) => Err(ForwardError::Failed {
+                kind: if e.is_connect() { "connect" } else { "reset" },
+                detail: describe(&e),
+            }),
         }
     }
 }

@@ -7,12 +7,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use arc_swap::ArcSwap;
 use axum::body::Bytes;
 use axum::extract::Request;
 use iuid_router::config::RouterConfig;
-use iuid_router::proxy::Proxy;
-use iuid_router::table::load_file;
+use iuid_router::run::run;
 use tokio::net::TcpListener;
 
 /// One request as an upstream received it.
@@ -96,33 +94,74 @@ impl Upstream {
     }
 }
 
-/// The router running in this process on a loopback port, with its files in a temp dir.
+/// The router running in this process on loopback ports (public and admin), with its files
+/// in a temp dir. Dropping it shuts the router down.
 pub struct Router {
     pub addr: SocketAddr,
+    pub admin: SocketAddr,
     pub dir: tempfile::TempDir,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    pub done: tokio::sync::oneshot::Receiver<()>,
 }
 
 impl Router {
-    /// Writes `config` (YAML; its `listen` is ignored: the test binds a free port) and
+    /// Writes `config` (YAML; its `listen` is ignored: the test binds free ports) and
     /// `table` to a temp dir and starts the router on them.
     pub async fn start(config: &str, table: &str) -> Router {
         let dir = tempfile::tempdir().expect("tempdir");
-        let config_path = write(&dir, "router.yaml", config);
         write(&dir, "routing-table.yaml", table);
+        Router::start_in(dir, config).await
+    }
+
+    /// Starts the router with `config` written to `dir/router.yaml`; the table must be there.
+    pub async fn start_in(dir: tempfile::TempDir, config: &str) -> Router {
+        let config_path = write(&dir, "router.yaml", config);
         let config = RouterConfig::load(&config_path).unwrap_or_else(|e| panic!("config: {e}"));
-        let table = load_file(&config.routing_table).unwrap_or_else(|e| panic!("table: {e}"));
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
-        let addr = listener.local_addr().expect("router addr");
-        let proxy = Arc::new(Proxy::new(
-            Arc::new(config),
-            Arc::new(ArcSwap::from_pointee(table)),
-        ));
-        tokio::spawn(iuid_router::server::serve(listener, proxy));
-        Router { addr, dir }
+        let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
+        let (addr, admin_addr) = (
+            listener.local_addr().expect("addr"),
+            admin.local_addr().expect("addr"),
+        );
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let (done_tx, done) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let stop = async move {
+                let _ = rx.await;
+            };
+            if let Err(e) = run(config, listener, Some(admin), stop).await {
+                panic!("router failed: {e}");
+            }
+            let _ = done_tx.send(());
+        });
+        Router {
+            addr,
+            admin: admin_addr,
+            dir,
+            shutdown: Some(tx),
+            done,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
+    }
+
+    pub fn admin_url(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
+    }
+
+    /// Begins graceful shutdown.
+    pub fn shutdown(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+    }
+}
+
+impl Drop for Router {
+    fn drop(&mut self) {
+        self.shutdown();
     }
 }
 
@@ -143,6 +182,7 @@ routes:
   - header: x-entity-id
 unrouted: default_region
 timeouts: { connect_ms: 500, response_headers_ms: 2000, idle_ms: 10000 }
+reload: { watch: false }
 ";
 
 /// A client that neither follows redirects nor pools oddly: what a real API client does.

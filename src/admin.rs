@@ -1,0 +1,125 @@
+//! The admin API (SPEC §8), served on `admin_listen` only, never on the public listener.
+//!
+//! | route | answers |
+//! |---|---|
+//! | `GET /healthz` | 200 while the process runs |
+//! | `GET /readyz` | 200 once a table is loaded; 503 once shutdown has begun |
+//! | `GET /metrics` | Prometheus text format 0.0.4 |
+//! | `GET /admin/routing-table` | version, loaded_at, source, content_sha256, last reload error |
+//! | `GET /admin/resolve/{id}` | the `resolve` command's JSON; problem+json 400/404 |
+//! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use serde_json::json;
+
+use crate::inspect::{self, InspectError};
+use crate::table::{LiveTable, ReloadOutcome};
+
+/// What the admin handlers share.
+#[derive(Clone, Debug)]
+pub struct AdminState {
+    /// The serving table and its reloads.
+    pub table: Arc<LiveTable>,
+    /// Set when shutdown begins; `/readyz` then answers 503.
+    pub draining: Arc<AtomicBool>,
+}
+
+/// The admin API's routes.
+pub fn router(state: AdminState) -> Router {
+    Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .route("/admin/routing-table", get(routing_table))
+        .route("/admin/resolve/{id}", get(resolve))
+        .route("/admin/reload", post(reload))
+        .with_state(state)
+}
+
+async fn readyz(State(s): State<AdminState>) -> Response {
+    if s.draining.load(Ordering::Relaxed) {
+        (StatusCode::SERVICE_UNAVAILABLE, "draining\n").into_response()
+    } else {
+        (StatusCode::OK, "ready\n").into_response()
+    }
+}
+
+async fn metrics() -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        crate::metrics::handle().render(),
+    )
+        .into_response()
+}
+
+async fn routing_table(State(s): State<AdminState>) -> Response {
+    Json(s.table.status()).into_response()
+}
+
+fn problem(status: StatusCode, title: &str, detail: String, extra: serde_json::Value) -> Response {
+    let mut body = json!({
+        "type": format!("urn:iuid-router:problem:{}", title.to_lowercase().replace(' ', "-")),
+        "title": title,
+        "status": status.as_u16(),
+        "detail": detail,
+    });
+    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
+        b.extend(e.clone());
+    }
+    (
+        status,
+        [(header::CONTENT_TYPE, "application/problem+json")],
+        body.to_string(),
+    )
+        .into_response()
+}
+
+async fn resolve(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
+    match inspect::resolve_text(&id, &s.table.current()) {
+        Ok(v) => Json(v).into_response(),
+        Err(e @ InspectError::Parse(_)) => problem(
+            StatusCode::BAD_REQUEST,
+            "Malformed entity id",
+            e.to_string(),
+            json!({}),
+        ),
+        Err(e @ InspectError::Resolve(_)) => problem(
+            StatusCode::NOT_FOUND,
+            "No region owns this id",
+            e.to_string(),
+            json!({}),
+        ),
+    }
+}
+
+async fn reload(State(s): State<AdminState>) -> Response {
+    match s.table.reload().await {
+        Ok(outcome) => {
+            let mut body = json!(s.table.status());
+            body["outcome"] = json!(match outcome {
+                ReloadOutcome::Installed => "installed",
+                ReloadOutcome::Unchanged => "unchanged",
+            });
+            Json(body).into_response()
+        }
+        Err(errors) => problem(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "Invalid routing table",
+            format!(
+                "the table was not installed; version {} keeps serving",
+                s.table.current().version
+            ),
+            json!({ "errors": errors.0.iter().map(ToString::to_string).collect::<Vec<_>>() }),
+        ),
+    }
+}

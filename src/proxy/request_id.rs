@@ -1,0 +1,70 @@
+//! Request ids: `x-request-id` taken from the client when it is sane, made here otherwise;
+//! sent upstream and returned to the client, so one id follows a request through every hop
+//! and every log line (the convention of nginx's `$request_id` and Envoy).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::OnceLock;
+
+use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+/// `x-request-id`.
+pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
+
+/// Longest client-sent id kept; longer ones are replaced (they would bloat every log line).
+const MAX_LEN: usize = 128;
+
+/// The request's id: the client's `x-request-id` if it is 1–128 visible ASCII characters,
+/// else a fresh one (32 hex digits: a random per-process prefix and a counter). The header is
+/// set on `headers`, so it goes upstream.
+pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
+    if let Some(v) = headers.get(&HEADER) {
+        let b = v.as_bytes();
+        if !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|c| c.is_ascii_graphic()) {
+            return v.clone();
+        }
+    }
+    let id = make();
+    headers.insert(HEADER.clone(), id.clone());
+    id
+}
+
+/// The id as text for logs (ids are checked to be ASCII).
+pub fn as_str(id: &HeaderValue) -> &str {
+    id.to_str().unwrap_or("-")
+}
+
+fn make() -> HeaderValue {
+    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let prefix = *PREFIX.get_or_init(|| {
+        // Any process-unique value will do; a minted iUID's random bits are one at hand.
+        iuid::Generator::new(0, 0).mint().rand()
+    });
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut buf = [0u8; 32];
+    let hex = b"0123456789abcdef";
+    for (i, byte) in buf.iter_mut().enumerate() {
+        let word = if i < 16 { prefix } else { n };
+        *byte = hex[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
+    }
+    // Only hex digits were written.
+    HeaderValue::from_bytes(&buf).unwrap_or(HeaderValue::from_static("0"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_sane_ids_and_replaces_others() {
+        let mut h = HeaderMap::new();
+        h.insert(HEADER.clone(), HeaderValue::from_static("abc-123"));
+        assert_eq!(take_or_make(&mut h), "abc-123");
+        h.insert(HEADER.clone(), HeaderValue::from_static("has space"));
+        let made = take_or_make(&mut h);
+        assert_eq!(made.len(), 32);
+        assert_eq!(h[&HEADER], made);
+        let next = take_or_make(&mut HeaderMap::new());
+        assert_ne!(made, next);
+    }
+}

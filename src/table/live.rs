@@ -1,0 +1,190 @@
+//! The live routing table and its reloads (SPEC §7).
+//!
+//! Requests read the table through `arc-swap`: a load is a couple of atomic operations and
+//! never blocks, and a request keeps the `Arc` it loaded until it is done, so a reload never
+//! changes the table under a request in flight. A reload reads, validates and compiles the
+//! new file on the blocking pool (off the request path), then swaps it in whole. A table that
+//! fails validation is never installed: the last good one keeps serving, and the error, with
+//! its file:line:column, is logged, kept for `/admin/routing-table` and counted.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::SystemTime;
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use super::{load_source, RoutingTable};
+use crate::source::{Source, SourceError, SourceErrors};
+
+/// What `/admin/routing-table` reports (SPEC §8).
+#[derive(Debug, Clone, Serialize)]
+pub struct TableStatus {
+    /// The serving table's `version`.
+    pub version: String,
+    /// When the serving table was installed (RFC 3339).
+    pub loaded_at: String,
+    /// The file it was read from.
+    pub source: PathBuf,
+    /// SHA-256 of the file's bytes, hex: compare with `sha256sum routing-table.yaml`.
+    pub content_sha256: String,
+    /// The last failed reload, if it came after the last good one.
+    pub last_reload_error: Option<ReloadError>,
+    /// Reloads that installed a new table.
+    pub reloads: u64,
+    /// Reloads refused because the file was invalid.
+    pub failed_reloads: u64,
+}
+
+/// A refused reload.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadError {
+    /// When it was refused (RFC 3339).
+    pub at: String,
+    /// Every error, as `file:line:column: message`.
+    pub errors: Vec<String>,
+}
+
+/// What a reload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadOutcome {
+    /// A new table is serving.
+    Installed,
+    /// The file's bytes had not changed; nothing was swapped.
+    Unchanged,
+}
+
+/// The serving table, its source file and its reload history.
+#[derive(Debug)]
+pub struct LiveTable {
+    current: ArcSwap<RoutingTable>,
+    path: PathBuf,
+    status: Mutex<TableStatus>,
+    /// One reload at a time: a file event, `SIGHUP` and the admin API may ask together.
+    reloading: tokio::sync::Mutex<()>,
+}
+
+fn now_rfc3339() -> String {
+    let ms = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    crate::inspect::rfc3339_ms(ms)
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+impl LiveTable {
+    /// Loads the table at `path`; fails with every error if it is invalid.
+    pub fn load(path: &Path) -> Result<LiveTable, SourceErrors> {
+        let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;
+        Self::from_source(&source)
+    }
+
+    /// A live table from text already read (the demo's embedded table).
+    pub fn from_source(source: &Source) -> Result<LiveTable, SourceErrors> {
+        let table = load_source(source)?;
+        let status = TableStatus {
+            version: table.version.clone(),
+            loaded_at: now_rfc3339(),
+            source: source.path.clone(),
+            content_sha256: sha256_hex(source.text.as_bytes()),
+            last_reload_error: None,
+            reloads: 0,
+            failed_reloads: 0,
+        };
+        crate::metrics::reload("success", None, Some(&table.version));
+        Ok(LiveTable {
+            current: ArcSwap::from_pointee(table),
+            path: source.path.clone(),
+            status: Mutex::new(status),
+            reloading: tokio::sync::Mutex::new(()),
+        })
+    }
+
+    /// The serving table; hold the `Arc` for as long as the request needs it.
+    #[inline]
+    pub fn current(&self) -> Arc<RoutingTable> {
+        self.current.load_full()
+    }
+
+    /// The file reloads read.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// A snapshot of the status for the admin API.
+    pub fn status(&self) -> TableStatus {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Reads, validates and installs the file again. On error the serving table stays.
+    pub async fn reload(&self) -> Result<ReloadOutcome, SourceErrors> {
+        let _one_at_a_time = self.reloading.lock().await;
+        let path = self.path.clone();
+        let old_hash = self.status().content_sha256;
+        let read = tokio::task::spawn_blocking(move || {
+            let source = Source::read(&path).map_err(|e| SourceErrors(vec![e]))?;
+            let hash = sha256_hex(source.text.as_bytes());
+            // Same bytes as the serving table: nothing to validate or swap.
+            let compiled = (hash != old_hash).then(|| load_source(&source));
+            Ok::<_, SourceErrors>((compiled, hash))
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(SourceErrors(vec![SourceError {
+                file: self.path.clone(),
+                position: None,
+                message: format!("reload task failed: {e}"),
+            }]))
+        });
+        let (compiled, hash) = match read {
+            Ok(pair) => pair,
+            Err(errors) => return Err(self.refuse(errors)),
+        };
+        match compiled {
+            None => {
+                self.status
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .last_reload_error = None;
+                Ok(ReloadOutcome::Unchanged)
+            }
+            Some(Ok(table)) => {
+                let version = table.version.clone();
+                let old = self.current.swap(Arc::new(table));
+                crate::metrics::reload("success", Some(&old.version), Some(&version));
+                tracing::info!(%version, sha256 = %hash, "routing table reloaded");
+                let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                st.version = version;
+                st.loaded_at = now_rfc3339();
+                st.content_sha256 = hash;
+                st.last_reload_error = None;
+                st.reloads += 1;
+                Ok(ReloadOutcome::Installed)
+            }
+            Some(Err(errors)) => Err(self.refuse(errors)),
+        }
+    }
+
+    fn refuse(&self, errors: SourceErrors) -> SourceErrors {
+        crate::metrics::reload("failure", None, None);
+        tracing::error!(errors = %errors, "routing table reload refused; the previous table keeps serving");
+        let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        st.last_reload_error = Some(ReloadError {
+            at: now_rfc3339(),
+            errors: errors.0.iter().map(ToString::to_string).collect(),
+        });
+        st.failed_reloads += 1;
+        errors
+    }
+}
