@@ -27,8 +27,9 @@ pub async fn run(
     admin: Option<TcpListener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), Error> {
-    let live = Arc::new(LiveTable::load(&config.routing_table)?);
+    // The recorder first, so that the first load is counted too.
     crate::metrics::handle();
+    let live = Arc::new(LiveTable::load(&config.routing_table)?);
     let _watch = if config.reload.watch {
         let debounce = Duration::from_millis(config.reload.debounce_ms);
         Some(watch::watch(live.clone(), debounce)?)

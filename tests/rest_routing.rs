@@ -433,3 +433,37 @@ async fn preserve_host_keeps_the_clients_host_and_reject_refuses_unrouted() {
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
     assert_eq!(us.count(), 1, "the unrouted request was not forwarded");
 }
+
+#[tokio::test]
+async fn request_ids_are_passed_upstream_and_returned() {
+    let w = World::start().await;
+    let path = format!("/v1/orders/{}", id(AFTER_CUTOVER, 2, 1));
+    let resp = client()
+        .get(w.router.url(&path))
+        .header("x-request-id", "client-chosen-42")
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.headers()["x-request-id"], "client-chosen-42");
+    assert_eq!(w.us.last().headers["x-request-id"], "client-chosen-42");
+
+    let resp = client()
+        .get(w.router.url(&path))
+        .send()
+        .await
+        .expect("answer");
+    let made = resp.headers()["x-request-id"]
+        .to_str()
+        .expect("ascii")
+        .to_owned();
+    assert_eq!(made.len(), 32);
+    assert_eq!(w.us.last().headers["x-request-id"], made.as_str());
+    // Refusals carry one too.
+    let resp = client()
+        .get(w.router.url("/v1/orders/bad"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 400);
+    assert!(resp.headers().contains_key("x-request-id"));
+}

@@ -44,6 +44,15 @@ impl Upstream {
             let log = log.clone();
             async move {
                 let (parts, body) = req.into_parts();
+                // `x-delay-ms` makes this upstream slow, for drain and timeout tests.
+                let delay = parts
+                    .headers
+                    .get("x-delay-ms")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(|v| v.parse::<u64>().ok());
+                if let Some(ms) = delay {
+                    tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                }
                 let body = axum::body::to_bytes(body, 64 << 20).await.expect("body");
                 let target = parts
                     .uri
@@ -134,13 +143,21 @@ impl Router {
             }
             let _ = done_tx.send(());
         });
-        Router {
+        let router = Router {
             addr,
             admin: admin_addr,
             dir,
             shutdown: Some(tx),
             done,
-        }
+        };
+        // The table loads inside the spawned task: wait until it serves.
+        let ready = eventually(std::time::Duration::from_secs(10), || async {
+            let resp = reqwest::get(router.admin_url("/readyz")).await;
+            resp.is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        assert!(ready.is_some(), "the router did not become ready");
+        router
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -191,4 +208,23 @@ pub fn client() -> reqwest::Client {
         .redirect(reqwest::redirect::Policy::none())
         .build()
         .expect("client")
+}
+
+/// Polls `check` every 20 ms until it is true or `within` passes; returns how long it took.
+pub async fn eventually<F, Fut>(
+    within: std::time::Duration,
+    mut check: F,
+) -> Option<std::time::Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let start = std::time::Instant::now();
+    while start.elapsed() < within {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    None
 }

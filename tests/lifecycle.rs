@@ -1,0 +1,298 @@
+//! The real binary under signals (SPEC §7, §8): SIGHUP reloads; SIGTERM drains — /readyz turns
+//! 503, new connections are refused, a request in flight completes, idle keep-alive
+//! connections are closed, exit 0. And /metrics as a Prometheus parser reads it.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{client, eventually, Upstream};
+use iuid::Iuid;
+
+fn free_port() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+fn id(country: u8) -> String {
+    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
+}
+
+fn table(version: &str, up: &Upstream) -> String {
+    format!(
+        "version: \"{version}\"\nregions:\n  eu: {{ upstreams: [\"{}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n",
+        up.url()
+    )
+}
+
+struct Process {
+    child: Child,
+    public: SocketAddr,
+    admin: SocketAddr,
+    dir: tempfile::TempDir,
+}
+
+impl Process {
+    async fn start(up: &Upstream) -> Process {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let (public, admin) = (free_port(), free_port());
+        std::fs::write(dir.path().join("routing-table.yaml"), table("v1", up)).expect("write");
+        let config = format!(
+            "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
+             routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nshutdown: {{ drain_delay_ms: 0, grace_ms: 10000 }}\n\
+             access_log: true\nlog_format: json\n"
+        );
+        let path = dir.path().join("router.yaml");
+        std::fs::write(&path, config).expect("write");
+        let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+            .args(["serve", "--config", path.to_str().expect("utf8")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start router");
+        let p = Process {
+            child,
+            public,
+            admin,
+            dir,
+        };
+        let ready = eventually(Duration::from_secs(10), || async {
+            reqwest::get(format!("http://{admin}/readyz"))
+                .await
+                .is_ok_and(|r| r.status() == 200)
+        })
+        .await;
+        assert!(ready.is_some(), "the router did not start");
+        p
+    }
+
+    fn signal(&self, name: &str) {
+        let ok = Command::new("kill")
+            .args([&format!("-{name}"), &self.child.id().to_string()])
+            .status()
+            .expect("kill")
+            .success();
+        assert!(ok, "kill -{name}");
+    }
+
+    fn admin(&self, path: &str) -> String {
+        format!("http://{}{}", self.admin, path)
+    }
+}
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn version(p: &Process) -> String {
+    let v: serde_json::Value = client()
+        .get(p.admin("/admin/routing-table"))
+        .send()
+        .await
+        .expect("admin")
+        .json()
+        .await
+        .expect("json");
+    v["version"].as_str().unwrap_or_default().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_table() {
+    let up = Upstream::start("eu").await;
+    let p = Process::start(&up).await;
+    assert_eq!(version(&p).await, "v1");
+    std::fs::write(p.dir.path().join("routing-table.yaml"), table("v2", &up)).expect("write");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(version(&p).await, "v1", "no watch: only the signal reloads");
+    p.signal("HUP");
+    let took = eventually(Duration::from_secs(2), || async {
+        version(&p).await == "v2"
+    })
+    .await;
+    assert!(took.is_some(), "SIGHUP did not reload");
+}
+
+/// /metrics read by a Prometheus text-format parser; every sample line must parse on its own
+/// too, so a malformed line cannot hide behind the parser's leniency.
+fn scrape(text: &str) -> prometheus_parse::Scrape {
+    let scrape = prometheus_parse::Scrape::parse(text.lines().map(|l| Ok(l.to_owned())))
+        .expect("Prometheus text parses");
+    for line in text
+        .lines()
+        .filter(|l| !l.trim().is_empty() && !l.starts_with('#'))
+    {
+        let one = prometheus_parse::Scrape::parse(std::iter::once(Ok(line.to_owned())))
+            .expect("line parses");
+        assert_eq!(one.samples.len(), 1, "not a sample line: {line:?}");
+    }
+    assert!(!scrape.samples.is_empty());
+    scrape
+}
+
+fn counter_sum(scrape: &prometheus_parse::Scrape, name: &str) -> f64 {
+    scrape
+        .samples
+        .iter()
+        .filter(|s| s.metric == name)
+        .map(|s| match s.value {
+            prometheus_parse::Value::Counter(v) | prometheus_parse::Value::Untyped(v) => v,
+            _ => 0.0,
+        })
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_parse_and_the_request_counter_grows() {
+    let up = Upstream::start("eu").await;
+    let p = Process::start(&up).await;
+    let get_metrics = || async {
+        let resp = client()
+            .get(p.admin("/metrics"))
+            .send()
+            .await
+            .expect("metrics");
+        assert!(resp.headers()["content-type"]
+            .to_str()
+            .expect("ct")
+            .starts_with("text/plain"));
+        scrape(&resp.text().await.expect("text"))
+    };
+    let before = counter_sum(&get_metrics().await, "iuid_router_requests_total");
+    for _ in 0..5 {
+        let resp = client()
+            .get(format!("http://{}/o/{}", p.public, id(3)))
+            .send()
+            .await
+            .expect("ok");
+        assert_eq!(resp.status(), 200);
+    }
+    let resp = client()
+        .get(format!("http://{}/o/nope", p.public))
+        .send()
+        .await
+        .expect("400");
+    assert_eq!(resp.status(), 400);
+    let after = get_metrics().await;
+    assert_eq!(
+        counter_sum(&after, "iuid_router_requests_total") - before,
+        6.0
+    );
+    let ok = after
+        .samples
+        .iter()
+        .find(|s| {
+            s.metric == "iuid_router_requests_total"
+                && s.labels.get("region") == Some("eu")
+                && s.labels.get("status") == Some("2xx")
+                && s.labels.get("route") == Some("path")
+        })
+        .expect("a 2xx series for eu");
+    assert!(matches!(ok.value, prometheus_parse::Value::Counter(v) if v >= 5.0));
+    let names: std::collections::HashSet<&str> =
+        after.samples.iter().map(|s| s.metric.as_str()).collect();
+    for want in [
+        "iuid_router_upstream_request_duration_seconds",
+        "iuid_router_routing_decisions_total",
+        "iuid_router_table_reloads_total",
+        "iuid_router_routing_table_info",
+        "iuid_router_requests_in_flight",
+    ] {
+        assert!(names.contains(want), "{want} missing from {names:?}");
+    }
+    let info = after
+        .samples
+        .iter()
+        .find(|s| s.metric == "iuid_router_routing_table_info")
+        .expect("info");
+    assert_eq!(info.labels.get("version"), Some("v1"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_then_exits_zero() {
+    let up = Upstream::start("eu").await;
+    let mut p = Process::start(&up).await;
+    // An idle keep-alive connection, opened before the signal.
+    let mut idle = TcpStream::connect(p.public).expect("connect");
+    idle.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let head = format!("GET /o/{} HTTP/1.1\r\nHost: x\r\n\r\n", id(3));
+    idle.write_all(head.as_bytes()).expect("write");
+    let mut buf = [0u8; 4096];
+    let n = idle.read(&mut buf).expect("response");
+    assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+
+    // A request in flight: the upstream takes 1.5 s to answer.
+    let url = format!("http://{}/o/{}", p.public, id(3));
+    let in_flight = tokio::spawn(async move {
+        client()
+            .get(url)
+            .header("x-delay-ms", "1500")
+            .send()
+            .await
+            .map(|r| r.status().as_u16())
+    });
+    let arrived = eventually(Duration::from_secs(2), || async {
+        let text = client()
+            .get(p.admin("/metrics"))
+            .send()
+            .await
+            .expect("m")
+            .text()
+            .await
+            .expect("t");
+        text.lines()
+            .any(|l| l.starts_with("iuid_router_requests_in_flight") && l.ends_with(" 1"))
+    })
+    .await;
+    assert!(arrived.is_some(), "the slow request is in flight");
+
+    p.signal("TERM");
+    let draining = eventually(Duration::from_secs(2), || async {
+        client()
+            .get(p.admin("/readyz"))
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 503)
+    })
+    .await;
+    assert!(draining.is_some(), "/readyz did not turn 503");
+    let refused = eventually(Duration::from_secs(2), || async {
+        TcpStream::connect(p.public).is_err()
+    })
+    .await;
+    assert!(refused.is_some(), "new connections were still accepted");
+    // The idle keep-alive connection is closed by the router.
+    let n = idle.read(&mut buf).expect("read");
+    assert_eq!(n, 0, "the idle connection was closed");
+
+    assert_eq!(in_flight.await.expect("join").expect("completed"), 200);
+    let mut stderr = p.child.stderr.take().expect("stderr");
+    let status = tokio::task::spawn_blocking(move || p.child.wait().expect("wait"))
+        .await
+        .expect("join");
+    assert_eq!(status.code(), Some(0));
+
+    // `access_log: true` with `log_format: json`: one JSON line per request.
+    let mut logs = String::new();
+    stderr.read_to_string(&mut logs).expect("logs");
+    let access: Vec<serde_json::Value> = logs
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["target"] == "iuid_router::access")
+        .collect();
+    assert_eq!(access.len(), 2, "{logs}");
+    let slow = &access[1]["fields"];
+    assert_eq!(slow["status"], 200);
+    assert_eq!(slow["region"], "eu");
+    assert_eq!(slow["route"], "path");
+    assert_eq!(slow["request_id"].as_str().map(str::len), Some(32));
+    assert!(slow["duration_ms"].as_f64().expect("duration") >= 1500.0);
+}

@@ -1,0 +1,336 @@
+//! SPEC §7 hot reload and §8 admin API, with the router in this process: file changes, the
+//! ConfigMap symlink swap, refused tables, POST /admin/reload, and reloads under load.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{client, eventually, write, Router, Upstream};
+use iuid::Iuid;
+
+fn id(country: u8) -> String {
+    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
+}
+
+/// A table where country 2 belongs to `owner`.
+fn table(version: &str, us: &Upstream, ap: &Upstream, owner: &str) -> String {
+    format!(
+        "version: \"{version}\"\nregions:\n  us: {{ upstreams: [\"{}\"] }}\n  ap: {{ upstreams: [\"{}\"] }}\ncountries:\n  2: {owner}\ndefault_region: us\n",
+        us.url(),
+        ap.url()
+    )
+}
+
+fn config(watch: bool) -> String {
+    format!(
+        "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: {watch}, debounce_ms: 100 }}\n"
+    )
+}
+
+async fn admin_json(router: &Router, path: &str) -> serde_json::Value {
+    client()
+        .get(router.admin_url(path))
+        .send()
+        .await
+        .expect("admin answers")
+        .json()
+        .await
+        .expect("json")
+}
+
+async fn served_by(router: &Router, country: u8) -> String {
+    let resp = client()
+        .get(router.url(&format!("/o/{}", id(country))))
+        .send()
+        .await
+        .expect("answer");
+    resp.headers()
+        .get("x-upstream")
+        .map(|v| v.to_str().expect("ascii").to_owned())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_table_change_on_disk_serves_within_two_seconds() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(true), &table("v1", &us, &ap, "us")).await;
+    assert_eq!(served_by(&router, 2).await, "us");
+    // Editors save by writing a temp file and renaming it over the old one.
+    let tmp = write(
+        &router.dir,
+        ".routing-table.yaml.swp",
+        &table("v2", &us, &ap, "ap"),
+    );
+    std::fs::rename(&tmp, router.dir.path().join("routing-table.yaml")).expect("rename");
+    let took = eventually(Duration::from_secs(2), || async {
+        served_by(&router, 2).await == "ap"
+    })
+    .await;
+    assert!(took.is_some(), "the new table was not serving within 2 s");
+    let status = admin_json(&router, "/admin/routing-table").await;
+    assert_eq!(status["version"], "v2");
+    assert_eq!(status["reloads"], 1);
+}
+
+#[tokio::test]
+async fn a_configmap_symlink_swap_serves_within_two_seconds() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    // The layout the kubelet makes: file → ..data/file, ..data → ..<timestamp>/.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let v1 = dir.path().join("..2026_11_22_10_00_00.1");
+    std::fs::create_dir(&v1).expect("mkdir");
+    std::fs::write(v1.join("routing-table.yaml"), table("v1", &us, &ap, "us")).expect("write");
+    std::os::unix::fs::symlink("..2026_11_22_10_00_00.1", dir.path().join("..data")).expect("ln");
+    std::os::unix::fs::symlink(
+        "..data/routing-table.yaml",
+        dir.path().join("routing-table.yaml"),
+    )
+    .expect("ln");
+    let router = Router::start_in(dir, &config(true)).await;
+    assert_eq!(served_by(&router, 2).await, "us");
+
+    // The update: a new timestamped dir, a new ..data_tmp link, renamed over ..data.
+    let v2 = router.dir.path().join("..2026_11_22_10_05_00.2");
+    std::fs::create_dir(&v2).expect("mkdir");
+    std::fs::write(v2.join("routing-table.yaml"), table("v2", &us, &ap, "ap")).expect("write");
+    let tmp = router.dir.path().join("..data_tmp");
+    std::os::unix::fs::symlink("..2026_11_22_10_05_00.2", &tmp).expect("ln");
+    std::fs::rename(&tmp, router.dir.path().join("..data")).expect("swap");
+    std::fs::remove_dir_all(router.dir.path().join("..2026_11_22_10_00_00.1")).expect("rm old");
+
+    let took = eventually(Duration::from_secs(2), || async {
+        served_by(&router, 2).await == "ap"
+    })
+    .await;
+    assert!(
+        took.is_some(),
+        "the swapped table was not serving within 2 s"
+    );
+    assert_eq!(
+        admin_json(&router, "/admin/routing-table").await["version"],
+        "v2"
+    );
+}
+
+#[tokio::test]
+async fn an_invalid_table_is_refused_and_the_old_one_keeps_serving() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(true), &table("v1", &us, &ap, "us")).await;
+    let good_hash = admin_json(&router, "/admin/routing-table").await["content_sha256"].clone();
+    write(
+        &router.dir,
+        "routing-table.yaml",
+        &table("v2", &us, &ap, "mars"),
+    );
+    let seen = eventually(Duration::from_secs(2), || async {
+        !admin_json(&router, "/admin/routing-table").await["last_reload_error"].is_null()
+    })
+    .await;
+    assert!(seen.is_some(), "the refusal was not reported");
+    let status = admin_json(&router, "/admin/routing-table").await;
+    assert_eq!(status["version"], "v1");
+    assert_eq!(status["content_sha256"], good_hash);
+    assert_eq!(status["failed_reloads"], 1);
+    let error = status["last_reload_error"]["errors"][0]
+        .as_str()
+        .expect("error text");
+    assert!(
+        error.contains("routing-table.yaml:6:6: region `mars` is not defined"),
+        "{error}"
+    );
+    assert_eq!(
+        served_by(&router, 2).await,
+        "us",
+        "the old table keeps serving"
+    );
+
+    // Fixing the file clears the error.
+    write(
+        &router.dir,
+        "routing-table.yaml",
+        &table("v3", &us, &ap, "ap"),
+    );
+    let fixed = eventually(Duration::from_secs(2), || async {
+        admin_json(&router, "/admin/routing-table").await["version"] == "v3"
+    })
+    .await;
+    assert!(fixed.is_some());
+    assert!(admin_json(&router, "/admin/routing-table").await["last_reload_error"].is_null());
+}
+
+#[tokio::test]
+async fn post_admin_reload_reloads_and_reports_errors() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(false), &table("v1", &us, &ap, "us")).await;
+    write(
+        &router.dir,
+        "routing-table.yaml",
+        &table("v2", &us, &ap, "ap"),
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        served_by(&router, 2).await,
+        "us",
+        "no watch: nothing changes by itself"
+    );
+
+    let resp = client()
+        .post(router.admin_url("/admin/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(resp.status(), 200);
+    let body: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(
+        (body["version"].as_str(), body["outcome"].as_str()),
+        (Some("v2"), Some("installed"))
+    );
+    assert_eq!(served_by(&router, 2).await, "ap");
+
+    let resp = client()
+        .post(router.admin_url("/admin/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(
+        resp.json::<serde_json::Value>().await.expect("json")["outcome"],
+        "unchanged"
+    );
+
+    write(
+        &router.dir,
+        "routing-table.yaml",
+        "version: v3\nregions: {}\ntypo: 1\n",
+    );
+    let resp = client()
+        .post(router.admin_url("/admin/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(resp.status(), 422);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    let problem: serde_json::Value = resp.json().await.expect("json");
+    assert!(
+        problem["errors"][0]
+            .as_str()
+            .expect("error")
+            .contains("routing-table.yaml:"),
+        "{problem}"
+    );
+    assert_eq!(served_by(&router, 2).await, "ap");
+}
+
+#[tokio::test]
+async fn admin_resolve_health_and_readiness() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(false), &table("v1", &us, &ap, "ap")).await;
+    let v = admin_json(&router, &format!("/admin/resolve/{}", id(2))).await;
+    assert_eq!(v["region"], "ap");
+    assert_eq!(v["rule"]["kind"], "country");
+    assert_eq!(v["upstreams"][0], ap.url());
+    assert_eq!(v["country"], 2);
+    let resp = client()
+        .get(router.admin_url("/admin/resolve/nope"))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 400);
+    let resp = client()
+        .get(router.admin_url(&format!("/admin/resolve/{}", id(99))))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 404);
+    for path in ["/healthz", "/readyz"] {
+        let resp = client()
+            .get(router.admin_url(path))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(resp.status(), 200, "{path}");
+    }
+    // The admin API is not on the public listener.
+    let resp = client()
+        .get(router.url("/admin/routing-table"))
+        .send()
+        .await
+        .expect("answer");
+    assert_ne!(
+        resp.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/json"[..])
+    );
+}
+
+#[tokio::test]
+async fn twenty_rewrites_under_load_fail_no_request() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Arc::new(Router::start(&config(true), &table("v0", &us, &ap, "us")).await);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sent = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        let (router, stop, sent) = (router.clone(), stop.clone(), sent.clone());
+        clients.push(tokio::spawn(async move {
+            let http = client();
+            let url = router.url(&format!("/o/{}", id(2)));
+            let mut failures = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                match http.get(&url).send().await {
+                    Ok(resp) => {
+                        let status = resp.status().as_u16();
+                        let from = resp
+                            .headers()
+                            .get("x-upstream")
+                            .map(|v| v.to_str().unwrap_or("?").to_owned())
+                            .unwrap_or_default();
+                        // Either table version allows only us or ap for country 2.
+                        if status != 200 || !(from == "us" || from == "ap") {
+                            failures.push(format!("{status} from {from:?}"));
+                        }
+                    }
+                    Err(e) => failures.push(e.to_string()),
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            failures
+        }));
+    }
+    for i in 1..=20 {
+        let owner = if i % 2 == 0 { "us" } else { "ap" };
+        let tmp = write(
+            &router.dir,
+            ".next",
+            &table(&format!("v{i}"), &us, &ap, owner),
+        );
+        std::fs::rename(&tmp, router.dir.path().join("routing-table.yaml")).expect("rename");
+        // Every rewrite is installed, by the watch or by this explicit reload.
+        let resp = client()
+            .post(router.admin_url("/admin/reload"))
+            .send()
+            .await
+            .expect("reload");
+        assert_eq!(resp.status(), 200);
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let mut failures = Vec::new();
+    for c in clients {
+        failures.extend(c.await.expect("client"));
+    }
+    assert!(
+        failures.is_empty(),
+        "{} failed: {:?}",
+        failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    let status = admin_json(&router, "/admin/routing-table").await;
+    assert_eq!(status["version"], "v20");
+    assert_eq!(status["reloads"], 20, "{status}");
+    assert!(
+        sent.load(Ordering::Relaxed) > 40,
+        "the clients kept sending"
+    );
+    assert!(us.count() > 0 && ap.count() > 0, "both versions served");
+}
