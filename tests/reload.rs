@@ -124,15 +124,19 @@ async fn an_invalid_table_is_refused_and_the_old_one_keeps_serving() {
         "routing-table.yaml",
         &table("v2", &us, &ap, "mars"),
     );
+    // Written in place: the watch may also see the truncated file first; either way the
+    // last refusal must be the final content's.
     let seen = eventually(Duration::from_secs(2), || async {
-        !admin_json(&router, "/admin/routing-table").await["last_reload_error"].is_null()
+        admin_json(&router, "/admin/routing-table").await["last_reload_error"]
+            .to_string()
+            .contains("mars")
     })
     .await;
     assert!(seen.is_some(), "the refusal was not reported");
     let status = admin_json(&router, "/admin/routing-table").await;
     assert_eq!(status["version"], "v1");
     assert_eq!(status["content_sha256"], good_hash);
-    assert_eq!(status["failed_reloads"], 1);
+    assert!(status["failed_reloads"].as_u64() >= Some(1));
     let error = status["last_reload_error"]["errors"][0]
         .as_str()
         .expect("error text");
