@@ -13,6 +13,9 @@ use serde::Deserialize;
 use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::{RouteSpec, Routes};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
+use crate::upstream::budget::RetryPolicy;
+use crate::upstream::check::CheckPolicy;
+use crate::upstream::health::HealthPolicy;
 
 /// The config file as written.
 #[derive(Debug, Deserialize)]
@@ -41,6 +44,12 @@ struct ConfigFile {
     access_log: bool,
     #[serde(default)]
     log_format: LogFormat,
+    #[serde(default)]
+    health: HealthPolicy,
+    #[serde(default)]
+    health_check: Option<CheckPolicy>,
+    #[serde(default)]
+    retries: RetryPolicy,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -154,6 +163,12 @@ pub struct Limits {
     pub graphql_max_tokens: usize,
     /// Deepest nesting of a GraphQL document parsed to find ids (then 400).
     pub graphql_max_depth: usize,
+    /// Longest a client may take to send a request's headers, in ms (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// Most bytes of request headers (431 beyond).
+    pub max_header_bytes: usize,
+    /// Most request header fields (431 beyond).
+    pub max_headers: usize,
 }
 
 impl Default for Limits {
@@ -163,6 +178,9 @@ impl Default for Limits {
             max_hops: 3,
             graphql_max_tokens: 50_000,
             graphql_max_depth: 64,
+            header_read_timeout_ms: 10_000,
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
         }
     }
 }
@@ -198,6 +216,12 @@ pub struct RouterConfig {
     pub access_log: bool,
     /// Text or JSON log lines.
     pub log_format: LogFormat,
+    /// Outlier ejection.
+    pub health: HealthPolicy,
+    /// Active health checks, if configured.
+    pub health_check: Option<CheckPolicy>,
+    /// Retries and their budget.
+    pub retries: RetryPolicy,
 }
 
 impl RouterConfig {
@@ -246,6 +270,18 @@ impl RouterConfig {
                 "max_hops must be at least 1",
             ));
         }
+        if file.limits.header_read_timeout_ms == 0 {
+            errors.push(source.error_at(
+                &[key("limits"), key("header_read_timeout_ms")],
+                "header_read_timeout_ms must be above 0 ms",
+            ));
+        }
+        if file.health.max_ejected_percent > 100 {
+            errors.push(source.error_at(
+                &[key("health"), key("max_ejected_percent")],
+                "max_ejected_percent is a percentage: 0 to 100",
+            ));
+        }
         if file.timeouts.connect_ms == 0 || file.timeouts.response_headers_ms == 0 {
             errors.push(source.error_at(&[key("timeouts")], "timeouts must be above 0 ms"));
         }
@@ -285,6 +321,9 @@ impl RouterConfig {
                 shutdown: file.shutdown,
                 access_log: file.access_log,
                 log_format: file.log_format,
+                health: file.health,
+                health_check: file.health_check,
+                retries: file.retries,
             }),
             _ => Err(SourceErrors(errors)),
         }

@@ -18,6 +18,7 @@ use crate::config::RouterConfig;
 use crate::proxy::Proxy;
 use crate::source::Source;
 use crate::table::{LiveTable, RoutingTable};
+use crate::upstream::Registry;
 
 /// The demo's router config; `{listen}` is filled in.
 const CONFIG: &str = "\
@@ -97,14 +98,18 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         .replace("{eu}", &addrs[0].to_string())
         .replace("{us}", &addrs[1].to_string())
         .replace("{ap}", &addrs[2].to_string());
-    let live = LiveTable::from_source(&Source {
-        path: PathBuf::from("<demo>/demo-routing-table.yaml"),
-        text: table_text,
-    })?;
     let config = RouterConfig::from_source(&Source {
         path: PathBuf::from("<demo>/router.yaml"),
         text: CONFIG.replace("{listen}", &listen.to_string()),
     })?;
+    let registry = Arc::new(Registry::new(config.timeouts, None));
+    let live = LiveTable::from_source(
+        &Source {
+            path: PathBuf::from("<demo>/demo-routing-table.yaml"),
+            text: table_text,
+        },
+        registry,
+    )?;
 
     let listener = crate::server::bind(listen).await?;
     let local = listener.local_addr()?;

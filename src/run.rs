@@ -13,6 +13,7 @@ use crate::config::RouterConfig;
 use crate::proxy::Proxy;
 use crate::server;
 use crate::table::{watch, LiveTable};
+use crate::upstream::Registry;
 
 /// A boxed error for the command line.
 pub type Error = Box<dyn std::error::Error + Send + Sync>;
@@ -29,7 +30,8 @@ pub async fn run(
 ) -> Result<(), Error> {
     // The recorder first, so that the first load is counted too.
     crate::metrics::handle();
-    let live = Arc::new(LiveTable::load(&config.routing_table)?);
+    let registry = Arc::new(Registry::new(config.timeouts, config.health_check.clone()));
+    let live = Arc::new(LiveTable::load(&config.routing_table, registry)?);
     let _watch = if config.reload.watch {
         let debounce = Duration::from_millis(config.reload.debounce_ms);
         Some(watch::watch(live.clone(), debounce)?)

@@ -17,10 +17,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
 
 use crate::proxy::Proxy;
 
@@ -31,8 +31,22 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) {
-    let builder = auto::Builder::new(TokioExecutor::new());
-    let graceful = GracefulShutdown::new();
+    let limits = proxy.config().limits;
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        // Slowloris: a client that trickles its headers is cut off.
+        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
+        .max_buf_size(limits.max_header_bytes.max(8192))
+        .max_headers(limits.max_headers);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_header_list_size(limits.max_header_bytes as u32);
+    // Each connection task holds a sender; when all are dropped, the drain is complete.
+    let (draining_tx, draining_rx) = watch::channel(false);
+    let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     tokio::pin!(shutdown);
     loop {
         let (stream, client) = tokio::select! {
@@ -54,22 +68,31 @@ pub async fn serve(
             async move { Ok::<_, Infallible>(proxy.handle(req, client).await) }
         });
         let conn = builder
-            .serve_connection(TokioIo::new(stream), service)
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
             .into_owned();
-        let conn = graceful.watch(conn);
+        let mut draining = draining_rx.clone();
+        let open = open_tx.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
+            let _open = open;
+            tokio::pin!(conn);
+            let result = tokio::select! {
+                r = conn.as_mut() => r,
+                // `wait_for`'s guard is not `Send`; only whether it fired matters.
+                _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                    conn.as_mut().graceful_shutdown();
+                    conn.await
+                }
+            };
+            if let Err(e) = result {
                 tracing::debug!(%client, error = %e, "connection ended with an error");
             }
         });
     }
     drop(listener);
-    let open = graceful.count();
-    tracing::info!(connections = open, "listener closed; draining");
-    if tokio::time::timeout(grace, graceful.shutdown())
-        .await
-        .is_err()
-    {
+    tracing::info!("listener closed; draining");
+    let _ = draining_tx.send(true);
+    drop(open_tx);
+    if tokio::time::timeout(grace, open_rx.recv()).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
             "grace period over; cutting the remaining connections"

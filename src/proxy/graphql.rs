@@ -13,14 +13,13 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
 use http::Method;
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
 use iuid::Id;
 
 use super::problem::Problem;
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::RouteKind;
-use crate::upstream::UpstreamBody;
 
 /// Bodies larger than this are searched for ids on the blocking pool.
 pub const BLOCKING_ABOVE: usize = 64 << 10;
@@ -32,7 +31,7 @@ pub async fn read_ids(
     parts: &Parts,
     body: Incoming,
     limit: usize,
-) -> Result<(Vec<Id>, UpstreamBody), Problem> {
+) -> Result<(Vec<Id>, Either<Incoming, Bytes>), Problem> {
     let mut ids = Vec::new();
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
@@ -85,7 +84,7 @@ pub async fn read_ids(
         }
         done => done.map_err(problem)?,
     }
-    Ok((ids, Either::Right(Full::new(bytes))))
+    Ok((ids, Either::Right(bytes)))
 }
 
 /// Runs an extraction on the blocking pool.

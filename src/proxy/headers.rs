@@ -152,20 +152,24 @@ pub struct Forwarding<'a> {
     pub client: SocketAddr,
     /// The host the client asked for (its `Host`, or the authority of an HTTP/2 request).
     pub original_host: Option<&'a HeaderValue>,
-    /// The upstream chosen.
-    pub upstream: &'a Authority,
     /// This router's `Via` entry.
     pub via: &'a HeaderValue,
     /// Keep the client's `Host` (SPEC §6 `preserve_host`).
     pub preserve_host: bool,
 }
 
-/// Applies SPEC §6 to a request about to go upstream: hop-by-hop fields removed,
-/// `X-Forwarded-For` appended, `X-Forwarded-Proto`/`-Host` and `Forwarded` set, `Via` added,
-/// `Host` set to the upstream's authority.
+/// Applies SPEC §6 to a request about to go upstream: hop-by-hop fields removed (an upgrade
+/// keeps `Connection: upgrade` and its `Upgrade`), `X-Forwarded-For` appended,
+/// `X-Forwarded-Proto`/`-Host` and `Forwarded` set, `Via` added. `Host` is left to [`aim`]
+/// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let original_host = f.original_host.cloned();
+    let upgrade = upgrade_of(headers);
     strip_hop_by_hop(headers);
+    if let Some(protocol) = upgrade {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(UPGRADE, protocol);
+    }
     let ip = f.client.ip();
 
     let mut xff = String::with_capacity(48);
@@ -215,14 +219,57 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         if let Some(host) = original_host {
             headers.insert(HOST, host);
         }
-    } else if let Ok(v) = HeaderValue::from_str(f.upstream.as_str()) {
-        headers.insert(HOST, v);
     }
 }
 
-/// Applies SPEC §6 to a response on its way back: hop-by-hop fields removed, `Via` added.
-pub fn rewrite_response(headers: &mut HeaderMap, via: &HeaderValue) {
+/// Points a request at `upstream`: the absolute URI with the client's path and query byte
+/// for byte, and `Host` set to the upstream's authority unless `preserve_host`.
+pub fn aim(parts: &mut http::request::Parts, upstream: &Authority, preserve_host: bool) {
+    let mut uri = http::Uri::builder()
+        .scheme("http")
+        .authority(upstream.clone());
+    uri = match parts.uri.path_and_query() {
+        Some(pq) => uri.path_and_query(pq.clone()),
+        None => uri.path_and_query("/"),
+    };
+    if let Ok(uri) = uri.build() {
+        parts.uri = uri;
+    }
+    if !preserve_host {
+        if let Ok(v) = HeaderValue::from_str(upstream.as_str()) {
+            parts.headers.insert(HOST, v);
+        }
+    }
+}
+
+/// The `Upgrade` value of a request or response that asks for a protocol switch
+/// (`Connection: upgrade` and an `Upgrade` field, RFC 9110 §7.8).
+pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
+    let asks = headers.get_all(CONNECTION).iter().any(|v| {
+        v.as_bytes()
+            .split(|&b| b == b',')
+            .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"upgrade"))
+    });
+    if asks {
+        headers.get(UPGRADE).cloned()
+    } else {
+        None
+    }
+}
+
+/// Applies SPEC §6 to a response on its way back: hop-by-hop fields removed (a `101` keeps
+/// its `Connection: upgrade` and `Upgrade`), `Via` added.
+pub fn rewrite_response(status: http::StatusCode, headers: &mut HeaderMap, via: &HeaderValue) {
+    let upgrade = if status == http::StatusCode::SWITCHING_PROTOCOLS {
+        upgrade_of(headers)
+    } else {
+        None
+    };
     strip_hop_by_hop(headers);
+    if let Some(protocol) = upgrade {
+        headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
+        headers.insert(UPGRADE, protocol);
+    }
     headers.append(VIA, via.clone());
 }
 
@@ -289,11 +336,15 @@ mod tests {
             &Forwarding {
                 client,
                 original_host: host.as_ref(),
-                upstream: &upstream,
                 via: &via,
                 preserve_host: false,
             },
         );
+        let mut parts = http::Request::new(()).into_parts().0;
+        parts.headers = h;
+        aim(&mut parts, &upstream, false);
+        let h = parts.headers;
+        assert_eq!(parts.uri, "http://10.1.1.1:8080/");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, ::1");
         assert_eq!(
             h["forwarded"],

@@ -3,49 +3,56 @@
 //! function per phase, in the manner of Pingora's `ProxyHttp` phases.
 //!
 //! The live routing table is read through `arc-swap`: no lock on the hot path, and a reload
-//! never changes the table under a request that already resolved its region.
+//! never changes the table under a request that already resolved its region. Picking an
+//! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
 mod graphql;
 pub mod headers;
 pub mod problem;
 pub mod request_id;
+mod upgrade;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ::metrics::SharedString;
 use bytes::Bytes;
-use http::header::HOST;
+use http::header::{CONTENT_LENGTH, HOST};
 use http::request::Parts;
-use http::uri::{Authority, Uri};
-use http::{HeaderValue, Request, Response};
-use http_body_util::{Either, Full};
+use http::uri::Authority;
+use http::{HeaderValue, Request, Response, StatusCode};
+use http_body::Body as _;
+use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
 use crate::extract::Extraction;
 use crate::metrics;
-use crate::table::{Decision, LiveTable, RegionId, RoutingTable};
-use crate::upstream::{ForwardError, UpstreamBody, UpstreamClient};
+use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
+use crate::upstream::body::IdleTimeout;
+use crate::upstream::forward::{self, ForwardError, Outgoing, Policies};
+use crate::upstream::SendError;
 use headers::{Forwarding, ViaValues};
 use problem::Problem;
 
-/// The body of every response the router sends: the upstream's, streamed, or one of its own.
-pub type ProxyBody = Either<Incoming, Full<Bytes>>;
+/// The body of every response the router sends: the upstream's, streamed with an idle
+/// timeout, or one of its own.
+pub type ProxyBody = Either<IdleTimeout<Incoming>, Full<Bytes>>;
 
-/// Where a request goes: the upstream picked, and the table and region it came from (the
-/// table is kept so the region's name outlives a reload without copying it).
+/// A request body after extraction: still streaming, or read whole (GraphQL).
+type ClientBody = Either<Incoming, Bytes>;
+
+/// Where a request goes: the table it was resolved on and the region (the table is kept so
+/// the region outlives a reload without copying it).
 struct Target {
-    authority: Authority,
     table: Arc<RoutingTable>,
     region: RegionId,
 }
 
 impl Target {
-    fn region(&self) -> &crate::table::Region {
+    fn region(&self) -> &Region {
         self.table.region(self.region)
     }
 }
@@ -57,26 +64,24 @@ struct Trail {
     upstream: Option<Authority>,
 }
 
-/// Shared state of the data path: config, live table, upstream client.
+/// Shared state of the data path: config, live table, `Via` values.
 #[derive(Debug)]
 pub struct Proxy {
     config: Arc<RouterConfig>,
     table: Arc<LiveTable>,
-    client: UpstreamClient,
     via: ViaValues,
 }
 
 impl Proxy {
     /// A proxy over a live table (shared with whoever reloads it).
     pub fn new(config: Arc<RouterConfig>, table: Arc<LiveTable>) -> Proxy {
-        let client = UpstreamClient::new(&config.timeouts);
         let via = ViaValues::new(&config.region);
-        Proxy {
-            config,
-            table,
-            client,
-            via,
-        }
+        Proxy { config, table, via }
+    }
+
+    /// The router config this proxy serves with.
+    pub fn config(&self) -> &RouterConfig {
+        &self.config
     }
 
     /// Handles one request end to end; never fails: refusals are problem+json responses.
@@ -103,8 +108,8 @@ impl Proxy {
             region: None,
             upstream: None,
         };
-        let method = req.method().clone();
-        let path = req.uri().path().to_owned();
+        let method = self.config.access_log.then(|| req.method().clone());
+        let path = self.config.access_log.then(|| req.uri().path().to_owned());
         let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
         resp.headers_mut()
             .insert(request_id::HEADER.clone(), request_id.clone());
@@ -115,7 +120,7 @@ impl Proxy {
             .as_ref()
             .map_or(SharedString::const_str("none"), metrics::label);
         metrics::request(trail.route, region, status);
-        if self.config.access_log {
+        if let (Some(method), Some(path)) = (method, path) {
             tracing::info!(
                 target: "iuid_router::access",
                 request_id = request_id::as_str(&request_id),
@@ -143,43 +148,29 @@ impl Proxy {
             Ok(routed) => routed,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
-        self.rewrite_request(&mut parts, client, &target.authority);
-        let label = metrics::label(&target.region().label);
-        let sent = Instant::now();
-        let forwarded = self.forward(parts, body).await;
-        match forwarded {
-            Ok(resp) => {
-                metrics::upstream_duration(label, sent.elapsed().as_secs_f64());
-                self.respond(resp)
+        let client_upgrade = upgrade::take(&mut parts);
+        self.rewrite_request(&mut parts, client);
+        let body = match self.hold_or_stream(&parts, body).await {
+            Ok(body) => body,
+            Err(problem) => return problem.into_response().map(Either::Right),
+        };
+        match self.forward(&target, parts, body).await {
+            Ok((resp, upstream)) => {
+                trail.upstream = Some(upstream);
+                self.respond(resp, client_upgrade)
             }
-            Err(ForwardError::TimedOut) => {
-                metrics::upstream_error(label, "timeout");
-                Problem::GatewayTimeout {
-                    region: target.region().name.clone(),
-                    after_ms: self.config.timeouts.response_headers_ms,
-                }
-                .into_response()
-                .map(Either::Right)
-            }
-            Err(ForwardError::Failed { kind, detail }) => {
-                metrics::upstream_error(label, kind);
-                let region = target.region().name.clone();
-                tracing::warn!(%region, upstream = %target.authority, %detail, "upstream failed");
-                Problem::BadGateway { region, detail }
-                    .into_response()
-                    .map(Either::Right)
-            }
+            Err(problem) => problem.into_response().map(Either::Right),
         }
     }
 
-    /// Phases 1–4: loop check, id extraction, region resolution, upstream choice. The body
-    /// comes back as it must go upstream (read whole only for GraphQL).
+    /// Phases 1–3: loop check, id extraction, region resolution. The body comes back as it
+    /// must go on (read whole only for GraphQL).
     async fn route(
         &self,
         parts: &Parts,
         body: Incoming,
         trail: &mut Trail,
-    ) -> Result<(Target, UpstreamBody), Problem> {
+    ) -> Result<(Target, ClientBody), Problem> {
         let limits = &self.config.limits;
         headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
             .map_err(Problem::Loop)?;
@@ -192,14 +183,9 @@ impl Proxy {
         let decision = self.resolve(&table, found)?;
         metrics::decision(decision.rule.kind());
         let region = table.region(decision.region);
-        let authority = region.next_upstream().authority.clone();
-        let span = tracing::Span::current();
-        span.record("region", &*region.label);
-        span.record("upstream", authority.as_str());
+        tracing::Span::current().record("region", &*region.label);
         trail.region = Some(region.label.clone());
-        trail.upstream = Some(authority.clone());
         let target = Target {
-            authority,
             table,
             region: decision.region,
         };
@@ -211,7 +197,7 @@ impl Proxy {
         &self,
         parts: &Parts,
         body: Incoming,
-    ) -> Result<(Extraction<'_>, UpstreamBody), Problem> {
+    ) -> Result<(Extraction<'_>, ClientBody), Problem> {
         match self.config.routes.extract(parts) {
             Extraction::Graphql(route) => {
                 let limit = self.config.limits.graphql_body_bytes;
@@ -240,9 +226,8 @@ impl Proxy {
         }
     }
 
-    /// Phase 5a: SPEC §6 header rules, and the absolute URI for the upstream with the
-    /// client's path and query unchanged, byte for byte.
-    fn rewrite_request(&self, parts: &mut Parts, client: SocketAddr, upstream: &Authority) {
+    /// Phase 4a: SPEC §6 header rules (once; each attempt then only aims the request).
+    fn rewrite_request(&self, parts: &mut Parts, client: SocketAddr) {
         let authority_host = parts
             .uri
             .authority()
@@ -253,35 +238,102 @@ impl Proxy {
             &Forwarding {
                 client,
                 original_host: original_host.as_ref(),
-                upstream,
                 via: self.via.for_version(parts.version),
                 preserve_host: self.config.preserve_host,
             },
         );
-        let mut uri = Uri::builder().scheme("http").authority(upstream.clone());
-        if let Some(pq) = parts.uri.path_and_query() {
-            uri = uri.path_and_query(pq.clone());
-        } else {
-            uri = uri.path_and_query("/");
+    }
+
+    /// Phase 4b: bodies that can be held for a retry are read now (none, or small with a
+    /// known length); others stream through, with an idle timeout, and get one attempt.
+    async fn hold_or_stream(&self, parts: &Parts, body: ClientBody) -> Result<Outgoing, Problem> {
+        let incoming = match body {
+            Either::Right(bytes) => return Ok(Outgoing::Held(bytes)),
+            Either::Left(incoming) => incoming,
+        };
+        let idle = self.config.timeouts.idle();
+        if incoming.is_end_stream() {
+            return Ok(Outgoing::Held(Bytes::new()));
         }
-        if let Ok(uri) = uri.build() {
-            parts.uri = uri;
+        let small = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .is_some_and(|n| n <= self.config.retries.buffer_bytes as u64);
+        if !small {
+            return Ok(Outgoing::Streamed(Either::Left(IdleTimeout::new(
+                incoming, idle,
+            ))));
+        }
+        let limited = Limited::new(
+            IdleTimeout::new(incoming, idle),
+            self.config.retries.buffer_bytes,
+        );
+        match limited.collect().await {
+            Ok(collected) => Ok(Outgoing::Held(collected.to_bytes())),
+            Err(e) => Err(Problem::BadRequestBody(e.to_string())),
         }
     }
 
-    /// Phase 5b: sends upstream; the request body streams through.
+    /// Phase 5: an upstream of the region, with retries and ejection (`upstream::forward`).
     async fn forward(
         &self,
+        target: &Target,
         parts: Parts,
-        body: UpstreamBody,
-    ) -> Result<Response<Incoming>, ForwardError> {
-        self.client.send(Request::from_parts(parts, body)).await
+        body: Outgoing,
+    ) -> Result<(Response<Incoming>, Authority), Problem> {
+        let region = target.region();
+        let policies = Policies {
+            retry: &self.config.retries,
+            health: &self.config.health,
+        };
+        let preserve_host = self.config.preserve_host;
+        let aim = |head: &mut Parts, upstream: &Authority| {
+            headers::aim(head, upstream, preserve_host);
+            tracing::Span::current().record("upstream", upstream.as_str());
+        };
+        match forward::forward(region, parts, body, policies, aim).await {
+            Ok(answered) => Ok(answered),
+            Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
+                region: region.name.clone(),
+                retry_after: Duration::from_millis(retry_after_ms),
+            }),
+            Err(ForwardError::Failed {
+                error: SendError::TimedOut,
+                ..
+            }) => Err(Problem::GatewayTimeout {
+                region: region.name.clone(),
+                after_ms: self.config.timeouts.response_headers_ms,
+            }),
+            Err(ForwardError::Failed {
+                error: SendError::Connect(detail) | SendError::Reset(detail),
+                upstream,
+            }) => {
+                tracing::warn!(region = %region.name, %upstream, %detail, "upstream failed");
+                Err(Problem::BadGateway {
+                    region: region.name.clone(),
+                    detail,
+                })
+            }
+        }
     }
 
-    /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back.
-    fn respond(&self, mut resp: Response<Incoming>) -> Response<ProxyBody> {
-        headers::rewrite_response(resp.headers_mut(), &self.via.http11);
-        resp.map(Either::Left)
+    /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back
+    /// (a `101` answer to an upgrade starts the tunnel instead).
+    fn respond(
+        &self,
+        mut resp: Response<Incoming>,
+        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+    ) -> Response<ProxyBody> {
+        headers::rewrite_response(resp.status(), resp.headers_mut(), &self.via.http11);
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
+            if let Some(client) = client_upgrade {
+                upgrade::tunnel(client, hyper::upgrade::on(&mut resp));
+            }
+        }
+        let idle = self.config.timeouts.idle();
+        resp.map(|b| Either::Left(IdleTimeout::new(b, idle)))
     }
 }
 

@@ -43,6 +43,15 @@ pub enum Problem {
         /// What went wrong, for the client.
         detail: String,
     },
+    /// Every upstream of the region is ejected (503, with `Retry-After`).
+    Unavailable {
+        /// The region the request was for.
+        region: String,
+        /// When the first upstream returns.
+        retry_after: std::time::Duration,
+    },
+    /// The client's body could not be read (400).
+    BadRequestBody(String),
     /// The upstream's response headers did not arrive in time (504).
     GatewayTimeout {
         /// The region the request was for.
@@ -63,6 +72,8 @@ impl Problem {
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
             Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
+            Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::BadRequestBody(_) => StatusCode::BAD_REQUEST,
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
         }
     }
@@ -79,6 +90,8 @@ impl Problem {
             Problem::PayloadTooLarge { .. } => ("payload-too-large", "GraphQL body too large"),
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
+            Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
+            Problem::BadRequestBody(_) => ("unreadable-body", "Request body could not be read"),
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
         }
     }
@@ -116,6 +129,11 @@ impl Problem {
             Problem::BadGateway { region, detail } => {
                 format!("upstream of region {region}: {detail}")
             }
+            Problem::Unavailable { region, retry_after } => format!(
+                "every upstream of region {region} is ejected after failures; the first returns in {} ms",
+                retry_after.as_millis()
+            ),
+            Problem::BadRequestBody(e) => format!("reading the request body failed: {e}"),
             Problem::GatewayTimeout { region, after_ms } => {
                 format!("upstream of region {region} sent no response headers within {after_ms} ms")
             }
@@ -151,6 +169,13 @@ impl Problem {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut resp = Response::new(Full::new(Bytes::from(bytes)));
         *resp.status_mut() = status;
+        if let Problem::Unavailable { retry_after, .. } = &self {
+            // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
+            let secs = retry_after.as_millis().div_ceil(1000).max(1);
+            if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {
+                resp.headers_mut().insert(header::RETRY_AFTER, v);
+            }
+        }
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -15,8 +15,9 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{load_source, RoutingTable};
+use super::{load_source_with, RoutingTable};
 use crate::source::{Source, SourceError, SourceErrors};
+use crate::upstream::Registry;
 
 /// What `/admin/routing-table` reports (SPEC §8).
 #[derive(Debug, Clone, Serialize)]
@@ -59,6 +60,7 @@ pub enum ReloadOutcome {
 #[derive(Debug)]
 pub struct LiveTable {
     current: ArcSwap<RoutingTable>,
+    registry: Arc<Registry>,
     path: PathBuf,
     status: Mutex<TableStatus>,
     /// One reload at a time: a file event, `SIGHUP` and the admin API may ask together.
@@ -81,15 +83,19 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl LiveTable {
-    /// Loads the table at `path`; fails with every error if it is invalid.
-    pub fn load(path: &Path) -> Result<LiveTable, SourceErrors> {
+    /// Loads the table at `path`; fails with every error if it is invalid. Upstream states
+    /// (pools, health) come from `registry`, which later reloads share.
+    pub fn load(path: &Path, registry: Arc<Registry>) -> Result<LiveTable, SourceErrors> {
         let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;
-        Self::from_source(&source)
+        Self::from_source(&source, registry)
     }
 
     /// A live table from text already read (the demo's embedded table).
-    pub fn from_source(source: &Source) -> Result<LiveTable, SourceErrors> {
-        let table = load_source(source)?;
+    pub fn from_source(
+        source: &Source,
+        registry: Arc<Registry>,
+    ) -> Result<LiveTable, SourceErrors> {
+        let table = load_source_with(source, &registry)?;
         let status = TableStatus {
             version: table.version.clone(),
             loaded_at: now_rfc3339(),
@@ -102,6 +108,7 @@ impl LiveTable {
         crate::metrics::reload("success", None, Some(&table.version));
         Ok(LiveTable {
             current: ArcSwap::from_pointee(table),
+            registry,
             path: source.path.clone(),
             status: Mutex::new(status),
             reloading: tokio::sync::Mutex::new(()),
@@ -131,12 +138,13 @@ impl LiveTable {
     pub async fn reload(&self) -> Result<ReloadOutcome, SourceErrors> {
         let _one_at_a_time = self.reloading.lock().await;
         let path = self.path.clone();
+        let registry = self.registry.clone();
         let old_hash = self.status().content_sha256;
         let read = tokio::task::spawn_blocking(move || {
             let source = Source::read(&path).map_err(|e| SourceErrors(vec![e]))?;
             let hash = sha256_hex(source.text.as_bytes());
             // Same bytes as the serving table: nothing to validate or swap.
-            let compiled = (hash != old_hash).then(|| load_source(&source));
+            let compiled = (hash != old_hash).then(|| load_source_with(&source, &registry));
             Ok::<_, SourceErrors>((compiled, hash))
         })
         .await

@@ -13,6 +13,8 @@ use http::uri::{Scheme, Uri};
 use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
 use super::{Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, Upstream};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
+use crate::upstream::budget::RetryBudget;
+use crate::upstream::Registry;
 
 /// Reads, validates and compiles the table at `path`.
 pub fn load_file(path: &Path) -> Result<RoutingTable, SourceErrors> {
@@ -22,9 +24,19 @@ pub fn load_file(path: &Path) -> Result<RoutingTable, SourceErrors> {
 
 /// Validates and compiles a table already read; errors point into `source`.
 pub fn load_source(source: &Source) -> Result<RoutingTable, SourceErrors> {
+    load_source_with(source, &Registry::default())
+}
+
+/// [`load_source`], taking upstream states from `registry` so that pools and health carry
+/// over from the table being replaced.
+pub fn load_source_with(
+    source: &Source,
+    registry: &Registry,
+) -> Result<RoutingTable, SourceErrors> {
     let file: TableFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
     let mut v = Validator {
         source,
+        registry,
         errors: Vec::new(),
     };
     match v.build(file) {
@@ -35,6 +47,7 @@ pub fn load_source(source: &Source) -> Result<RoutingTable, SourceErrors> {
 
 struct Validator<'s> {
     source: &'s Source,
+    registry: &'s Registry,
     errors: Vec<SourceError>,
 }
 
@@ -183,7 +196,7 @@ impl Validator<'_> {
                     key("upstreams"),
                     Seg::Index(i),
                 ];
-                match parse_upstream(url) {
+                match parse_upstream(url, self.registry) {
                     Ok(u) => {
                         if upstreams.iter().any(|x| x.authority == u.authority) {
                             self.error(&path, format!("upstream `{url}` is listed twice"));
@@ -197,7 +210,8 @@ impl Validator<'_> {
                 name: name.clone(),
                 label: name.as_str().into(),
                 upstreams,
-                next: AtomicUsize::new(0),
+                cursor: AtomicUsize::new(0),
+                budget: RetryBudget::default(),
             });
         }
         if regions.len() > usize::from(u16::MAX) {
@@ -303,7 +317,7 @@ impl Validator<'_> {
 }
 
 /// Checks an upstream base URL: `http://host[:port]`, nothing after the authority.
-fn parse_upstream(url: &str) -> Result<Upstream, String> {
+fn parse_upstream(url: &str, registry: &Registry) -> Result<Upstream, String> {
     let uri: Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
     match uri.scheme() {
         Some(s) if *s == Scheme::HTTP => {}
@@ -330,6 +344,7 @@ fn parse_upstream(url: &str) -> Result<Upstream, String> {
     Ok(Upstream {
         url: url.to_owned(),
         scheme: Scheme::HTTP,
+        state: registry.get(&authority),
         authority,
     })
 }

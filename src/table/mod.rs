@@ -16,15 +16,18 @@ mod load;
 pub mod model;
 pub mod watch;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 
 use http::uri::{Authority, Scheme};
 use iuid::{Id, Iuid};
 use serde::Serialize;
 
+use crate::upstream::budget::RetryBudget;
+use crate::upstream::UpstreamState;
+
 pub use live::{LiveTable, ReloadError, ReloadOutcome, TableStatus};
-pub use load::{load_file, load_source};
+pub use load::{load_file, load_source, load_source_with};
 
 /// Index of a region in [`RoutingTable::regions`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -100,7 +103,7 @@ impl std::fmt::Display for ResolveError {
     }
 }
 
-/// One upstream of a region: where to connect (`http://host:port`).
+/// One upstream of a region: where to connect (`http://host:port`), and its live state.
 #[derive(Debug, Clone)]
 pub struct Upstream {
     /// The URL as written in the table, for humans.
@@ -109,9 +112,11 @@ pub struct Upstream {
     pub scheme: Scheme,
     /// `host:port` to connect to and to send as `Host`.
     pub authority: Authority,
+    /// Pool and health, shared with other tables that list the same upstream.
+    pub state: Arc<UpstreamState>,
 }
 
-/// A region: its name and upstreams, with the round-robin cursor over them.
+/// A region: its name and upstreams, with the balancing cursor and retry budget.
 #[derive(Debug)]
 pub struct Region {
     /// The name used in the table, `Via` and metrics.
@@ -120,15 +125,10 @@ pub struct Region {
     pub label: Arc<str>,
     /// At least one.
     pub upstreams: Vec<Upstream>,
-    next: AtomicUsize,
-}
-
-impl Region {
-    /// Picks the next upstream round-robin; lock-free.
-    pub fn next_upstream(&self) -> &Upstream {
-        let n = self.next.fetch_add(1, Ordering::Relaxed);
-        &self.upstreams[n % self.upstreams.len()]
-    }
+    /// Round-robin position for balancing (`upstream::health::pick`).
+    pub cursor: AtomicUsize,
+    /// Retries this region may still spend.
+    pub budget: RetryBudget,
 }
 
 /// An override rule as loaded, for reporting.

@@ -1,12 +1,29 @@
-//! Talking to upstreams: one pooled HTTP/1.1 client shared by all regions.
+//! Talking to upstreams: pools, balancing, health, retries (SPEC §6, last bullet).
 //!
-//! `hyper-util`'s pooled client keys idle connections by scheme and authority, so each upstream
-//! has its own pool, and a routing-table reload keeps the warm connections of upstreams that
-//! stay. Balancing is round-robin over a region's upstreams ([`crate::table::Region`]).
+//! Each upstream (`host:port`) has its own [`UpstreamState`]: a pooled HTTP/1.1 client and a
+//! health record. Separate clients mean separate pools and pool locks, so a slow or dead
+//! upstream cannot hold up another region's requests. States live in a [`Registry`] keyed by
+//! authority, so a routing-table reload keeps the warm connections and the health of the
+//! upstreams that stay.
+//!
+//! - [`health`]: outlier ejection and power-of-two-choices balancing.
+//! - [`budget`]: the retry budget.
+//! - [`forward`]: one request, with retries on another upstream when that is safe.
+//! - [`check`]: optional active health checks.
+//! - [`body`]: idle timeouts on streamed bodies.
 
+pub mod body;
+pub mod budget;
+pub mod check;
+pub mod forward;
+pub mod health;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
+use http::uri::Authority;
 use http::{Request, Response, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
@@ -14,69 +31,82 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Timeouts;
+use body::IdleTimeout;
+use health::Health;
 
-/// A request body on its way upstream: the client's, streamed, or one the router buffered
-/// (a GraphQL body it had to read to find the ids), sent as it was received.
-pub type UpstreamBody = Either<Incoming, Full<Bytes>>;
+/// A request body on its way upstream: the client's, streamed (with an idle timeout), or
+/// bytes the router holds (a GraphQL body it read, or a small body kept for a retry).
+pub type UpstreamBody = Either<IdleTimeout<Incoming>, Full<Bytes>>;
 
-/// How forwarding a request failed.
+/// How sending one request to one upstream failed.
 #[derive(Debug)]
-pub enum ForwardError {
-    /// The upstream refused the connection, reset it, or sent a bad response (→ 502).
-    Failed {
-        /// `connect` (refused, unreachable, connect timeout) or `reset` (anything after).
-        kind: &'static str,
-        /// What happened, for the client.
-        detail: String,
-    },
-    /// No response headers within `timeouts.response_headers_ms` (→ 504).
+pub enum SendError {
+    /// No connection: refused, unreachable, connect timeout. Nothing was sent.
+    Connect(String),
+    /// The connection failed after the request was (maybe) sent, before response headers.
+    Reset(String),
+    /// No response headers within `timeouts.response_headers_ms`.
     TimedOut,
 }
 
-/// The pooled upstream client.
-#[derive(Clone, Debug)]
-pub struct UpstreamClient {
-    client: Client<HttpConnector, UpstreamBody>,
-    response_headers: Duration,
+impl SendError {
+    /// The metric label: `connect`, `reset`, `timeout`.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            SendError::Connect(_) => "connect",
+            SendError::Reset(_) => "reset",
+            SendError::TimedOut => "timeout",
+        }
+    }
 }
 
-impl UpstreamClient {
-    /// A client with the config's connect and idle timeouts; `TCP_NODELAY` on, because a
-    /// proxy writes whole messages and Nagle would only add latency.
-    pub fn new(timeouts: &Timeouts) -> UpstreamClient {
+/// One upstream's pool and health, shared by every table that lists it.
+#[derive(Debug)]
+pub struct UpstreamState {
+    /// `host:port`.
+    pub authority: Authority,
+    client: Client<HttpConnector, UpstreamBody>,
+    response_headers: Duration,
+    /// Passive (and active) health.
+    pub health: Health,
+}
+
+impl UpstreamState {
+    fn new(authority: Authority, timeouts: &Timeouts) -> UpstreamState {
         let mut connector = HttpConnector::new();
         connector.set_connect_timeout(Some(timeouts.connect()));
+        // A proxy writes whole messages; Nagle would only add latency.
         connector.set_nodelay(true);
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(timeouts.idle())
             .pool_timer(TokioTimer::new())
             .build(connector);
-        UpstreamClient {
+        UpstreamState {
+            authority,
             client,
             response_headers: timeouts.response_headers(),
+            health: Health::default(),
         }
     }
 
-    /// Sends a request whose URI is already absolute (`http://upstream/path?query`) and waits
-    /// for the response headers; the body streams afterwards.
+    /// Sends a request whose URI is already absolute and waits for the response headers;
+    /// the body streams afterwards.
     pub async fn send(
         &self,
         mut req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, ForwardError> {
+    ) -> Result<Response<Incoming>, SendError> {
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         *req.version_mut() = Version::HTTP_11;
         match tokio::time::timeout(self.response_headers, self.client.request(req)).await {
-            Err(_) => Err(ForwardError::TimedOut),
+            Err(_) => Err(SendError::TimedOut),
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => Err(ForwardError::Failed {
-                kind: if e.is_connect() { "connect" } else { "reset" },
-                detail: describe(&e),
-            }),
+            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
+            Ok(Err(e)) => Err(SendError::Reset(describe(&e))),
         }
     }
 }
 
-/// A one-line reason: the client error and its innermost cause (e.g. "connection refused").
+/// A one-line reason: the innermost cause (e.g. "Connection refused (os error 111)").
 fn describe(e: &hyper_util::client::legacy::Error) -> String {
     let mut cause: &dyn std::error::Error = e;
     while let Some(next) = cause.source() {
@@ -86,5 +116,46 @@ fn describe(e: &hyper_util::client::legacy::Error) -> String {
         format!("connect failed: {cause}")
     } else {
         format!("{cause}")
+    }
+}
+
+/// Upstream states by authority, shared across table reloads.
+#[derive(Debug)]
+pub struct Registry {
+    timeouts: Timeouts,
+    checks: Option<check::CheckPolicy>,
+    states: Mutex<HashMap<Authority, Weak<UpstreamState>>>,
+}
+
+impl Registry {
+    /// A registry whose clients use `timeouts`, with active checks if `checks` is set.
+    pub fn new(timeouts: Timeouts, checks: Option<check::CheckPolicy>) -> Registry {
+        Registry {
+            timeouts,
+            checks,
+            states: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The state of `authority`: the existing one while any table holds it, else a new one
+    /// (which starts its active check, if configured and inside a runtime).
+    pub fn get(&self, authority: &Authority) -> Arc<UpstreamState> {
+        let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(state) = states.get(authority).and_then(Weak::upgrade) {
+            return state;
+        }
+        states.retain(|_, w| w.strong_count() > 0);
+        let state = Arc::new(UpstreamState::new(authority.clone(), &self.timeouts));
+        states.insert(authority.clone(), Arc::downgrade(&state));
+        if let Some(policy) = self.checks.clone() {
+            check::spawn(Arc::downgrade(&state), policy);
+        }
+        state
+    }
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry::new(Timeouts::default(), None)
     }
 }

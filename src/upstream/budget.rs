@@ -1,0 +1,108 @@
+//! The retry budget: retries may add at most a share of the traffic, plus a small floor.
+//!
+//! Each request deposits `percent / 100` of a token; each retry withdraws one. A reserve that
+//! refills at `min_per_second` lets a quiet region still retry. When an upstream fails for
+//! everyone, retries stop at that share instead of multiplying the load on the survivors
+//! (the design of Finagle's and Linkerd's retry budgets). Lock-free: two atomics.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use serde::Deserialize;
+
+use super::health::now_ms;
+
+/// Retry settings (router config `retries:`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Most retries of one request (each on another upstream of the region).
+    pub max_retries: u32,
+    /// Retries may add this share of requests, in percent.
+    pub budget_percent: u32,
+    /// Retries always allowed per second and region, whatever the share.
+    pub min_per_second: u32,
+    /// Request bodies up to this size are kept for a replay; larger ones stream, unretried.
+    pub buffer_bytes: usize,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 2,
+            budget_percent: 20,
+            min_per_second: 10,
+            buffer_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Tokens are counted in thousandths.
+const UNIT: u64 = 1000;
+/// Most tokens saved from deposits: a burst of retries after a long calm is still bounded.
+const MAX_SAVED: u64 = 1000 * UNIT;
+
+/// One region's retry budget.
+#[derive(Debug, Default)]
+pub struct RetryBudget {
+    saved: AtomicU64,
+    /// `(refill second stamp << 32) | reserve tokens left in that second`.
+    reserve: AtomicU64,
+}
+
+impl RetryBudget {
+    /// Called once per request.
+    pub fn deposit(&self, policy: &RetryPolicy) {
+        let add = u64::from(policy.budget_percent) * UNIT / 100;
+        let _ = self
+            .saved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                (t < MAX_SAVED).then(|| (t + add).min(MAX_SAVED))
+            });
+    }
+
+    /// Takes one retry from the budget; false when it is spent.
+    pub fn withdraw(&self, policy: &RetryPolicy) -> bool {
+        let took = self
+            .saved
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
+                t.checked_sub(UNIT)
+            });
+        if took.is_ok() {
+            return true;
+        }
+        // Seconds are stamped from 1, so the zeroed start never looks like "this second".
+        let stamp = (now_ms() / 1000 + 1) & 0xffff_ffff;
+        self.reserve
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |r| {
+                let (at, left) = (r >> 32, r & 0xffff_ffff);
+                let left = if at == stamp {
+                    left
+                } else {
+                    u64::from(policy.min_per_second)
+                };
+                left.checked_sub(1).map(|l| (stamp << 32) | l)
+            })
+            .is_ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_are_a_share_of_requests_plus_a_floor() {
+        let policy = RetryPolicy {
+            budget_percent: 20,
+            min_per_second: 3,
+            ..RetryPolicy::default()
+        };
+        let budget = RetryBudget::default();
+        for _ in 0..100 {
+            budget.deposit(&policy);
+        }
+        let granted = (0..1000).filter(|_| budget.withdraw(&policy)).count();
+        // 20 from the share; the floor adds 3 (or 6 if the second turned meanwhile).
+        assert!((23..=26).contains(&granted), "{granted}");
+    }
+}

@@ -1,0 +1,159 @@
+//! Forwarding one request to a region, with retries on another upstream when that is safe.
+//!
+//! A retry needs the request again, so only requests whose body the router holds (no body, a
+//! small body kept up to `retries.buffer_bytes`, or a GraphQL body) are retried; streamed
+//! bodies get one attempt. What is retried:
+//! - a connect failure (nothing was sent): any method;
+//! - a reset before response headers: idempotent methods only (RFC 9110 §9.2.2), since the
+//!   upstream may have acted on the request;
+//! - never a response-header timeout: the upstream is slow, and asking another one only
+//!   doubles the wait and the load.
+//!
+//! Each retry also needs the region's retry budget.
+
+use bytes::Bytes;
+use http::request::Parts;
+use http::uri::Authority;
+use http::{Method, Request, Response};
+use http_body_util::{Either, Full};
+use hyper::body::Incoming;
+
+use super::budget::RetryPolicy;
+use super::health::{self, HealthPolicy, Pick};
+use super::{SendError, UpstreamBody};
+use crate::metrics;
+use crate::table::Region;
+
+/// The body to send: held (replayable) or streamed (one attempt).
+#[derive(Debug)]
+pub enum Outgoing {
+    /// Bytes the router holds; sent again on a retry.
+    Held(Bytes),
+    /// The client's body, streamed through.
+    Streamed(UpstreamBody),
+}
+
+/// Why no upstream answered.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// Every upstream of the region is ejected (→ 503 with `Retry-After`).
+    Unavailable {
+        /// When the first ejection ends, in ms.
+        retry_after_ms: u64,
+    },
+    /// The last attempt failed (→ 502, or 504 for a timeout).
+    Failed {
+        /// What went wrong.
+        error: SendError,
+        /// The upstream of the last attempt.
+        upstream: Authority,
+    },
+}
+
+/// Settings of [`forward`].
+#[derive(Debug, Clone, Copy)]
+pub struct Policies<'a> {
+    /// Retries and their budget.
+    pub retry: &'a RetryPolicy,
+    /// Outlier ejection.
+    pub health: &'a HealthPolicy,
+}
+
+fn idempotent(method: &Method) -> bool {
+    matches!(
+        *method,
+        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
+    )
+}
+
+fn copy_head(parts: &Parts) -> Parts {
+    let mut req = Request::new(());
+    *req.method_mut() = parts.method.clone();
+    *req.uri_mut() = parts.uri.clone();
+    *req.version_mut() = parts.version;
+    *req.headers_mut() = parts.headers.clone();
+    req.into_parts().0
+}
+
+/// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
+/// points the request at the chosen upstream (URI, `Host`). Returns the response and the
+/// upstream that gave it.
+pub async fn forward(
+    region: &Region,
+    mut parts: Parts,
+    body: Outgoing,
+    policies: Policies<'_>,
+    aim: impl Fn(&mut Parts, &Authority),
+) -> Result<(Response<Incoming>, Authority), ForwardError> {
+    region.budget.deposit(policies.retry);
+    let label = metrics::label(&region.label);
+    let retry_ok = idempotent(&parts.method);
+    let (held, mut streamed) = match body {
+        Outgoing::Held(bytes) => (Some(bytes), None),
+        Outgoing::Streamed(b) => (None, Some(b)),
+    };
+    let mut tried = 0u64;
+    let mut last: Option<(SendError, Authority)> = None;
+    for attempt in 0..=policies.retry.max_retries {
+        if attempt > 0 && (held.is_none() || !region.budget.withdraw(policies.retry)) {
+            break;
+        }
+        let i = match health::pick(&region.upstreams, &region.cursor, tried) {
+            Pick::Upstream(i) => i,
+            Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                return Err(ForwardError::Unavailable { retry_after_ms })
+            }
+            Pick::AllEjected { .. } | Pick::Exhausted => break,
+        };
+        tried |= 1 << (i % 64);
+        let upstream = &region.upstreams[i];
+        let body = match (&held, streamed.take()) {
+            (Some(bytes), _) => Either::Right(Full::new(bytes.clone())),
+            (None, Some(b)) => b,
+            (None, None) => break,
+        };
+        let more_to_come = held.is_some() && attempt < policies.retry.max_retries;
+        let mut head = if more_to_come {
+            copy_head(&parts)
+        } else {
+            std::mem::replace(&mut parts, copy_head_empty())
+        };
+        aim(&mut head, &upstream.authority);
+        let state = &upstream.state;
+        let _in_flight = state.health.start();
+        let sent = std::time::Instant::now();
+        match state.send(Request::from_parts(head, body)).await {
+            Ok(resp) => {
+                state.health.success();
+                metrics::upstream_duration(label, sent.elapsed().as_secs_f64());
+                return Ok((resp, upstream.authority.clone()));
+            }
+            Err(error) => {
+                metrics::upstream_error(label.clone(), error.kind());
+                if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
+                    tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
+                }
+                let retryable = match &error {
+                    SendError::Connect(_) => true,
+                    SendError::Reset(_) => retry_ok,
+                    SendError::TimedOut => false,
+                };
+                tracing::debug!(upstream = %upstream.authority, kind = error.kind(), attempt, "upstream attempt failed");
+                last = Some((error, upstream.authority.clone()));
+                if !retryable || !more_to_come {
+                    break;
+                }
+            }
+        }
+    }
+    match last {
+        Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
+        // Every upstream was unusable before any attempt.
+        None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
+    }
+}
+
+/// A placeholder head for a moved-out request (never sent).
+fn copy_head_empty() -> Parts {
+    Request::new(()).into_parts().0
+}

@@ -1,0 +1,215 @@
+//! Passive health (outlier ejection) and balancing over a region's upstreams.
+//!
+//! Every upstream keeps a few atomics: requests in flight, consecutive failures, and an
+//! ejection deadline. An upstream that fails `eject_after` times in a row (connect errors,
+//! resets, timeouts) is ejected — skipped by balancing — for `ejection_ms`, doubled at each
+//! ejection in a row up to `max_ejection_ms`. When the time is up it is back on probation: its
+//! next result decides, a success clears its record, a failure ejects it again at once for
+//! twice as long. No more than `max_ejected_percent` of a region (at least one upstream) is
+//! ejected for failures, so a bad day does not empty a region by accident.
+//!
+//! Balancing is power-of-two-choices on requests in flight (Mitzenmacher): the round-robin
+//! next upstream against a random other one, the less busy wins, a tie goes to round-robin
+//! (so an idle router spreads requests evenly). All lock-free.
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use serde::Deserialize;
+
+use crate::table::Upstream;
+
+/// Outlier ejection settings (router config `health:`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthPolicy {
+    /// Consecutive failures that eject an upstream.
+    pub eject_after: u32,
+    /// First ejection, in ms; doubles with each ejection in a row.
+    pub ejection_ms: u64,
+    /// Longest ejection, in ms.
+    pub max_ejection_ms: u64,
+    /// Most of a region ejected for failures at once, in percent (at least one upstream).
+    pub max_ejected_percent: u32,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            eject_after: 5,
+            ejection_ms: 1_000,
+            max_ejection_ms: 30_000,
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// Milliseconds on a process-wide monotonic clock.
+pub fn now_ms() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    START.get_or_init(Instant::now).elapsed().as_millis() as u64
+}
+
+/// One upstream's health record.
+#[derive(Debug, Default)]
+pub struct Health {
+    in_flight: AtomicU32,
+    failures: AtomicU32,
+    ejected_until: AtomicU64,
+    ejections: AtomicU32,
+    probation: AtomicBool,
+    /// Set by a failing active health check, cleared by a passing one.
+    check_failed: AtomicBool,
+}
+
+impl Health {
+    /// Whether balancing may pick this upstream at `now` (ms, [`now_ms`]).
+    pub fn available(&self, now: u64) -> bool {
+        !self.check_failed.load(Ordering::Relaxed)
+            && self.ejected_until.load(Ordering::Relaxed) <= now
+    }
+
+    /// When an ejection ends (ms, [`now_ms`]); 0 when not ejected.
+    pub fn ejected_until(&self) -> u64 {
+        self.ejected_until.load(Ordering::Relaxed)
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> u32 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request in flight until the guard drops.
+    pub fn start(&self) -> InFlight<'_> {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        InFlight(self)
+    }
+
+    /// A request got response headers: the record is cleared.
+    pub fn success(&self) {
+        if self.failures.load(Ordering::Relaxed) != 0 {
+            self.failures.store(0, Ordering::Relaxed);
+        }
+        if self.probation.swap(false, Ordering::Relaxed) {
+            self.ejections.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The result of an active health check.
+    pub fn checked(&self, passed: bool) {
+        self.check_failed.store(!passed, Ordering::Relaxed);
+    }
+
+    fn eject(&self, now: u64, policy: &HealthPolicy) -> u64 {
+        let n = self.ejections.fetch_add(1, Ordering::Relaxed);
+        let ms = policy
+            .ejection_ms
+            .saturating_mul(1 << n.min(20))
+            .min(policy.max_ejection_ms.max(policy.ejection_ms));
+        self.ejected_until.store(now + ms, Ordering::Relaxed);
+        self.failures.store(0, Ordering::Relaxed);
+        self.probation.store(true, Ordering::Relaxed);
+        ms
+    }
+}
+
+/// Counts one request in flight on an upstream.
+#[derive(Debug)]
+pub struct InFlight<'a>(&'a Health);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Records a failure of `upstreams[i]`; returns the ejection time in ms if it was ejected.
+pub fn record_failure(upstreams: &[Upstream], i: usize, policy: &HealthPolicy) -> Option<u64> {
+    let now = now_ms();
+    let health = &upstreams[i].state.health;
+    let failures = health.failures.fetch_add(1, Ordering::Relaxed) + 1;
+    let on_probation = health.probation.load(Ordering::Relaxed);
+    if !on_probation && failures < policy.eject_after.max(1) {
+        return None;
+    }
+    let ejected = upstreams
+        .iter()
+        .filter(|u| u.state.health.ejected_until() > now)
+        .count();
+    let allowed = (upstreams.len() * policy.max_ejected_percent as usize / 100).max(1);
+    if ejected >= allowed {
+        return None;
+    }
+    Some(health.eject(now, policy))
+}
+
+/// What [`pick`] chose.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pick {
+    /// The index of the upstream to use.
+    Upstream(usize),
+    /// Every upstream is ejected or failing its health check; the soonest returns in this
+    /// many ms.
+    AllEjected {
+        /// Until the first ejection ends, in ms (0 when only health checks keep them out).
+        retry_after_ms: u64,
+    },
+    /// Every available upstream was tried already.
+    Exhausted,
+}
+
+/// Picks an upstream not in `tried` (a bitmask of indices modulo 64).
+pub fn pick(upstreams: &[Upstream], cursor: &AtomicUsize, tried: u64) -> Pick {
+    let n = upstreams.len();
+    let now = now_ms();
+    let usable =
+        |i: usize| tried & (1 << (i % 64)) == 0 && upstreams[i].state.health.available(now);
+    let start = cursor.fetch_add(1, Ordering::Relaxed);
+    let Some(first) = (0..n).map(|k| (start + k) % n).find(|&i| usable(i)) else {
+        if tried != 0 {
+            return Pick::Exhausted;
+        }
+        let soonest = upstreams
+            .iter()
+            .map(|u| u.state.health.ejected_until())
+            .filter(|&t| t > now)
+            .min()
+            .map_or(0, |t| t - now);
+        return Pick::AllEjected {
+            retry_after_ms: soonest,
+        };
+    };
+    if n > 1 {
+        let r = random() as usize;
+        if let Some(second) = (0..n)
+            .map(|k| (r + k) % n)
+            .find(|&i| i != first && usable(i))
+        {
+            let (a, b) = (
+                &upstreams[first].state.health,
+                &upstreams[second].state.health,
+            );
+            if b.in_flight() < a.in_flight() {
+                return Pick::Upstream(second);
+            }
+        }
+    }
+    Pick::Upstream(first)
+}
+
+/// A per-thread xorshift: balancing needs spread, not unpredictability.
+fn random() -> u64 {
+    thread_local! {
+        static STATE: Cell<u64> = Cell::new(iuid::Generator::new(0, 0).mint().rand() | 1);
+    }
+    STATE.with(|s| {
+        let mut x = s.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s.set(x);
+        x
+    })
+}
