@@ -228,3 +228,44 @@ where
     }
     None
 }
+
+/// A WebSocket echo server standing for an upstream: every message comes back.
+pub async fn ws_echo_upstream() -> SocketAddr {
+    use axum::extract::ws::WebSocketUpgrade;
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind ws");
+    let addr = listener.local_addr().expect("addr");
+    let app = axum::Router::new().fallback(axum::routing::get(|ws: WebSocketUpgrade| async move {
+        ws.on_upgrade(|mut socket| async move {
+            while let Some(Ok(msg)) = socket.recv().await {
+                if socket.send(msg).await.is_err() {
+                    break;
+                }
+            }
+        })
+    }));
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
+/// A port where nothing listens (bound, then closed).
+pub fn dead_addr() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+}
+
+/// A server that accepts connections and never answers: a hung upstream.
+pub async fn hanging_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((stream, _)) = listener.accept().await {
+            held.push(stream);
+        }
+    });
+    addr
+}
