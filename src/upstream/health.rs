@@ -213,3 +213,95 @@ fn random() -> u64 {
         x
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Timeouts;
+    use crate::upstream::UpstreamState;
+    use std::sync::Arc;
+
+    fn upstreams(n: usize) -> Vec<Upstream> {
+        (0..n)
+            .map(|i| {
+                let authority: http::uri::Authority = format!("127.0.0.1:{}", 10_000 + i)
+                    .parse()
+                    .expect("authority");
+                Upstream {
+                    url: format!("http://{authority}"),
+                    scheme: http::uri::Scheme::HTTP,
+                    state: Arc::new(UpstreamState::new(authority.clone(), &Timeouts::default())),
+                    authority,
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn ejection_backs_off_and_probation_decides() {
+        let ups = upstreams(2);
+        let policy = HealthPolicy {
+            eject_after: 3,
+            ejection_ms: 100,
+            max_ejection_ms: 350,
+            max_ejected_percent: 50,
+        };
+        assert_eq!(record_failure(&ups, 0, &policy), None);
+        assert_eq!(record_failure(&ups, 0, &policy), None);
+        assert_eq!(record_failure(&ups, 0, &policy), Some(100));
+        assert!(!ups[0].state.health.available(now_ms()));
+        // Only one of two may be out (50 %): the other is kept however it fails.
+        for _ in 0..10 {
+            assert_eq!(record_failure(&ups, 1, &policy), None);
+        }
+        // Back on probation, one failure ejects again, for twice as long, capped.
+        ups[0]
+            .state
+            .health
+            .ejected_until
+            .store(0, Ordering::Relaxed);
+        assert_eq!(record_failure(&ups, 0, &policy), Some(200));
+        ups[0]
+            .state
+            .health
+            .ejected_until
+            .store(0, Ordering::Relaxed);
+        assert_eq!(record_failure(&ups, 0, &policy), Some(350));
+        // A success on probation clears the record.
+        ups[0]
+            .state
+            .health
+            .ejected_until
+            .store(0, Ordering::Relaxed);
+        ups[0].state.health.success();
+        assert_eq!(record_failure(&ups, 0, &policy), None);
+    }
+
+    #[test]
+    fn pick_skips_ejected_and_tried_and_says_when_all_are_out() {
+        let ups = upstreams(3);
+        let cursor = AtomicUsize::new(0);
+        let picks: Vec<Pick> = (0..3).map(|_| pick(&ups, &cursor, 0)).collect();
+        assert_eq!(
+            picks,
+            [Pick::Upstream(0), Pick::Upstream(1), Pick::Upstream(2)]
+        );
+        assert_eq!(pick(&ups, &cursor, 0b011), Pick::Upstream(2));
+        assert_eq!(pick(&ups, &cursor, 0b111), Pick::Exhausted);
+        let until = now_ms() + 2_000;
+        for u in &ups {
+            u.state.health.ejected_until.store(until, Ordering::Relaxed);
+        }
+        match pick(&ups, &cursor, 0) {
+            Pick::AllEjected { retry_after_ms } => assert!(retry_after_ms > 1_500),
+            other => panic!("{other:?}"),
+        }
+        // Busy upstreams lose the two-choice draw.
+        let ups = upstreams(2);
+        let _busy = (0..5)
+            .map(|_| ups[0].state.health.start())
+            .collect::<Vec<_>>();
+        let cursor = AtomicUsize::new(0);
+        assert!((0..10).all(|_| pick(&ups, &cursor, 0) == Pick::Upstream(1)));
+    }
+}
