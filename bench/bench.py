@@ -1,0 +1,378 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of iuid-router against nginx and HAProxy doing the same routing.
+
+Started by bench/run.sh. Every peer first proves it routes every sample id to the right
+region (or 404 for ids of unknown countries); then wrk drives each peer in turn, A B C D
+interleaved, for several rounds. Proxy CPU is read from /proc (all processes and threads of
+the proxy), peak RSS from VmHWM. The report goes to bench/RESULTS.md.
+"""
+
+import argparse
+import http.client
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.path.join(ROOT, "target", "release", "iuid-router")
+UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
+PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
+ADMIN = 18093
+# iUID country -> region; country 99 is owned by no region (404 everywhere).
+COUNTRIES = {1: "ap", 2: "us", 3: "eu", 4: "eu"}
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+started = []
+
+
+def start(cmd, **kw):
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, **kw)
+    started.append(p)
+    return p
+
+
+def stop_all():
+    for p in started:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    for p in started:
+        try:
+            p.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+
+
+def wait_port(port, timeout=10.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            c = http.client.HTTPConnection("127.0.0.1", port, timeout=1)
+            c.request("GET", "/")
+            c.getresponse().read()
+            return
+        except OSError:
+            time.sleep(0.05)
+    sys.exit(f"nothing answers on port {port}")
+
+
+def tree(pid):
+    """pid and all its descendants."""
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                    if int(fields[1]) == p:
+                        todo.append(int(entry))
+                except OSError:
+                    pass
+    return out
+
+
+def cpu_seconds(pid):
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime + stime
+        except OSError:
+            pass
+    return total / CLK_TCK
+
+
+def peak_rss_mib(pid):
+    total = 0
+    for p in tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmHWM:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def mint(country, count):
+    out = subprocess.run([BIN, "mint", "--country", str(country), "--service", "1",
+                          "--count", str(count)], check=True, capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def configs(work, ids_path):
+    upstream_servers = "\n".join(
+        f"""  server {{ listen 127.0.0.1:{port}; location / {{ add_header X-Region {region} always; return 200 "{region}\\n"; }} }}"""
+        for region, port in UPSTREAMS.items())
+    write(f"{work}/upstreams.conf", f"""worker_processes 1;
+daemon off;
+pid {work}/upstreams.pid;
+error_log {work}/upstreams.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+{upstream_servers}
+}}
+""")
+    # nginx routing by the id's country: hex chars 16-17 of the hyphenated id, after "8" + ver1.
+    groups = "\n".join(
+        f"  upstream {region} {{ server 127.0.0.1:{port}; keepalive 64; keepalive_requests 1000000; }}"
+        for region, port in UPSTREAMS.items())
+    cases = "\n".join(
+        f'    "~^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F]{country:02x}" {region};'
+        for country, region in COUNTRIES.items())
+    write(f"{work}/nginx.conf", f"""worker_processes 2;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+{groups}
+  map $uri $region {{
+    default "";
+{cases}
+  }}
+  server {{
+    listen 127.0.0.1:{PORTS["nginx"]};
+    location /v1/orders/ {{
+      if ($region = "") {{ return 404; }}
+      proxy_pass http://$region;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
+}}
+""")
+    write(f"{work}/countries.map", "".join(f"{c:02x} {r}\n" for c, r in COUNTRIES.items()))
+    backends = "\n".join(
+        f"backend {region}\n  http-reuse always\n  server {region}1 127.0.0.1:{port}\n"
+        for region, port in UPSTREAMS.items())
+    write(f"{work}/haproxy.cfg", f"""global
+  nbthread 2
+  maxconn 4096
+defaults
+  mode http
+  timeout connect 1s
+  timeout client 30s
+  timeout server 30s
+  option http-keep-alive
+frontend fe
+  bind 127.0.0.1:{PORTS["haproxy"]}
+  http-request set-var(txn.region) path,regsub(^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F],),regsub(-.*$,),lower,map({work}/countries.map)
+  http-request return status 404 unless {{ var(txn.region) -m found }}
+  # HAProxy's argument parser ends regsub at the first ')', so no capture group: strip the
+  # prefix up to the country's hex pair, then everything from the next '-'.
+  use_backend %[var(txn.region)]
+{backends}""")
+    table = "".join(f"  {region}: {{ upstreams: [\"http://127.0.0.1:{port}\"] }}\n"
+                    for region, port in UPSTREAMS.items())
+    countries = "".join(f"  {c}: {r}\n" for c, r in COUNTRIES.items())
+    write(f"{work}/routing-table.yaml",
+          f"version: bench\nregions:\n{table}countries:\n{countries}default_region: eu\n")
+    write(f"{work}/router.yaml", f"""listen: 127.0.0.1:{PORTS["iuid-router"]}
+admin_listen: 127.0.0.1:{ADMIN}
+region: edge
+routing_table: routing-table.yaml
+routes:
+  - path: /v1/orders/{{id}}
+reload: {{ watch: false }}
+""")
+    write(f"{work}/ids.lua", f"""local ids = {{}}
+for line in io.lines("{ids_path}") do ids[#ids + 1] = line end
+local i = 0
+request = function()
+  i = i % #ids + 1
+  return wrk.format("GET", "/v1/orders/" .. ids[i])
+end
+""")
+
+
+def verify(name, port, samples):
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+    wrong = []
+    for uid, want in samples:
+        c.request("GET", f"/v1/orders/{uid}")
+        r = c.getresponse()
+        r.read()
+        got = r.getheader("X-Region") if r.status == 200 else str(r.status)
+        if got != want:
+            wrong.append((uid, want, got))
+    if wrong:
+        sys.exit(f"{name} misroutes {len(wrong)} of {len(samples)} ids, e.g. {wrong[:3]}")
+    print(f"   {name}: all {len(samples)} sample ids routed correctly")
+
+
+def ms(text):
+    m = re.match(r"([\d.]+)(us|ms|s)", text)
+    value, unit = float(m.group(1)), m.group(2)
+    return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
+
+
+def drive(port, work, args):
+    out = subprocess.run(["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s",
+                          "--latency", "-s", f"{work}/ids.lua", f"http://127.0.0.1:{port}"],
+                         check=True, capture_output=True, text=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
+    total = int(re.search(r"(\d+) requests in", out).group(1))
+    p50 = ms(re.search(r"50%\s+(\S+)", out).group(1))
+    p99 = ms(re.search(r"99%\s+(\S+)", out).group(1))
+    errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    return {"rps": rps, "total": total, "p50": p50, "p99": p99,
+            "non2xx": int(errors.group(1)) if errors else 0}
+
+
+def machine():
+    model = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    def version(cmd):
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            return (r.stdout + r.stderr).strip().splitlines()[0]
+        except (OSError, IndexError):
+            return "?"
+    return [f"- CPU: {os.cpu_count()} × {model}",
+            f"- Memory: {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') // 2**30} GiB",
+            f"- Kernel: {platform.release()}",
+            f"- {version(['nginx', '-v'])}; {version(['haproxy', '-v'])}; {version(['wrk', '-v'])}",
+            f"- {version(['rustc', '-V'])}"]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--duration", type=int, default=10)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--connections", type=int, default=64)
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    args = ap.parse_args()
+
+    work = tempfile.mkdtemp(prefix="iuid-bench-")
+    samples = []
+    for country, region in COUNTRIES.items():
+        samples += [(u, region) for u in mint(country, 240)]
+    samples += [(u, "404") for u in mint(99, 40)]
+    # Spread countries through the file, as real traffic would be.
+    samples.sort(key=lambda s: s[0][-6:])
+    ids_path = write(f"{work}/ids.txt", "".join(u + "\n" for u, _ in samples))
+    configs(work, ids_path)
+
+    try:
+        print("== starting peers")
+        start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work])
+        for port in UPSTREAMS.values():
+            wait_port(port)
+        procs = {
+            "nginx": start(["nginx", "-c", f"{work}/nginx.conf", "-p", work]),
+            "haproxy": start(["haproxy", "-f", f"{work}/haproxy.cfg"]),
+            "iuid-router": start([BIN, "serve", "--config", f"{work}/router.yaml"],
+                                 env={**os.environ, "RUST_LOG": "warn"}),
+        }
+        for port in PORTS.values():
+            wait_port(port)
+        print("== verifying routing")
+        for name in procs:
+            verify(name, PORTS[name], samples)
+
+        targets = [("upstream direct", UPSTREAMS["eu"], None)] + \
+                  [(name, PORTS[name], procs[name]) for name in procs]
+        results = {name: [] for name, _, _ in targets}
+        for r in range(1, args.rounds + 1):
+            for name, port, proc in targets:
+                before = cpu_seconds(proc.pid) if proc else 0.0
+                run = drive(port, work, args)
+                after = cpu_seconds(proc.pid) if proc else 0.0
+                run["cpu100k"] = (after - before) / run["total"] * 1e5 if proc else None
+                run["rss"] = peak_rss_mib(proc.pid) if proc else None
+                results[name].append(run)
+                cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
+                print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
+                      f"  p99 {run['p99']:.2f} ms  {cpu}")
+        report(results, args)
+    finally:
+        stop_all()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def report(results, args):
+    def med(name, key):
+        vals = [r[key] for r in results[name] if r[key] is not None]
+        return statistics.median(vals) if vals else None
+
+    def span(name, key, fmt):
+        vals = [r[key] for r in results[name] if r[key] is not None]
+        if not vals:
+            return "—"
+        return f"{fmt.format(statistics.median(vals))} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
+
+    lines = ["# Side-by-side benchmark", "",
+             f"`bash bench/run.sh` on {time.strftime('%Y-%m-%d')}: wrk -t1 -c{args.connections}, "
+             f"{args.duration} s per run, {args.rounds} rounds interleaved, 1000 ids over 4 countries "
+             "(4 % of an unknown country, answered 404 by every peer), nginx (1 worker) as the "
+             "three regional upstreams. Median (min–max) over rounds.", "",
+             "## Machine", ""] + machine() + ["",
+             "## Results", "",
+             "| target | req/s | p50 ms | p99 ms | proxy CPU-s per 100k | peak RSS MiB | req/s vs nginx | CPU vs nginx |",
+             "|---|---|---|---|---|---|---|---|"]
+    n_rps, n_cpu = med("nginx", "rps"), med("nginx", "cpu100k")
+    for name in results:
+        rps, cpu = med(name, "rps"), med(name, "cpu100k")
+        rss = max((r["rss"] for r in results[name] if r["rss"] is not None), default=None)
+        lines.append("| " + " | ".join([
+            name, span(name, "rps", "{:.0f}"), span(name, "p50", "{:.2f}"),
+            span(name, "p99", "{:.2f}"), span(name, "cpu100k", "{:.2f}"),
+            f"{rss:.1f}" if rss is not None else "—",
+            f"{rps / n_rps:.2f}×", f"{cpu / n_cpu:.2f}×" if cpu is not None else "—"]) + " |")
+    i = "iuid-router"
+    checks = [
+        ("CPU-s per 100k ≤ 0.75× nginx", med(i, "cpu100k") <= 0.75 * n_cpu),
+        ("req/s ≥ 1.1× nginx", med(i, "rps") >= 1.1 * n_rps),
+        ("p99 ≤ HAProxy's", med(i, "p99") <= med("haproxy", "p99")),
+        ("peak RSS ≤ 16 MiB", max(r["rss"] for r in results[i]) <= 16.0),
+    ]
+    lines += ["", "## Targets (issue 6)", ""] + \
+             [f"- {'PASS' if ok else 'FAIL'}: {what}" for what, ok in checks]
+    non2xx = {name: sum(r["non2xx"] for r in results[name]) for name in results}
+    lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""]
+    # Profiles and what was tried are kept by hand in bench/NOTES.md and carried along.
+    notes = os.path.join(ROOT, "bench", "NOTES.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            lines += ["", f.read()]
+    text = "\n".join(lines)
+    with open(args.out + ".new", "w") as f:
+        f.write(text)
+    os.replace(args.out + ".new", args.out)
+    print(text)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        stop_all()
