@@ -158,11 +158,7 @@ pub(crate) fn parse_bytes(input: &[u8]) -> Result<[u8; 16], ParseError> {
 }
 
 fn parse_simple(s: &[u8], offset: usize) -> Result<[u8; 16], ParseError> {
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = hex_pair(s, 2 * i, offset)?;
-    }
-    Ok(out)
+    decode_hex(s, |i| 2 * i).ok_or_else(|| first_bad_hex(s, 0..32, offset))
 }
 
 fn parse_hyphenated(s: &[u8], offset: usize) -> Result<[u8; 16], ParseError> {
@@ -175,25 +171,42 @@ fn parse_hyphenated(s: &[u8], offset: usize) -> Result<[u8; 16], ParseError> {
             });
         }
     }
-    let mut out = [0u8; 16];
-    for (i, byte) in out.iter_mut().enumerate() {
-        *byte = hex_pair(s, HYPHENATED_OFFSETS[i], offset)?;
-    }
-    Ok(out)
+    decode_hex(s, |i| HYPHENATED_OFFSETS[i]).ok_or_else(|| {
+        let digits = (0..36).filter(|i| !matches!(i, 8 | 13 | 18 | 23));
+        first_bad_hex(s, digits, offset)
+    })
 }
 
+/// The 16 bytes whose hex pairs start at `at(0)`, … `at(15)`; `None` if any digit is not hex.
+/// No branch per digit: invalid digits map to 0xff and are caught once, at the end (the
+/// error's position is then found by [`first_bad_hex`]). This is the hot path of routing.
 #[inline]
-fn hex_pair(s: &[u8], at: usize, offset: usize) -> Result<u8, ParseError> {
-    let hi = HEX[usize::from(s[at])];
-    let lo = HEX[usize::from(s[at + 1])];
-    if (hi | lo) == 0xff {
-        let bad = if hi == 0xff { at } else { at + 1 };
-        return Err(ParseError::InvalidChar {
-            pos: offset + bad + 1,
-            byte: s[bad],
-        });
+fn decode_hex(s: &[u8], at: impl Fn(usize) -> usize) -> Option<[u8; 16]> {
+    let mut out = [0u8; 16];
+    let mut seen = 0u8;
+    for (i, byte) in out.iter_mut().enumerate() {
+        let a = at(i);
+        let hi = HEX[usize::from(s[a])];
+        let lo = HEX[usize::from(s[a + 1])];
+        seen |= hi | lo;
+        *byte = (hi << 4) | (lo & 0x0f);
     }
-    Ok((hi << 4) | lo)
+    (seen & 0xf0 == 0).then_some(out)
+}
+
+/// The error for the first non-hex byte among positions `digits` of `s`.
+#[cold]
+fn first_bad_hex(s: &[u8], digits: impl Iterator<Item = usize>, offset: usize) -> ParseError {
+    for i in digits {
+        if HEX[usize::from(s[i])] == 0xff {
+            return ParseError::InvalidChar {
+                pos: offset + i + 1,
+                byte: s[i],
+            };
+        }
+    }
+    // Unreachable when called after a failed decode; a harmless answer otherwise.
+    ParseError::InvalidLength { len: s.len() }
 }
 
 /// Base64 value of a byte in either alphabet (standard `+/`, URL-safe `-_`), or 0xff.
