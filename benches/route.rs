@@ -93,5 +93,78 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench);
+/// SPEC §6 header rules on a typical browser-ish request and an upstream's response.
+fn headers(c: &mut Criterion) {
+    use http::header::{HeaderMap, HeaderValue};
+    use iuid_router::proxy::headers::{self, ClientAddr, Forwarding, ViaValues};
+
+    let mut request = HeaderMap::new();
+    for (k, v) in [
+        ("host", "api.example.com"),
+        (
+            "user-agent",
+            "Mozilla/5.0 (X11; Linux x86_64) Firefox/140.0",
+        ),
+        ("accept", "application/json"),
+        ("accept-encoding", "gzip, br"),
+        ("accept-language", "en-GB,en;q=0.5"),
+        ("authorization", "Bearer eyJhbGciOiJIUzI1NiJ9.e30.signature"),
+        ("connection", "keep-alive"),
+        ("x-request-id", "9f0c1e7a2b3d4c5e"),
+    ] {
+        request.insert(k, HeaderValue::from_static(v));
+    }
+    let mut response = HeaderMap::new();
+    for (k, v) in [
+        ("server", "nginx"),
+        ("date", "Mon, 23 Nov 2026 10:00:00 GMT"),
+        ("content-type", "application/json"),
+        ("content-length", "512"),
+        ("connection", "keep-alive"),
+        ("cache-control", "no-store"),
+    ] {
+        response.insert(k, HeaderValue::from_static(v));
+    }
+    let client = ClientAddr::new("192.0.2.10:50000".parse().expect("addr"));
+    let via = ViaValues::new("eu");
+    let upstream: http::uri::Authority = "10.0.0.1:8080".parse().expect("authority");
+    let host = HeaderValue::from_static("10.0.0.1:8080");
+
+    c.bench_function("headers/rewrite_request+aim", |b| {
+        b.iter_batched_ref(
+            || {
+                let mut parts = http::Request::get("/v1/orders/x?page=2")
+                    .body(())
+                    .expect("request")
+                    .into_parts()
+                    .0;
+                parts.headers = request.clone();
+                parts
+            },
+            |parts| {
+                let original_host = parts.headers.get("host").cloned();
+                headers::rewrite_request(
+                    &mut parts.headers,
+                    &Forwarding {
+                        client: &client,
+                        original_host: original_host.as_ref(),
+                        via: via.for_version(http::Version::HTTP_11),
+                        preserve_host: false,
+                    },
+                );
+                headers::aim(parts, &upstream, &host, false);
+            },
+            criterion::BatchSize::SmallInput,
+        )
+    });
+    c.bench_function("headers/rewrite_response", |b| {
+        b.iter_batched_ref(
+            || response.clone(),
+            |h| headers::rewrite_response(http::StatusCode::OK, h, &via.http11),
+            criterion::BatchSize::SmallInput,
+        )
+    });
+}
+
+criterion_group!(benches, bench, headers);
 criterion_main!(benches);

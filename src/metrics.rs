@@ -7,7 +7,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use ::metrics::SharedString;
+use ::metrics::{Counter, Gauge, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `none`), `region`
@@ -73,41 +73,106 @@ fn describe() {
     );
 }
 
-/// A region name as a metric label, shared rather than copied per request.
-pub fn label(name: &Arc<str>) -> SharedString {
-    SharedString::from_shared(name.clone())
+/// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order.
+const ROUTES: [&str; 4] = ["path", "header", "graphql", "none"];
+/// Label values of [`UPSTREAM_ERRORS`]' `kind`.
+const ERROR_KINDS: [&str; 3] = ["connect", "timeout", "reset"];
+/// Label values of [`DECISIONS`]' `rule`.
+const RULES: [&str; 4] = ["override", "country", "default_region", "unrouted"];
+/// Status classes, `1xx` … `5xx`.
+const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
+
+/// Index of a status code's class in [`CLASSES`].
+fn class_index(status: u16) -> usize {
+    match status {
+        100..=199 => 0,
+        200..=299 => 1,
+        300..=399 => 2,
+        400..=499 => 3,
+        _ => 4,
+    }
 }
 
 /// `2xx`, `4xx`, … for a status code.
 pub fn status_class(status: u16) -> &'static str {
-    match status {
-        100..=199 => "1xx",
-        200..=299 => "2xx",
-        300..=399 => "3xx",
-        400..=499 => "4xx",
-        _ => "5xx",
+    CLASSES[class_index(status)]
+}
+
+/// The metric handles of one region (or of `none`, for requests refused before a region was
+/// chosen).
+///
+/// Looking a labelled metric up in the registry hashes its key and takes a shard lock: more
+/// than the rest of the routing decision. Each handle is looked up once, on first use (so
+/// series appear only when they have counts, as before), then reused: a request costs a few
+/// atomic adds.
+#[derive(Debug)]
+pub struct RegionMetrics {
+    /// The region name: a metric label and log field, shared rather than copied.
+    pub label: Arc<str>,
+    requests: [[OnceLock<Counter>; 5]; 4],
+    upstream_duration: OnceLock<Histogram>,
+    upstream_errors: [OnceLock<Counter>; 3],
+}
+
+impl RegionMetrics {
+    /// Handles for the region `label`.
+    pub fn new(label: &str) -> RegionMetrics {
+        RegionMetrics {
+            label: label.into(),
+            requests: Default::default(),
+            upstream_duration: OnceLock::new(),
+            upstream_errors: Default::default(),
+        }
+    }
+
+    fn shared_label(&self) -> SharedString {
+        SharedString::from_shared(self.label.clone())
+    }
+
+    /// Counts one answered request, by `route` kind (`path`, `header`, `graphql`, `none`).
+    pub fn request(&self, route: &'static str, status: u16) {
+        let r = ROUTES.iter().position(|k| *k == route).unwrap_or(3);
+        let c = class_index(status);
+        self.requests[r][c]
+            .get_or_init(|| {
+                handle();
+                ::metrics::counter!(REQUESTS, "route" => ROUTES[r], "region" => self.shared_label(), "status" => CLASSES[c])
+            })
+            .increment(1);
+    }
+
+    /// Records one upstream exchange's time to response headers.
+    pub fn upstream_duration(&self, seconds: f64) {
+        self.upstream_duration
+            .get_or_init(|| {
+                handle();
+                ::metrics::histogram!(UPSTREAM_DURATION, "region" => self.shared_label())
+            })
+            .record(seconds);
+    }
+
+    /// Counts one upstream failure of `kind` (`connect`, `timeout`, `reset`).
+    pub fn upstream_error(&self, kind: &'static str) {
+        let k = ERROR_KINDS.iter().position(|e| *e == kind).unwrap_or(2);
+        self.upstream_errors[k]
+            .get_or_init(|| {
+                handle();
+                ::metrics::counter!(UPSTREAM_ERRORS, "region" => self.shared_label(), "kind" => ERROR_KINDS[k])
+            })
+            .increment(1);
     }
 }
 
-/// Counts one answered request.
-pub fn request(route: &'static str, region: SharedString, status: u16) {
-    ::metrics::counter!(REQUESTS, "route" => route, "region" => region, "status" => status_class(status))
-        .increment(1);
-}
-
-/// Records one upstream exchange's time to response headers.
-pub fn upstream_duration(region: SharedString, seconds: f64) {
-    ::metrics::histogram!(UPSTREAM_DURATION, "region" => region).record(seconds);
-}
-
-/// Counts one upstream failure.
-pub fn upstream_error(region: SharedString, kind: &'static str) {
-    ::metrics::counter!(UPSTREAM_ERRORS, "region" => region, "kind" => kind).increment(1);
-}
-
-/// Counts one routing decision.
+/// Counts one routing decision by `rule` kind.
 pub fn decision(rule: &'static str) {
-    ::metrics::counter!(DECISIONS, "rule" => rule).increment(1);
+    static HANDLES: [OnceLock<Counter>; 4] = [const { OnceLock::new() }; 4];
+    let i = RULES.iter().position(|k| *k == rule).unwrap_or(3);
+    HANDLES[i]
+        .get_or_init(|| {
+            handle();
+            ::metrics::counter!(DECISIONS, "rule" => RULES[i])
+        })
+        .increment(1);
 }
 
 /// Counts one reload and, on success, moves the info gauge to the new version.
@@ -122,18 +187,23 @@ pub fn reload(result: &'static str, old_version: Option<&str>, new_version: Opti
 }
 
 /// Counts a request in while the guard lives.
-pub struct InFlight;
+pub struct InFlight(&'static Gauge);
 
 impl InFlight {
     /// One more request in flight.
     pub fn start() -> InFlight {
-        ::metrics::gauge!(IN_FLIGHT).increment(1.0);
-        InFlight
+        static GAUGE: OnceLock<Gauge> = OnceLock::new();
+        let gauge = GAUGE.get_or_init(|| {
+            handle();
+            ::metrics::gauge!(IN_FLIGHT)
+        });
+        gauge.increment(1.0);
+        InFlight(gauge)
     }
 }
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        ::metrics::gauge!(IN_FLIGHT).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }

@@ -22,6 +22,7 @@ use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, watch};
 
+use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 
 /// Serves `listener` until `shutdown` completes, then drains for at most `grace`.
@@ -62,10 +63,11 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
-        let proxy = proxy.clone();
+        // Per connection, so that a request clones a handle no other thread touches.
+        let conn = Arc::new((proxy.clone(), ClientAddr::new(client)));
         let service = service_fn(move |req| {
-            let proxy = proxy.clone();
-            async move { Ok::<_, Infallible>(proxy.handle(req, client).await) }
+            let conn = conn.clone();
+            async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
         });
         let conn = builder
             .serve_connection_with_upgrades(TokioIo::new(stream), service)

@@ -8,7 +8,6 @@
 //! - `X-Forwarded-*` (de facto) and `Forwarded` (RFC 7239) tell the upstream who the client
 //!   was, because the upstream only sees the router's address.
 
-use std::fmt::Write as _;
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, HOST, TE, TRAILER};
@@ -35,22 +34,47 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
 /// Removes hop-by-hop fields and the fields named in `Connection` (RFC 9110 §7.6.1).
+///
+/// One pass over the names (standard names compare as integers) finds which hop-by-hop
+/// fields are present, usually none or just `Connection`; only those are removed, each
+/// removal being a hash and a probe. Names listed in `Connection` are looked up without
+/// allocating.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    if headers.contains_key(CONNECTION) {
-        let mut named: Vec<HeaderName> = Vec::new();
-        for value in headers.get_all(CONNECTION) {
-            for token in value.as_bytes().split(|&b| b == b',') {
-                if let Ok(name) = HeaderName::from_bytes(token.trim_ascii()) {
-                    named.push(name);
+    let mut present = 0u8;
+    for name in headers.keys() {
+        if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
+            present |= 1 << i;
+        }
+    }
+    if present == 0 {
+        return;
+    }
+    // HOP_BY_HOP[0] is `Connection`.
+    if present & 1 != 0 {
+        // Copies of the lines (reference counts), as removing needs the map; a second line
+        // is rare, and an empty `Vec` does not allocate.
+        let mut all = headers.get_all(CONNECTION).iter();
+        let first = all.next().cloned();
+        let rest: Vec<HeaderValue> = all.cloned().collect();
+        for line in first.iter().chain(&rest) {
+            for token in line.as_bytes().split(|&b| b == b',') {
+                let token = token.trim_ascii();
+                let listed = HOP_BY_HOP
+                    .iter()
+                    .any(|h| h.as_str().as_bytes().eq_ignore_ascii_case(token));
+                if listed || token.is_empty() {
+                    continue;
+                }
+                if let Ok(name) = std::str::from_utf8(token) {
+                    headers.remove(name);
                 }
             }
         }
-        for name in named {
+    }
+    for (i, name) in HOP_BY_HOP.iter().enumerate() {
+        if present & (1 << i) != 0 {
             headers.remove(name);
         }
-    }
-    for name in &HOP_BY_HOP {
-        headers.remove(name);
     }
 }
 
@@ -145,11 +169,42 @@ impl ViaValues {
     }
 }
 
+/// The client's address as the forwarding fields spell it, made once per connection rather
+/// than formatted for every request.
+#[derive(Debug, Clone)]
+pub struct ClientAddr {
+    /// The client's socket address.
+    pub addr: SocketAddr,
+    /// The IP as text: this hop's `X-Forwarded-For` element.
+    xff: HeaderValue,
+    /// The `for=` pair of `Forwarded`: `for=192.0.2.1`, or `for="[2001:db8::1]"` (RFC 7239
+    /// §6: an IPv6 address is bracketed and quoted).
+    forwarded_for: Box<str>,
+}
+
+impl ClientAddr {
+    /// The fields for a client at `addr`.
+    pub fn new(addr: SocketAddr) -> ClientAddr {
+        let ip = addr.ip();
+        let forwarded_for = match ip {
+            IpAddr::V4(v4) => format!("for={v4}"),
+            IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        };
+        ClientAddr {
+            addr,
+            // An IP's text is always a valid field value.
+            xff: HeaderValue::try_from(ip.to_string())
+                .unwrap_or(HeaderValue::from_static("unknown")),
+            forwarded_for: forwarded_for.into(),
+        }
+    }
+}
+
 /// What the request rewrite needs to know besides the headers.
 #[derive(Debug)]
 pub struct Forwarding<'a> {
-    /// The client's socket address.
-    pub client: SocketAddr,
+    /// The client.
+    pub client: &'a ClientAddr,
     /// The host the client asked for (its `Host`, or the authority of an HTTP/2 request).
     pub original_host: Option<&'a HeaderValue>,
     /// This router's `Via` entry.
@@ -170,40 +225,18 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, protocol);
     }
-    let ip = f.client.ip();
-
-    let mut xff = String::with_capacity(48);
-    for (i, prior) in headers.get_all(&X_FORWARDED_FOR).iter().enumerate() {
-        if let Ok(text) = prior.to_str() {
-            if i > 0 {
-                xff.push_str(", ");
-            }
-            xff.push_str(text.trim());
-        }
-    }
-    if !xff.is_empty() {
-        xff.push_str(", ");
-    }
-    let _ = write!(xff, "{ip}");
-    if let Ok(v) = HeaderValue::try_from(xff) {
-        headers.insert(&X_FORWARDED_FOR, v);
-    }
+    append_forwarded_for(headers, &f.client.xff);
     headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
 
-    let mut forwarded = String::with_capacity(64);
-    match ip {
-        IpAddr::V4(v4) => {
-            let _ = write!(forwarded, "for={v4}");
-        }
-        IpAddr::V6(v6) => {
-            let _ = write!(forwarded, "for=\"[{v6}]\"");
-        }
-    }
+    let mut forwarded = String::with_capacity(f.client.forwarded_for.len() + 48);
+    forwarded.push_str(&f.client.forwarded_for);
     if let Some(host) = &original_host {
         if let Ok(text) = host.to_str() {
             // quoted-string: `host:port` is not a token; drop what could break the quoting.
             if !text.contains(['"', '\\']) {
-                let _ = write!(forwarded, ";host=\"{text}\"");
+                forwarded.push_str(";host=\"");
+                forwarded.push_str(text);
+                forwarded.push('"');
             }
         }
         headers.insert(&X_FORWARDED_HOST, host.clone());
@@ -222,23 +255,53 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     }
 }
 
-/// Points a request at `upstream`: the absolute URI with the client's path and query byte
-/// for byte, and `Host` set to the upstream's authority unless `preserve_host`.
-pub fn aim(parts: &mut http::request::Parts, upstream: &Authority, preserve_host: bool) {
-    let mut uri = http::Uri::builder()
-        .scheme("http")
-        .authority(upstream.clone());
-    uri = match parts.uri.path_and_query() {
-        Some(pq) => uri.path_and_query(pq.clone()),
-        None => uri.path_and_query("/"),
-    };
-    if let Ok(uri) = uri.build() {
+/// Appends `ip` to `X-Forwarded-For`, folding earlier lines into one (the usual case, no
+/// earlier line, copies nothing).
+fn append_forwarded_for(headers: &mut HeaderMap, ip: &HeaderValue) {
+    if !headers.contains_key(&X_FORWARDED_FOR) {
+        headers.insert(&X_FORWARDED_FOR, ip.clone());
+        return;
+    }
+    let mut xff = String::with_capacity(64);
+    for prior in headers.get_all(&X_FORWARDED_FOR) {
+        match prior.to_str().map(str::trim) {
+            Ok(text) if !text.is_empty() => {
+                xff.push_str(text);
+                xff.push_str(", ");
+            }
+            _ => {}
+        }
+    }
+    xff.push_str(ip.to_str().unwrap_or("unknown"));
+    if let Ok(v) = HeaderValue::try_from(xff) {
+        headers.insert(&X_FORWARDED_FOR, v);
+    }
+}
+
+/// Points a request at an upstream: the absolute URI its client is addressed by
+/// (`http://<authority><path and query>`, the client's path and query byte for byte) and
+/// `Host` set to `host`, the upstream's `host:port`, unless `preserve_host` keeps the
+/// client's (a request without one still gets the upstream's: HTTP/1.1 requires `Host`).
+pub fn aim(
+    parts: &mut http::request::Parts,
+    authority: &Authority,
+    host: &HeaderValue,
+    preserve_host: bool,
+) {
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .cloned()
+        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let mut uri = http::uri::Parts::default();
+    uri.scheme = Some(http::uri::Scheme::HTTP);
+    uri.authority = Some(authority.clone());
+    uri.path_and_query = Some(path_and_query);
+    if let Ok(uri) = http::Uri::from_parts(uri) {
         parts.uri = uri;
     }
-    if !preserve_host {
-        if let Ok(v) = HeaderValue::from_str(upstream.as_str()) {
-            parts.headers.insert(HOST, v);
-        }
+    if !preserve_host || !parts.headers.contains_key(HOST) {
+        parts.headers.insert(HOST, host.clone());
     }
 }
 
@@ -330,11 +393,11 @@ mod tests {
         let host = h.get("host").cloned();
         let upstream: Authority = "10.1.1.1:8080".parse().expect("authority");
         let via = HeaderValue::from_static("1.1 eu");
-        let client: SocketAddr = "[::1]:5555".parse().expect("addr");
+        let client = ClientAddr::new("[::1]:5555".parse().expect("addr"));
         rewrite_request(
             &mut h,
             &Forwarding {
-                client,
+                client: &client,
                 original_host: host.as_ref(),
                 via: &via,
                 preserve_host: false,
@@ -342,7 +405,8 @@ mod tests {
         );
         let mut parts = http::Request::new(()).into_parts().0;
         parts.headers = h;
-        aim(&mut parts, &upstream, false);
+        let host = HeaderValue::from_static("10.1.1.1:8080");
+        aim(&mut parts, &upstream, &host, false);
         let h = parts.headers;
         assert_eq!(parts.uri, "http://10.1.1.1:8080/");
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, ::1");

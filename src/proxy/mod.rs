@@ -12,11 +12,9 @@ pub mod problem;
 pub mod request_id;
 mod upgrade;
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use ::metrics::SharedString;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, HOST};
 use http::request::Parts;
@@ -33,8 +31,8 @@ use crate::metrics;
 use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, ForwardError, Outgoing, Policies};
-use crate::upstream::SendError;
-use headers::{Forwarding, ViaValues};
+use crate::upstream::{SendError, UpstreamState};
+use headers::{ClientAddr, Forwarding, ViaValues};
 use problem::Problem;
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
@@ -60,7 +58,7 @@ impl Target {
 /// What is known of a request as it goes through the phases, for metrics and the access log.
 struct Trail {
     route: &'static str,
-    region: Option<Arc<str>>,
+    region: Option<Arc<metrics::RegionMetrics>>,
     upstream: Option<Authority>,
 }
 
@@ -70,13 +68,20 @@ pub struct Proxy {
     config: Arc<RouterConfig>,
     table: Arc<LiveTable>,
     via: ViaValues,
+    /// Metrics of requests refused before a region was chosen (`region="none"`).
+    no_region: metrics::RegionMetrics,
 }
 
 impl Proxy {
     /// A proxy over a live table (shared with whoever reloads it).
     pub fn new(config: Arc<RouterConfig>, table: Arc<LiveTable>) -> Proxy {
         let via = ViaValues::new(&config.region);
-        Proxy { config, table, via }
+        Proxy {
+            config,
+            table,
+            via,
+            no_region: metrics::RegionMetrics::new("none"),
+        }
     }
 
     /// The router config this proxy serves with.
@@ -90,7 +95,7 @@ impl Proxy {
     pub async fn handle(
         &self,
         mut req: Request<Incoming>,
-        client: SocketAddr,
+        client: &ClientAddr,
     ) -> Response<ProxyBody> {
         let _in_flight = metrics::InFlight::start();
         let started = Instant::now();
@@ -115,11 +120,8 @@ impl Proxy {
             .insert(request_id::HEADER.clone(), request_id.clone());
 
         let status = resp.status().as_u16();
-        let region = trail
-            .region
-            .as_ref()
-            .map_or(SharedString::const_str("none"), metrics::label);
-        metrics::request(trail.route, region, status);
+        let region = trail.region.as_deref().unwrap_or(&self.no_region);
+        region.request(trail.route, status);
         if let (Some(method), Some(path)) = (method, path) {
             tracing::info!(
                 target: "iuid_router::access",
@@ -128,7 +130,7 @@ impl Proxy {
                 path,
                 status,
                 route = trail.route,
-                region = trail.region.as_deref().unwrap_or("-"),
+                region = trail.region.as_ref().map_or("-", |r| &*r.label),
                 upstream = %trail.upstream.as_ref().map_or("-", |a| a.as_str()),
                 duration_ms = started.elapsed().as_secs_f64() * 1e3,
             );
@@ -140,7 +142,7 @@ impl Proxy {
     async fn phases(
         &self,
         req: Request<Incoming>,
-        client: SocketAddr,
+        client: &ClientAddr,
         trail: &mut Trail,
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
@@ -183,8 +185,8 @@ impl Proxy {
         let decision = self.resolve(&table, found)?;
         metrics::decision(decision.rule.kind());
         let region = table.region(decision.region);
-        tracing::Span::current().record("region", &*region.label);
-        trail.region = Some(region.label.clone());
+        tracing::Span::current().record("region", &*region.metrics.label);
+        trail.region = Some(region.metrics.clone());
         let target = Target {
             table,
             region: decision.region,
@@ -227,7 +229,7 @@ impl Proxy {
     }
 
     /// Phase 4a: SPEC §6 header rules (once; each attempt then only aims the request).
-    fn rewrite_request(&self, parts: &mut Parts, client: SocketAddr) {
+    fn rewrite_request(&self, parts: &mut Parts, client: &ClientAddr) {
         let authority_host = parts
             .uri
             .authority()
@@ -289,9 +291,14 @@ impl Proxy {
             health: &self.config.health,
         };
         let preserve_host = self.config.preserve_host;
-        let aim = |head: &mut Parts, upstream: &Authority| {
-            headers::aim(head, upstream, preserve_host);
-            tracing::Span::current().record("upstream", upstream.as_str());
+        let aim = |head: &mut Parts, upstream: &UpstreamState| {
+            headers::aim(
+                head,
+                &upstream.pool_authority,
+                &upstream.host,
+                preserve_host,
+            );
+            tracing::Span::current().record("upstream", upstream.authority.as_str());
         };
         match forward::forward(region, parts, body, policies, aim).await {
             Ok(answered) => Ok(answered),

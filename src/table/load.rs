@@ -7,11 +7,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
+use std::sync::Arc;
 
 use http::uri::{Scheme, Uri};
 
 use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
 use super::{Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, Upstream};
+use crate::metrics::RegionMetrics;
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 use crate::upstream::budget::RetryBudget;
 use crate::upstream::Registry;
@@ -208,7 +210,7 @@ impl Validator<'_> {
             }
             regions.push(Region {
                 name: name.clone(),
-                label: name.as_str().into(),
+                metrics: Arc::new(RegionMetrics::new(name)),
                 upstreams,
                 cursor: AtomicUsize::new(0),
                 budget: RetryBudget::default(),

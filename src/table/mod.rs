@@ -23,6 +23,7 @@ use http::uri::{Authority, Scheme};
 use iuid::{Id, Iuid};
 use serde::Serialize;
 
+use crate::metrics::RegionMetrics;
 use crate::upstream::budget::RetryBudget;
 use crate::upstream::UpstreamState;
 
@@ -121,8 +122,8 @@ pub struct Upstream {
 pub struct Region {
     /// The name used in the table, `Via` and metrics.
     pub name: String,
-    /// The name again, shared: a metric label and log field without a copy per request.
-    pub label: Arc<str>,
+    /// Its metric handles; the name again, shared, as a label and log field.
+    pub metrics: Arc<RegionMetrics>,
     /// At least one.
     pub upstreams: Vec<Upstream>,
     /// Round-robin position for balancing (`upstream::health::pick`).

@@ -13,20 +13,27 @@ use tokio::time::{Instant, Sleep};
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// `inner`, failing if no frame arrives for `idle`.
+///
+/// The timer is made only when the body first has to wait, and re-armed only when it waits
+/// again after progress: a small body that is already buffered (most responses) costs no
+/// timer at all, and a long stream costs one timer reset per wait, not one per frame.
 #[derive(Debug)]
 pub struct IdleTimeout<B> {
     inner: B,
     idle: Duration,
-    sleep: Pin<Box<Sleep>>,
+    sleep: Option<Pin<Box<Sleep>>>,
+    /// A frame arrived since the timer was last armed.
+    progressed: bool,
 }
 
 impl<B> IdleTimeout<B> {
-    /// Wraps `inner`; the clock starts now.
+    /// Wraps `inner`; the clock starts when it first waits.
     pub fn new(inner: B, idle: Duration) -> Self {
         IdleTimeout {
             inner,
             idle,
-            sleep: Box::pin(tokio::time::sleep(idle)),
+            sleep: None,
+            progressed: false,
         }
     }
 }
@@ -57,14 +64,26 @@ where
         let this = self.get_mut();
         match Pin::new(&mut this.inner).poll_frame(cx) {
             Poll::Ready(frame) => {
-                let idle = this.idle;
-                this.sleep.as_mut().reset(Instant::now() + idle);
+                this.progressed = true;
                 Poll::Ready(frame.map(|r| r.map_err(Into::into)))
             }
-            Poll::Pending => match this.sleep.as_mut().poll(cx) {
-                Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Idle(this.idle))))),
-                Poll::Pending => Poll::Pending,
-            },
+            Poll::Pending => {
+                let idle = this.idle;
+                let sleep = match &mut this.sleep {
+                    Some(sleep) => {
+                        if this.progressed {
+                            sleep.as_mut().reset(Instant::now() + idle);
+                        }
+                        sleep
+                    }
+                    None => this.sleep.insert(Box::pin(tokio::time::sleep(idle))),
+                };
+                this.progressed = false;
+                match sleep.as_mut().poll(cx) {
+                    Poll::Ready(()) => Poll::Ready(Some(Err(Box::new(Idle(this.idle))))),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
         }
     }
 

@@ -20,8 +20,7 @@ use hyper::body::Incoming;
 
 use super::budget::RetryPolicy;
 use super::health::{self, HealthPolicy, Pick};
-use super::{SendError, UpstreamBody};
-use crate::metrics;
+use super::{SendError, UpstreamBody, UpstreamState};
 use crate::table::Region;
 
 /// The body to send: held (replayable) or streamed (one attempt).
@@ -83,10 +82,10 @@ pub async fn forward(
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'_>,
-    aim: impl Fn(&mut Parts, &Authority),
+    aim: impl Fn(&mut Parts, &UpstreamState),
 ) -> Result<(Response<Incoming>, Authority), ForwardError> {
     region.budget.deposit(policies.retry);
-    let label = metrics::label(&region.label);
+    let metrics = &region.metrics;
     let retry_ok = idempotent(&parts.method);
     let (held, mut streamed) = match body {
         Outgoing::Held(bytes) => (Some(bytes), None),
@@ -112,24 +111,26 @@ pub async fn forward(
             (None, Some(b)) => b,
             (None, None) => break,
         };
-        let more_to_come = held.is_some() && attempt < policies.retry.max_retries;
+        // A retry goes to another upstream, so a region of one never needs the head again.
+        let more_to_come =
+            held.is_some() && attempt < policies.retry.max_retries && region.upstreams.len() > 1;
         let mut head = if more_to_come {
             copy_head(&parts)
         } else {
             std::mem::replace(&mut parts, copy_head_empty())
         };
-        aim(&mut head, &upstream.authority);
+        aim(&mut head, &upstream.state);
         let state = &upstream.state;
         let _in_flight = state.health.start();
         let sent = std::time::Instant::now();
         match state.send(Request::from_parts(head, body)).await {
             Ok(resp) => {
                 state.health.success();
-                metrics::upstream_duration(label, sent.elapsed().as_secs_f64());
+                metrics.upstream_duration(sent.elapsed().as_secs_f64());
                 return Ok((resp, upstream.authority.clone()));
             }
             Err(error) => {
-                metrics::upstream_error(label.clone(), error.kind());
+                metrics.upstream_error(error.kind());
                 if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
                     tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
                 }

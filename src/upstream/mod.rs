@@ -19,19 +19,22 @@ pub mod forward;
 pub mod health;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Authority;
-use http::{Request, Response, Version};
+use http::{HeaderValue, Request, Response, Uri, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Timeouts;
-use body::IdleTimeout;
+use body::{BoxError, IdleTimeout};
 use health::Health;
 
 /// A request body on its way upstream: the client's, streamed (with an idle timeout), or
@@ -65,7 +68,11 @@ impl SendError {
 pub struct UpstreamState {
     /// `host:port`.
     pub authority: Authority,
-    client: Client<HttpConnector, UpstreamBody>,
+    /// `host:port` as a `Host` value, made once.
+    pub host: HeaderValue,
+    /// The URI authority requests to this upstream carry (see [`FixedConnector`]).
+    pub pool_authority: Authority,
+    client: Client<FixedConnector, UpstreamBody>,
     response_headers: Duration,
     /// Passive (and active) health.
     pub health: Health,
@@ -77,11 +84,21 @@ impl UpstreamState {
         connector.set_connect_timeout(Some(timeouts.connect()));
         // A proxy writes whole messages; Nagle would only add latency.
         connector.set_nodelay(true);
+        let connector = FixedConnector {
+            inner: connector,
+            target: Uri::from_maybe_shared(format!("http://{authority}/"))
+                .unwrap_or_else(|_| Uri::from_static("http://127.0.0.1/")),
+        };
         let client = Client::builder(TokioExecutor::new())
             .pool_idle_timeout(timeouts.idle())
             .pool_timer(TokioTimer::new())
+            // `Host` is always set by `proxy::headers::aim`; never from the pool authority.
+            .set_host(false)
             .build(connector);
         UpstreamState {
+            host: HeaderValue::from_str(authority.as_str())
+                .unwrap_or(HeaderValue::from_static("localhost")),
+            pool_authority: Authority::from_static(POOL_AUTHORITY),
             authority,
             client,
             response_headers: timeouts.response_headers(),
@@ -103,6 +120,36 @@ impl UpstreamState {
             Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
             Ok(Err(e)) => Err(SendError::Reset(describe(&e))),
         }
+    }
+}
+
+/// The URI authority of every request to an upstream: its client's only pool key. The pool
+/// hashes its key byte by byte several times per request, so a short constant costs less
+/// than the real `host:port`, which [`FixedConnector`] dials instead.
+const POOL_AUTHORITY: &str = "upstream";
+
+/// An [`HttpConnector`] that always dials one upstream, whatever the request URI says: each
+/// [`UpstreamState`] has its own client, so the URI's authority only names the pool.
+#[derive(Debug, Clone)]
+pub struct FixedConnector {
+    inner: HttpConnector,
+    /// `http://host:port/` of the upstream.
+    target: Uri,
+}
+
+impl tower_service::Service<Uri> for FixedConnector {
+    type Response = <HttpConnector as tower_service::Service<Uri>>::Response;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, _: Uri) -> Self::Future {
+        // Connections are made once per pooled connection, not per request: a box is fine.
+        let connecting = self.inner.call(self.target.clone());
+        Box::pin(async move { connecting.await.map_err(Into::into) })
     }
 }
 
