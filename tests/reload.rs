@@ -23,6 +23,23 @@ fn table(version: &str, us: &Upstream, ap: &Upstream, owner: &str) -> String {
     )
 }
 
+/// Like [`table`], with a third region `eu` as the default: no version sends country 2 there,
+/// so a request for country 2 that `eu` answers was misrouted.
+fn table_with_eu(
+    version: &str,
+    us: &Upstream,
+    ap: &Upstream,
+    eu: &Upstream,
+    owner: &str,
+) -> String {
+    format!(
+        "version: \"{version}\"\nregions:\n  us: {{ upstreams: [\"{}\"] }}\n  ap: {{ upstreams: [\"{}\"] }}\n  eu: {{ upstreams: [\"{}\"] }}\ncountries:\n  2: {owner}\ndefault_region: eu\n",
+        us.url(),
+        ap.url(),
+        eu.url()
+    )
+}
+
 fn config(watch: bool) -> String {
     format!(
         "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: {watch}, debounce_ms: 100 }}\n"
@@ -269,8 +286,13 @@ async fn admin_resolve_health_and_readiness() {
 
 #[tokio::test]
 async fn twenty_rewrites_under_load_fail_no_request() {
-    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
-    let router = Arc::new(Router::start(&config(true), &table("v0", &us, &ap, "us")).await);
+    let (us, ap, eu) = (
+        Upstream::start("us").await,
+        Upstream::start("ap").await,
+        Upstream::start("eu").await,
+    );
+    let router =
+        Arc::new(Router::start(&config(true), &table_with_eu("v0", &us, &ap, &eu, "us")).await);
     let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sent = Arc::new(AtomicUsize::new(0));
     let mut clients = Vec::new();
@@ -289,7 +311,8 @@ async fn twenty_rewrites_under_load_fail_no_request() {
                             .get("x-upstream")
                             .map(|v| v.to_str().unwrap_or("?").to_owned())
                             .unwrap_or_default();
-                        // Either table version allows only us or ap for country 2.
+                        // Either table version allows only us or ap for country 2; eu (the
+                        // default region) or anything else is a misroute.
                         if status != 200 || !(from == "us" || from == "ap") {
                             failures.push(format!("{status} from {from:?}"));
                         }
@@ -306,7 +329,7 @@ async fn twenty_rewrites_under_load_fail_no_request() {
         let tmp = write(
             &router.dir,
             ".next",
-            &table(&format!("v{i}"), &us, &ap, owner),
+            &table_with_eu(&format!("v{i}"), &us, &ap, &eu, owner),
         );
         std::fs::rename(&tmp, router.dir.path().join("routing-table.yaml")).expect("rename");
         // Every rewrite is installed, by the watch or by this explicit reload.
@@ -337,4 +360,5 @@ async fn twenty_rewrites_under_load_fail_no_request() {
         "the clients kept sending"
     );
     assert!(us.count() > 0 && ap.count() > 0, "both versions served");
+    assert_eq!(eu.count(), 0, "no request went to the default region");
 }
