@@ -309,7 +309,10 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
     socket.close(None).await.expect("close");
 
     // Region b's upstream answers the upgrade with a plain 200: no tunnel; the connection
-    // stays HTTP and serves the next request.
+    // stays HTTP and the router itself serves the next request on it. Had the bytes been
+    // tunnelled, the second request would reach the upstream raw and its answer come back
+    // untouched: no `Via` naming this router's region (`edge`), no `x-request-id`, and the
+    // upstream's hop-by-hop `x-upstream-secret` still in it.
     let addr = router.addr;
     let path = format!("/o/{}", id(2));
     let raw = tokio::task::spawn_blocking(move || {
@@ -325,7 +328,11 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
         let n = s.read(&mut first).expect("read");
         let first = String::from_utf8_lossy(&first[..n]).into_owned();
         s.write_all(
-            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: x\r\nX-Request-Id: after-refused-upgrade\r\n\
+                 Connection: close\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .expect("write");
         let mut second = Vec::new();
@@ -334,12 +341,25 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
     })
     .await
     .expect("join");
-    assert!(raw.0.starts_with("HTTP/1.1 200"), "{}", raw.0);
-    assert!(raw.1.starts_with("HTTP/1.1 200"), "still HTTP: {}", raw.1);
-    assert_eq!(plain.count(), 2);
-    assert!(!plain.received.lock().expect("log")[0]
-        .headers
-        .contains_key("sec-websocket-accept"));
+    let (first, second) = (raw.0.to_ascii_lowercase(), raw.1.to_ascii_lowercase());
+    assert!(first.starts_with("http/1.1 200"), "{}", raw.0);
+    assert!(second.starts_with("http/1.1 200"), "still HTTP: {}", raw.1);
+    // The second answer went through the router, not through a tunnel.
+    assert!(second.contains("\r\nvia: 1.1 edge\r\n"), "{}", raw.1);
+    assert!(
+        second.contains("\r\nx-request-id: after-refused-upgrade\r\n"),
+        "{}",
+        raw.1
+    );
+    assert!(!second.contains("x-upstream-secret"), "{}", raw.1);
+    assert!(!first.contains("upgrade"), "no 101 was relayed: {}", raw.0);
+    let received = plain.received.lock().expect("log").clone();
+    assert_eq!(received.len(), 2);
+    // The upstream was asked to upgrade (and refused), then got a proxied request.
+    assert_eq!(received[0].headers["upgrade"], "websocket");
+    assert_eq!(received[1].headers["via"], "1.1 edge");
+    assert_eq!(received[1].headers["x-request-id"], "after-refused-upgrade");
+    assert!(received[1].headers.contains_key("x-forwarded-for"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
