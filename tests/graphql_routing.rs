@@ -277,6 +277,28 @@ async fn raw_document_get_and_batched_forms() {
 }
 
 #[tokio::test]
+async fn graphql_plus_json_bodies_are_read_as_json_not_as_raw_documents() {
+    // `application/graphql+json` (the request type of earlier GraphQL-over-HTTP drafts) and
+    // `application/graphql-response+json` start like `application/graphql` but carry JSON.
+    let w = World::start().await;
+    let body = op(
+        "query($id: ID!) { node(id: $id) { id } }",
+        json!({ "id": id(2) }),
+    );
+    w.post_reaches("application/graphql+json", &body, "us")
+        .await;
+    w.post_reaches("application/graphql+json; charset=utf-8", &body, "us")
+        .await;
+    w.post_reaches("application/graphql-response+json", &body, "us")
+        .await;
+    // The raw-document type itself, with a parameter, is still a document.
+    let raw = format!(r#"{{ node(id: "{}") {{ id }} }}"#, id(1));
+    w.post_reaches("application/graphql;charset=utf-8", &raw, "ap")
+        .await;
+    assert_eq!(w.total(), 4);
+}
+
+#[tokio::test]
 async fn persisted_queries_route_by_variable_names() {
     let w = World::start().await;
     let persisted = |vars: Value| {

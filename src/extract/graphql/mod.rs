@@ -153,7 +153,7 @@ impl GraphqlRoute {
     }
 
     /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
-    /// or a batch array).
+    /// or a batch array), which includes `application/json` and `application/graphql+json`.
     pub fn ids_from_body(
         &self,
         content_type: Option<&[u8]>,
@@ -161,10 +161,7 @@ impl GraphqlRoute {
         cold: ColdParse,
         out: &mut Vec<Id>,
     ) -> Result<(), GraphqlError> {
-        let is_graphql = content_type.is_some_and(|ct| {
-            ct.len() >= 19 && ct[..19].eq_ignore_ascii_case(b"application/graphql")
-        });
-        if is_graphql {
+        if content_type.is_some_and(is_raw_document) {
             let text = std::str::from_utf8(body)
                 .map_err(|e| GraphqlError::Invalid(format!("the document is not UTF-8: {e}")))?;
             let op = Operation {
@@ -261,6 +258,21 @@ impl GraphqlRoute {
             Ok(())
         })
     }
+}
+
+/// Whether a `Content-Type` names the raw-document media type `application/graphql` itself
+/// (any case, parameters allowed), not a longer type that starts the same way:
+/// `application/graphql+json` (the request type of earlier GraphQL-over-HTTP drafts) and
+/// `application/graphql-response+json` carry JSON, and are read as JSON.
+fn is_raw_document(content_type: &[u8]) -> bool {
+    const RAW: &[u8] = b"application/graphql";
+    let content_type = content_type.trim_ascii_start();
+    content_type.len() >= RAW.len()
+        && content_type[..RAW.len()].eq_ignore_ascii_case(RAW)
+        && matches!(
+            content_type.get(RAW.len()),
+            None | Some(b';' | b' ' | b'\t')
+        )
 }
 
 /// Decodes a JSON-valued query-string parameter.
@@ -436,6 +448,28 @@ mod tests {
         )
         .expect("raw");
         assert_eq!(out.len(), 2);
+    }
+
+    #[test]
+    fn only_application_graphql_itself_is_a_raw_document() {
+        for raw in [
+            &b"application/graphql"[..],
+            b"Application/GraphQL",
+            b"application/graphql; charset=utf-8",
+            b"application/graphql ;charset=utf-8",
+        ] {
+            assert!(is_raw_document(raw), "{}", String::from_utf8_lossy(raw));
+        }
+        for json in [
+            &b"application/graphql+json"[..],
+            b"application/graphql+json; charset=utf-8",
+            b"application/graphql-response+json",
+            b"application/graphqlx",
+            b"application/json",
+            b"application/graph",
+        ] {
+            assert!(!is_raw_document(json), "{}", String::from_utf8_lossy(json));
+        }
     }
 
     #[test]
