@@ -50,6 +50,8 @@ struct ConfigFile {
     health_check: Option<CheckPolicy>,
     #[serde(default)]
     retries: RetryPolicy,
+    #[serde(default)]
+    workers: usize,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -222,6 +224,9 @@ pub struct RouterConfig {
     pub health_check: Option<CheckPolicy>,
     /// Retries and their budget.
     pub retries: RetryPolicy,
+    /// Worker threads serving the data path, at least 1 (`workers: 0`, the default, is one
+    /// per available core; see `crate::workers`).
+    pub workers: usize,
 }
 
 impl RouterConfig {
@@ -282,7 +287,10 @@ impl RouterConfig {
                 "max_ejected_percent is a percentage: 0 to 100",
             ));
         }
-        if file.timeouts.connect_ms == 0 || file.timeouts.response_headers_ms == 0 {
+        if file.timeouts.connect_ms == 0
+            || file.timeouts.response_headers_ms == 0
+            || file.timeouts.idle_ms == 0
+        {
             errors.push(source.error_at(&[key("timeouts")], "timeouts must be above 0 ms"));
         }
 
@@ -324,6 +332,7 @@ impl RouterConfig {
                 health: file.health,
                 health_check: file.health_check,
                 retries: file.retries,
+                workers: crate::workers::resolve_count(file.workers),
             }),
             _ => Err(SourceErrors(errors)),
         }

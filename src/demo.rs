@@ -102,7 +102,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         path: PathBuf::from("<demo>/router.yaml"),
         text: CONFIG.replace("{listen}", &listen.to_string()),
     })?;
-    let registry = Arc::new(Registry::new(config.timeouts, None));
+    let registry = Arc::new(Registry::new(config.timeouts, None, config.workers));
     let live = LiveTable::from_source(
         &Source {
             path: PathBuf::from("<demo>/demo-routing-table.yaml"),
@@ -115,7 +115,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     println!("{}", tour(local, &addrs, &live.current()));
     let proxy = Arc::new(Proxy::new(Arc::new(config), Arc::new(live)));
-    crate::server::serve(listener, proxy, std::future::pending(), Duration::ZERO).await;
+    crate::server::serve(listener, proxy, std::future::pending(), Duration::ZERO).await?;
     Ok(())
 }
 

@@ -6,7 +6,8 @@
 //! - ids are read from requests in [`extract`];
 //! - the routing table (model, validation, compiled lookup) lives in [`table`];
 //! - forwarding — the request's life from loop check to response — is [`proxy`];
-//! - upstream connections are [`upstream`]; the listener is [`server`].
+//! - upstream connections are [`upstream`]; the listener is [`server`], and the threads it
+//!   hands connections to are [`workers`].
 
 pub mod admin;
 pub mod config;
@@ -20,3 +21,4 @@ pub mod server;
 pub mod source;
 pub mod table;
 pub mod upstream;
+pub mod workers;

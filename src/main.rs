@@ -134,7 +134,9 @@ fn runtime<F>(fut: F) -> ExitCode
 where
     F: std::future::Future<Output = Result<(), Box<dyn std::error::Error>>>,
 {
-    let rt = match tokio::runtime::Builder::new_multi_thread()
+    // Single-threaded: the data path runs on `workers` of its own (src/workers.rs); this
+    // runtime only accepts, and runs the admin API, reloads and signals.
+    let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
     {

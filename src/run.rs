@@ -30,7 +30,11 @@ pub async fn run(
 ) -> Result<(), Error> {
     // The recorder first, so that the first load is counted too.
     crate::metrics::handle();
-    let registry = Arc::new(Registry::new(config.timeouts, config.health_check.clone()));
+    let registry = Arc::new(Registry::new(
+        config.timeouts,
+        config.health_check.clone(),
+        config.workers,
+    ));
     let live = Arc::new(LiveTable::load(&config.routing_table, registry)?);
     let _watch = if config.reload.watch {
         let debounce = Duration::from_millis(config.reload.debounce_ms);
@@ -62,7 +66,7 @@ pub async fn run(
         tracing::info!("shutting down: /readyz answers 503");
         tokio::time::sleep(drain_delay).await;
     };
-    server::serve(listener, proxy, begin_drain, grace).await;
+    server::serve(listener, proxy, begin_drain, grace).await?;
     tracing::info!("drained; exiting");
     Ok(())
 }

@@ -4,6 +4,9 @@
 //! HTTP/1.1 and HTTP/2 (prior knowledge) are both served on one port by `hyper-util`'s auto
 //! builder; upstreams are always spoken to in HTTP/1.1.
 //!
+//! Connections are accepted here, on the caller's runtime, and each is served on one of the
+//! [`Workers`] for its whole life (see `workers` for why).
+//!
 //! Shutdown order (SPEC §8, for load balancers): the caller flips `/readyz` to 503 before the
 //! `shutdown` future completes; then the listener is closed, so new connections are refused;
 //! every open connection is told to finish: HTTP/1 connections close after the response in
@@ -19,20 +22,26 @@ use std::time::Duration;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
+use crate::workers::Workers;
 
-/// Serves `listener` until `shutdown` completes, then drains for at most `grace`.
+/// Serves `listener` on `proxy.config().workers` worker threads until `shutdown` completes,
+/// then drains for at most `grace`.
+///
+/// Errors: the worker threads could not be started.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
-) {
+) -> std::io::Result<()> {
+    let workers = Workers::start(proxy.config().workers)?;
     let limits = proxy.config().limits;
+    let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -63,19 +72,37 @@ pub async fn serve(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        // The socket moves to the worker's event loop: deregistered here, registered there.
+        let stream = match stream.into_std() {
+            Ok(stream) => stream,
+            Err(e) => {
+                tracing::debug!(%client, error = %e, "cannot hand the connection over");
+                continue;
+            }
+        };
         // Per connection, so that a request clones a handle no other thread touches.
         let conn = Arc::new((proxy.clone(), ClientAddr::new(client)));
-        let service = service_fn(move |req| {
-            let conn = conn.clone();
-            async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
-        });
-        let conn = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
+        let builder = builder.clone();
         let mut draining = draining_rx.clone();
         let open = open_tx.clone();
-        tokio::spawn(async move {
+        workers.spawn(async move {
             let _open = open;
+            let stream = match TcpStream::from_std(stream) {
+                Ok(stream) => stream,
+                Err(e) => {
+                    tracing::debug!(%client, error = %e, "cannot register the connection");
+                    return;
+                }
+            };
+            if !protocol_announced(&stream, header_timeout).await {
+                tracing::debug!(%client, "nothing sent within the header read timeout; closed");
+                return;
+            }
+            let service = service_fn(move |req| {
+                let conn = conn.clone();
+                async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
+            });
+            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
@@ -99,6 +126,43 @@ pub async fn serve(
             grace_ms = grace.as_millis() as u64,
             "grace period over; cutting the remaining connections"
         );
+    }
+    // Dropping the workers cuts whatever is left.
+    drop(workers);
+    Ok(())
+}
+
+/// The HTTP/2 connection preface (RFC 9113 §3.4).
+const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+
+/// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from HTTP/2:
+/// one byte that is not a prefix of the HTTP/2 preface, or the whole preface. False if the
+/// client sent nothing more in time, or closed.
+///
+/// `hyper-util`'s auto builder reads the first bytes to choose the protocol with no timeout
+/// of its own, and hyper's `header_read_timeout` is HTTP/1's only: without this a client that
+/// connects and stays silent (or stops inside the preface) would hold a connection forever.
+/// It only peeks, so nothing is consumed; it costs one `recv(MSG_PEEK)` per connection.
+async fn protocol_announced(stream: &TcpStream, within: Duration) -> bool {
+    let deadline = tokio::time::Instant::now() + within;
+    let mut buf = [0u8; H2_PREFACE.len()];
+    loop {
+        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
+            Ok(Ok(n)) => n,
+            Ok(Err(_)) | Err(_) => return false,
+        };
+        if n == 0 {
+            return false;
+        }
+        if n == H2_PREFACE.len() || buf[..n] != H2_PREFACE[..n] {
+            return true;
+        }
+        // Part of the preface: `peek` would answer at once with the same bytes, so wait a
+        // little before looking again (only a stalled HTTP/2 client gets here).
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        if tokio::time::Instant::now() >= deadline {
+            return false;
+        }
     }
 }
 

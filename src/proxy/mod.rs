@@ -292,12 +292,7 @@ impl Proxy {
         };
         let preserve_host = self.config.preserve_host;
         let aim = |head: &mut Parts, upstream: &UpstreamState| {
-            headers::aim(
-                head,
-                &upstream.pool_authority,
-                &upstream.host,
-                preserve_host,
-            );
+            headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             tracing::Span::current().record("upstream", upstream.authority.as_str());
         };
         match forward::forward(region, parts, body, policies, aim).await {

@@ -230,7 +230,11 @@ mod tests {
                 Upstream {
                     url: format!("http://{authority}"),
                     scheme: http::uri::Scheme::HTTP,
-                    state: Arc::new(UpstreamState::new(authority.clone(), &Timeouts::default())),
+                    state: Arc::new(UpstreamState::new(
+                        authority.clone(),
+                        &Timeouts::default(),
+                        1,
+                    )),
                     authority,
                 }
             })

@@ -1,8 +1,10 @@
 //! Talking to upstreams: pools, balancing, health, retries (SPEC §6, last bullet).
 //!
-//! Each upstream (`host:port`) has its own [`UpstreamState`]: a pooled HTTP/1.1 client and a
+//! Each upstream (`host:port`) has its own [`UpstreamState`]: pooled HTTP/1.1 clients and a
 //! health record. Separate clients mean separate pools and pool locks, so a slow or dead
-//! upstream cannot hold up another region's requests. States live in a [`Registry`] keyed by
+//! upstream cannot hold up another region's requests. There is one client per worker thread
+//! (`crate::workers`), made on first use there, so a pooled connection is only ever used by
+//! the thread whose event loop drives it. States live in a [`Registry`] keyed by
 //! authority, so a routing-table reload keeps the warm connections and the health of the
 //! upstreams that stay.
 //!
@@ -19,22 +21,19 @@ pub mod forward;
 pub mod health;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::pin::Pin;
-use std::sync::{Arc, Mutex, Weak};
-use std::task::{Context, Poll};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Authority;
-use http::{HeaderValue, Request, Response, Uri, Version};
+use http::{HeaderValue, Request, Response, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Timeouts;
-use body::{BoxError, IdleTimeout};
+use body::IdleTimeout;
 use health::Health;
 
 /// A request body on its way upstream: the client's, streamed (with an idle timeout), or
@@ -70,40 +69,47 @@ pub struct UpstreamState {
     pub authority: Authority,
     /// `host:port` as a `Host` value, made once.
     pub host: HeaderValue,
-    /// The URI authority requests to this upstream carry (see [`FixedConnector`]).
-    pub pool_authority: Authority,
-    client: Client<FixedConnector, UpstreamBody>,
+    /// One client (pool) per worker, index [`crate::workers::current`]; slot 0 serves
+    /// threads that are no worker.
+    clients: Box<[OnceLock<Client<HttpConnector, UpstreamBody>>]>,
+    timeouts: Timeouts,
     response_headers: Duration,
     /// Passive (and active) health.
     pub health: Health,
 }
 
 impl UpstreamState {
-    fn new(authority: Authority, timeouts: &Timeouts) -> UpstreamState {
-        let mut connector = HttpConnector::new();
-        connector.set_connect_timeout(Some(timeouts.connect()));
-        // A proxy writes whole messages; Nagle would only add latency.
-        connector.set_nodelay(true);
-        let connector = FixedConnector {
-            inner: connector,
-            target: Uri::from_maybe_shared(format!("http://{authority}/"))
-                .unwrap_or_else(|_| Uri::from_static("http://127.0.0.1/")),
-        };
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(timeouts.idle())
-            .pool_timer(TokioTimer::new())
-            // `Host` is always set by `proxy::headers::aim`; never from the pool authority.
-            .set_host(false)
-            .build(connector);
+    /// The state of `authority` with room for `workers` worker pools.
+    fn new(authority: Authority, timeouts: &Timeouts, workers: usize) -> UpstreamState {
         UpstreamState {
             host: HeaderValue::from_str(authority.as_str())
                 .unwrap_or(HeaderValue::from_static("localhost")),
-            pool_authority: Authority::from_static(POOL_AUTHORITY),
             authority,
-            client,
+            clients: (0..=workers).map(|_| OnceLock::new()).collect(),
+            timeouts: *timeouts,
             response_headers: timeouts.response_headers(),
             health: Health::default(),
         }
+    }
+
+    /// The calling worker's client, made on its first request.
+    fn client(&self) -> &Client<HttpConnector, UpstreamBody> {
+        let slot = self
+            .clients
+            .get(crate::workers::current())
+            .unwrap_or(&self.clients[0]);
+        slot.get_or_init(|| {
+            let mut connector = HttpConnector::new();
+            connector.set_connect_timeout(Some(self.timeouts.connect()));
+            // A proxy writes whole messages; Nagle would only add latency.
+            connector.set_nodelay(true);
+            Client::builder(TokioExecutor::new())
+                .pool_idle_timeout(self.timeouts.idle())
+                .pool_timer(TokioTimer::new())
+                // `Host` is always set by `proxy::headers::aim`.
+                .set_host(false)
+                .build(connector)
+        })
     }
 
     /// Sends a request whose URI is already absolute and waits for the response headers;
@@ -114,42 +120,12 @@ impl UpstreamState {
     ) -> Result<Response<Incoming>, SendError> {
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         *req.version_mut() = Version::HTTP_11;
-        match tokio::time::timeout(self.response_headers, self.client.request(req)).await {
+        match tokio::time::timeout(self.response_headers, self.client().request(req)).await {
             Err(_) => Err(SendError::TimedOut),
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
             Ok(Err(e)) => Err(SendError::Reset(describe(&e))),
         }
-    }
-}
-
-/// The URI authority of every request to an upstream: its client's only pool key. The pool
-/// hashes its key byte by byte several times per request, so a short constant costs less
-/// than the real `host:port`, which [`FixedConnector`] dials instead.
-const POOL_AUTHORITY: &str = "upstream";
-
-/// An [`HttpConnector`] that always dials one upstream, whatever the request URI says: each
-/// [`UpstreamState`] has its own client, so the URI's authority only names the pool.
-#[derive(Debug, Clone)]
-pub struct FixedConnector {
-    inner: HttpConnector,
-    /// `http://host:port/` of the upstream.
-    target: Uri,
-}
-
-impl tower_service::Service<Uri> for FixedConnector {
-    type Response = <HttpConnector as tower_service::Service<Uri>>::Response;
-    type Error = BoxError;
-    type Future = Pin<Box<dyn Future<Output = Result<Self::Response, BoxError>> + Send>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
-        self.inner.poll_ready(cx).map_err(Into::into)
-    }
-
-    fn call(&mut self, _: Uri) -> Self::Future {
-        // Connections are made once per pooled connection, not per request: a box is fine.
-        let connecting = self.inner.call(self.target.clone());
-        Box::pin(async move { connecting.await.map_err(Into::into) })
     }
 }
 
@@ -170,15 +146,18 @@ fn describe(e: &hyper_util::client::legacy::Error) -> String {
 #[derive(Debug)]
 pub struct Registry {
     timeouts: Timeouts,
+    workers: usize,
     checks: Option<check::CheckPolicy>,
     states: Mutex<HashMap<Authority, Weak<UpstreamState>>>,
 }
 
 impl Registry {
-    /// A registry whose clients use `timeouts`, with active checks if `checks` is set.
-    pub fn new(timeouts: Timeouts, checks: Option<check::CheckPolicy>) -> Registry {
+    /// A registry whose clients use `timeouts`, with active checks if `checks` is set, for a
+    /// router of `workers` worker threads.
+    pub fn new(timeouts: Timeouts, checks: Option<check::CheckPolicy>, workers: usize) -> Registry {
         Registry {
             timeouts,
+            workers,
             checks,
             states: Mutex::new(HashMap::new()),
         }
@@ -192,7 +171,11 @@ impl Registry {
             return state;
         }
         states.retain(|_, w| w.strong_count() > 0);
-        let state = Arc::new(UpstreamState::new(authority.clone(), &self.timeouts));
+        let state = Arc::new(UpstreamState::new(
+            authority.clone(),
+            &self.timeouts,
+            self.workers,
+        ));
         states.insert(authority.clone(), Arc::downgrade(&state));
         if let Some(policy) = self.checks.clone() {
             check::spawn(Arc::downgrade(&state), policy);
@@ -203,6 +186,6 @@ impl Registry {
 
 impl Default for Registry {
     fn default() -> Self {
-        Registry::new(Timeouts::default(), None)
+        Registry::new(Timeouts::default(), None, 1)
     }
 }

@@ -1,0 +1,150 @@
+//! Client connections before the first request, and the worker threads that serve them:
+//! a silent client or one stalled inside the HTTP/2 preface is cut off after the header read
+//! timeout, a real HTTP/2 preface is served, and the data path runs on `workers` threads.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::{Duration, Instant};
+
+use common::{client, Router, Upstream};
+use iuid::Iuid;
+
+fn table(upstream: &str) -> String {
+    format!(
+        "version: conn\nregions:\n  a: {{ upstreams: [\"{upstream}\"] }}\ncountries:\n  1: a\ndefault_region: a\n"
+    )
+}
+
+/// Every router of this file has 3 workers, so that the thread names seen are theirs.
+const CONFIG: &str = "\
+listen: 127.0.0.1:0
+region: edge
+routing_table: routing-table.yaml
+routes:
+  - path: /o/{id}
+reload: { watch: false }
+limits: { header_read_timeout_ms: 500 }
+workers: 3
+";
+
+/// Writes `first` (maybe nothing), then waits for the router to close the connection;
+/// returns how long that took, or `None` if it was still open after 5 s.
+fn closed_after(addr: SocketAddr, first: &'static [u8]) -> Option<Duration> {
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let started = Instant::now();
+    s.write_all(first).expect("write");
+    let mut buf = [0u8; 256];
+    match s.read(&mut buf) {
+        // EOF or a reset: the router hung up.
+        Ok(0) | Err(_) if started.elapsed() < Duration::from_secs(5) => Some(started.elapsed()),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_stalled_clients_are_cut_off_after_the_header_timeout() {
+    let up = Upstream::start("up").await;
+    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let addr = router.addr;
+    for (what, first) in [
+        ("a client that sends nothing", &b""[..]),
+        (
+            "a client stalled inside the HTTP/2 preface",
+            b"PRI * HTTP/2.0\r\n",
+        ),
+    ] {
+        let took = tokio::task::spawn_blocking(move || closed_after(addr, first))
+            .await
+            .expect("client");
+        let took = took.unwrap_or_else(|| panic!("{what} was never disconnected"));
+        assert!(
+            took >= Duration::from_millis(400) && took < Duration::from_secs(3),
+            "{what} was disconnected after {took:?}, want about the 500 ms header timeout"
+        );
+    }
+    // Meanwhile the router serves as usual.
+    let id = Iuid::from_fields(1_800_000_000_000, 1, 1, 7);
+    let resp = client()
+        .get(router.url(&format!("/o/{id}")))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http2_preface_is_answered_with_settings() {
+    let up = Upstream::start("up").await;
+    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let addr = router.addr;
+    let frame = tokio::task::spawn_blocking(move || {
+        let mut s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        // The preface, then an empty SETTINGS frame (RFC 9113 §3.4, §6.5).
+        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\0\0\0\x04\0\0\0\0\0")
+            .expect("write");
+        let mut head = [0u8; 9];
+        s.read_exact(&mut head).expect("a frame back");
+        head
+    })
+    .await
+    .expect("client");
+    assert_eq!(frame[3], 0x04, "the server's first frame is SETTINGS");
+}
+
+/// Names of this process's threads.
+fn thread_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for task in std::fs::read_dir("/proc/self/task").expect("/proc/self/task") {
+        let path = task.expect("task").path().join("comm");
+        if let Ok(name) = std::fs::read_to_string(path) {
+            names.push(name.trim().to_owned());
+        }
+    }
+    names
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_data_path_runs_on_the_configured_worker_threads() {
+    let up = Upstream::start("up").await;
+    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let http = client();
+    let id = Iuid::from_fields(1_800_000_000_000, 1, 1, 7);
+    // Several connections, so that every worker gets some.
+    for _ in 0..6 {
+        let fresh = reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .expect("client");
+        let resp = fresh
+            .get(router.url(&format!("/o/{id}")))
+            .send()
+            .await
+            .expect("answer");
+        assert_eq!(resp.status(), 200);
+    }
+    assert_eq!(
+        http.get(router.url("/o/x"))
+            .send()
+            .await
+            .expect("answer")
+            .status(),
+        400
+    );
+    let mut workers: Vec<String> = thread_names()
+        .into_iter()
+        .filter(|n| n.starts_with("iuid-worker-") && !n.ends_with("-blocking"))
+        .collect();
+    workers.sort();
+    workers.dedup();
+    assert_eq!(
+        workers,
+        ["iuid-worker-1", "iuid-worker-2", "iuid-worker-3"],
+        "one thread per configured worker"
+    );
+}
