@@ -514,4 +514,19 @@ async fn large_documents_are_parsed_off_the_workers_and_still_routed() {
         .expect("answer");
     let (status, up, problem) = answer(resp).await;
     assert_eq!((status, up.as_str()), (200, "us"), "{problem}");
+
+    // A batch of distinct small documents, each under the bound but over it together: the
+    // bound is per request, so this batch goes to the blocking pool too, and still routes.
+    let ops: Vec<String> = (0..6)
+        .map(|i| {
+            let fields: String = (0..150).map(|f| format!("f{i}_{f} ")).collect();
+            op(
+                &format!(r#"{{ node(id: "{}") {{ id {fields}}} }}"#, id(1)),
+                Value::Null,
+            )
+        })
+        .collect();
+    let batch = format!("[{}]", ops.join(","));
+    assert!(batch.len() > 4 << 10 && ops.iter().all(|o| o.len() < 4 << 10));
+    w.post_reaches("application/json", &batch, "ap").await;
 }

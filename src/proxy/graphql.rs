@@ -2,10 +2,11 @@
 //! bytes to send upstream unchanged.
 //!
 //! Requests are read on the async worker when that is cheap: a cache hit costs a few
-//! microseconds, a cold parse of a document up to 4 KiB about 100 µs. A larger document that
-//! misses the cache, and any body over [`BLOCKING_ABOVE`] bytes (whose JSON decoding alone
-//! takes milliseconds at 1 MiB), go to the blocking pool, so that a cold parse — bounded by the
-//! token and depth limits — never holds up other connections of the same worker.
+//! microseconds, cold parses of up to 4 KiB of documents about 100 µs. A request whose
+//! cache-missing documents come to more than 4 KiB together (one large document, or a batch of
+//! many small distinct ones), and any body over [`BLOCKING_ABOVE`] bytes (whose JSON decoding
+//! alone takes milliseconds at 1 MiB), go to the blocking pool, so that a cold parse — bounded
+//! by the token and depth limits — never holds up other connections of the same worker.
 
 use std::sync::Arc;
 

@@ -41,18 +41,53 @@ const CACHE_MAX_SHAPE: usize = 64 << 10;
 pub enum ColdParse {
     /// Any document may be parsed on this thread.
     Here,
-    /// Only documents up to [`INLINE_PARSE_MAX`] bytes; cache hits are always served.
+    /// Cold parses of at most [`INLINE_PARSE_MAX`] bytes in total per request (all the
+    /// documents of a batch together); cache hits are always served.
     SmallOnly,
 }
 
-/// Largest document parsed on an async worker (about 100 µs of parsing).
+/// Most document bytes one request may cold-parse on an async worker (about 100 µs of
+/// parsing), summed over the documents of a batch.
 pub const INLINE_PARSE_MAX: usize = 4 << 10;
+
+/// The cold-parse allowance of one request: under [`ColdParse::SmallOnly`] the cache-missing
+/// documents of the request, together, may use [`INLINE_PARSE_MAX`] bytes, so that a batch of
+/// many small distinct documents is bounded like one large document.
+#[derive(Debug)]
+struct ColdBudget {
+    /// Bytes of cold documents still allowed here; `None` is unbounded ([`ColdParse::Here`]).
+    left: Option<usize>,
+}
+
+impl ColdBudget {
+    fn new(cold: ColdParse) -> ColdBudget {
+        ColdBudget {
+            left: match cold {
+                ColdParse::Here => None,
+                ColdParse::SmallOnly => Some(INLINE_PARSE_MAX),
+            },
+        }
+    }
+
+    /// Whether a cache-missing document of `len` bytes may be parsed on this thread; if so,
+    /// its bytes are charged to the request.
+    fn admit(&mut self, len: usize) -> bool {
+        match &mut self.left {
+            None => true,
+            Some(left) if len <= *left => {
+                *left -= len;
+                true
+            }
+            Some(_) => false,
+        }
+    }
+}
 
 /// Why the ids of a GraphQL request cannot be read (answered 400, except `ParseElsewhere`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GraphqlError {
-    /// A large document missed the cache under [`ColdParse::SmallOnly`]: call again with
-    /// [`ColdParse::Here`] off the async workers.
+    /// Under [`ColdParse::SmallOnly`], the request's cache-missing documents come to more than
+    /// [`INLINE_PARSE_MAX`] bytes: call again with [`ColdParse::Here`] off the async workers.
     ParseElsewhere,
     /// The body or query string is not a GraphQL request: the decoder's message.
     Invalid(String),
@@ -149,7 +184,7 @@ impl GraphqlRoute {
         }
         op.variables = json_param("variables", variables)?;
         op.extensions = json_param("extensions", extensions)?;
-        self.operation(&op, cold, out)
+        self.operation(&op, &mut ColdBudget::new(cold), out)
     }
 
     /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
@@ -168,7 +203,7 @@ impl GraphqlRoute {
                 query: Some(Cow::Borrowed(text)),
                 ..Operation::default()
             };
-            return self.operation(&op, cold, out);
+            return self.operation(&op, &mut ColdBudget::new(cold), out);
         }
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'[') {
@@ -177,14 +212,17 @@ impl GraphqlRoute {
             if batch.is_empty() {
                 return Err(GraphqlError::Invalid("empty batch".into()));
             }
+            // One allowance for the whole batch. When it runs out part way, the documents
+            // already parsed are cached, so the retry off the worker finds them.
+            let mut budget = ColdBudget::new(cold);
             for op in &batch {
-                self.operation(op, cold, out)?;
+                self.operation(op, &mut budget, out)?;
             }
             Ok(())
         } else {
             let op: Operation = serde_json::from_slice(body)
                 .map_err(|e| GraphqlError::Invalid(format!("invalid JSON body: {e}")))?;
-            self.operation(&op, cold, out)
+            self.operation(&op, &mut ColdBudget::new(cold), out)
         }
     }
 
@@ -192,7 +230,7 @@ impl GraphqlRoute {
     fn operation(
         &self,
         op: &Operation<'_>,
-        cold: ColdParse,
+        budget: &mut ColdBudget,
         out: &mut Vec<Id>,
     ) -> Result<(), GraphqlError> {
         let variables = match &op.variables {
@@ -227,9 +265,7 @@ impl GraphqlRoute {
             let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
             let entry = match self.cache.get(key, doc, &literals, operation_name) {
                 Some(entry) => entry,
-                None if cold == ColdParse::SmallOnly && doc.len() > INLINE_PARSE_MAX => {
-                    return Err(GraphqlError::ParseElsewhere);
-                }
+                None if !budget.admit(doc.len()) => return Err(GraphqlError::ParseElsewhere),
                 None => {
                     let plan = plan::build(query, &literals, operation_name, self.limits);
                     let shape = scan::shape_of(doc, &literals);
@@ -486,6 +522,65 @@ mod tests {
         r.ids_from_body(None, body.as_bytes(), ColdParse::SmallOnly, &mut out)
             .expect("hit");
         assert_eq!(out.len(), 1);
+    }
+
+    #[test]
+    fn the_inline_cold_budget_is_per_request_not_per_document() {
+        let mut here = ColdBudget::new(ColdParse::Here);
+        assert!(here.admit(1 << 20) && here.admit(1 << 20));
+        let mut small = ColdBudget::new(ColdParse::SmallOnly);
+        assert!(small.admit(INLINE_PARSE_MAX / 2));
+        assert!(small.admit(INLINE_PARSE_MAX / 4));
+        // Each of these would fit alone; together with the earlier ones they do not.
+        assert!(!small.admit(INLINE_PARSE_MAX / 2));
+        assert!(small.admit(INLINE_PARSE_MAX / 4));
+        assert!(!small.admit(1));
+        let mut one = ColdBudget::new(ColdParse::SmallOnly);
+        assert!(
+            one.admit(INLINE_PARSE_MAX),
+            "one document up to the bound stays inline"
+        );
+        let mut big = ColdBudget::new(ColdParse::SmallOnly);
+        assert!(!big.admit(INLINE_PARSE_MAX + 1));
+    }
+
+    #[test]
+    fn a_batch_of_many_small_cold_documents_is_parsed_elsewhere() {
+        let r = route();
+        // Eight distinct shapes of about 1 KiB each: each under the bound, 8 KiB together.
+        let ops: Vec<String> = (0..8)
+            .map(|i| {
+                let fields: String = (0..150).map(|f| format!("f{i}_{f} ")).collect();
+                json(
+                    &format!(r#"{{ node(id: "{A}") {{ id {fields}}} }}"#),
+                    serde_json::Value::Null,
+                )
+            })
+            .collect();
+        let batch = format!("[{}]", ops.join(","));
+        let mut out = Vec::new();
+        let small_only = r.ids_from_body(None, batch.as_bytes(), ColdParse::SmallOnly, &mut out);
+        assert_eq!(small_only, Err(GraphqlError::ParseElsewhere));
+        assert!(r.cached_plans() < 8, "at most 4 KiB was parsed inline");
+        let mut out = Vec::new();
+        r.ids_from_body(None, batch.as_bytes(), ColdParse::Here, &mut out)
+            .expect("here");
+        assert_eq!((out.len(), r.cached_plans()), (8, 8));
+        // Warm now: the same batch is served inline.
+        let mut out = Vec::new();
+        r.ids_from_body(None, batch.as_bytes(), ColdParse::SmallOnly, &mut out)
+            .expect("hits");
+        assert_eq!(out.len(), 8);
+        // A small batch of cold documents still fits inline.
+        let two = format!(
+            "[{},{}]",
+            ops[0].replace("f0_", "g0_"),
+            ops[1].replace("f1_", "g1_")
+        );
+        let mut out = Vec::new();
+        r.ids_from_body(None, two.as_bytes(), ColdParse::SmallOnly, &mut out)
+            .expect("two cold documents under the bound");
+        assert_eq!(out.len(), 2);
     }
 
     #[test]
