@@ -115,6 +115,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let local = listener.local_addr()?;
     println!("{}", tour(local, &addrs, &live.current()));
     let proxy = Arc::new(Proxy::new(Arc::new(config), Arc::new(live)));
+    crate::metrics::spawn_upkeep(Duration::from_secs(1));
     crate::server::serve(listener, proxy, std::future::pending(), Duration::ZERO).await?;
     Ok(())
 }

@@ -53,6 +53,23 @@ pub fn handle() -> &'static PrometheusHandle {
     })
 }
 
+/// Folds recorded histogram samples into their buckets every `every`, for as long as the
+/// calling runtime runs.
+///
+/// The recorder keeps each histogram sample (8 bytes a request) until upkeep runs; with
+/// `install_recorder` nothing runs it but a scrape, so a router nobody scrapes would grow by
+/// about half a megabyte a second at 60k requests/s.
+pub fn spawn_upkeep(every: std::time::Duration) {
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            handle().run_upkeep();
+        }
+    });
+}
+
 fn describe() {
     ::metrics::describe_counter!(
         REQUESTS,

@@ -30,6 +30,7 @@ pub async fn run(
 ) -> Result<(), Error> {
     // The recorder first, so that the first load is counted too.
     crate::metrics::handle();
+    crate::metrics::spawn_upkeep(Duration::from_secs(1));
     let registry = Arc::new(Registry::new(
         config.timeouts,
         config.health_check.clone(),
