@@ -181,4 +181,24 @@ proptest! {
         text[pos] = byte;
         let _ = Id::parse(&text);
     }
+
+    /// The arithmetic hex decoder agrees with the standard library on every byte: any byte
+    /// put anywhere in the simple form is accepted exactly when it is a hex digit, decoded to
+    /// its value, and otherwise reported at its position.
+    #[test]
+    fn hex_digits_decode_as_the_standard_library_says(pos in 0usize..32, byte: u8) {
+        let mut text = VECTOR.replace('-', "").into_bytes();
+        text[pos] = byte;
+        match Uuid::parse(&text) {
+            Ok(u) => {
+                let want = u128::from_str_radix(std::str::from_utf8(&text).expect("hex"), 16)
+                    .expect("the standard library agrees it is hex");
+                prop_assert_eq!(u128::from_be_bytes(*u.as_bytes()), want);
+            }
+            Err(e) => {
+                prop_assert!(!byte.is_ascii_hexdigit());
+                prop_assert_eq!(e, ParseError::InvalidChar { pos: pos + 1, byte });
+            }
+        }
+    }
 }
