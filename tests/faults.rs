@@ -62,23 +62,26 @@ async fn one_closed_upstream_of_two_fails_no_request() {
         let resp = http.get(&target).send().await.expect("answer");
         assert_eq!(resp.status(), 200, "sequential request {i}");
     }
+    // 500 at once: every task waits at the barrier, and the upstream holds each request for
+    // 100 ms, so all of them are in flight together (and the dead upstream, with nothing in
+    // flight, is what power-of-two-choices prefers).
+    let start = Arc::new(tokio::sync::Barrier::new(500));
     let mut tasks = Vec::new();
-    for _ in 0..50 {
-        let (http, target) = (http.clone(), target.clone());
+    for _ in 0..500 {
+        let (http, target, start) = (http.clone(), target.clone(), start.clone());
         tasks.push(tokio::spawn(async move {
-            let mut statuses = Vec::new();
-            for _ in 0..10 {
-                statuses.push(http.get(&target).send().await.map(|r| r.status().as_u16()));
-            }
-            statuses
+            start.wait().await;
+            let resp = http.get(&target).header("x-delay-ms", "100").send().await?;
+            let status = resp.status().as_u16();
+            resp.bytes().await?;
+            Ok::<_, reqwest::Error>(status)
         }));
     }
     let mut ok = 0;
-    for t in tasks {
-        for s in t.await.expect("join") {
-            assert_eq!(s.expect("answer"), 200);
-            ok += 1;
-        }
+    for (i, t) in tasks.into_iter().enumerate() {
+        let status = t.await.expect("join").expect("answer");
+        assert_eq!(status, 200, "concurrent request {i}");
+        ok += 1;
     }
     assert_eq!(ok, 500);
     assert_eq!(live.count(), 1000);
