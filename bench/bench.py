@@ -81,15 +81,17 @@ def tree(pid):
 
 
 def cpu_seconds(pid):
-    total = 0
+    """(user, system) CPU seconds of pid and its descendants, all threads."""
+    user = system = 0
     for p in tree(pid):
         try:
             with open(f"/proc/{p}/stat") as f:
                 fields = f.read().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime + stime
+            user += int(fields[11])  # utime
+            system += int(fields[12])  # stime
         except OSError:
             pass
-    return total / CLK_TCK
+    return user / CLK_TCK, system / CLK_TCK
 
 
 def peak_rss_mib(pid):
@@ -304,10 +306,12 @@ def main():
         results = {name: [] for name, _, _ in targets}
         for r in range(1, args.rounds + 1):
             for name, port, proc in targets:
-                before = cpu_seconds(proc.pid) if proc else 0.0
+                before = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
                 run = drive(port, work, args)
-                after = cpu_seconds(proc.pid) if proc else 0.0
-                run["cpu100k"] = (after - before) / run["total"] * 1e5 if proc else None
+                after = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
+                per100k = [(a - b) / run["total"] * 1e5 for a, b in zip(after, before)]
+                run["user100k"], run["sys100k"] = per100k if proc else (None, None)
+                run["cpu100k"] = sum(per100k) if proc else None
                 run["rss"] = peak_rss_mib(proc.pid) if proc else None
                 results[name].append(run)
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
@@ -334,11 +338,12 @@ def report(results, args):
              f"`bash bench/run.sh` on {time.strftime('%Y-%m-%d')}: wrk -t1 -c{args.connections}, "
              f"{args.duration} s per run, {args.rounds} rounds interleaved, 1000 ids over 4 countries "
              "(4 % of an unknown country, answered 404 by every peer), nginx (1 worker) as the "
-             "three regional upstreams. Median (min–max) over rounds.", "",
+             "three regional upstreams; the proxies get both cores (nginx 2 workers, HAProxy 2 threads, "
+             "iuid-router its default of one worker per core). Median (min–max) over rounds.", "",
              "## Machine", ""] + machine() + ["",
              "## Results", "",
-             "| target | req/s | p50 ms | p99 ms | proxy CPU-s per 100k | peak RSS MiB | req/s vs nginx | CPU vs nginx |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| target | req/s | p50 ms | p99 ms | proxy CPU-s per 100k | of which user / kernel | peak RSS MiB | req/s vs nginx | CPU vs nginx |",
+             "|---|---|---|---|---|---|---|---|---|"]
     n_rps, n_cpu = med("nginx", "rps"), med("nginx", "cpu100k")
     for name in results:
         rps, cpu = med(name, "rps"), med(name, "cpu100k")
@@ -346,6 +351,8 @@ def report(results, args):
         lines.append("| " + " | ".join([
             name, span(name, "rps", "{:.0f}"), span(name, "p50", "{:.2f}"),
             span(name, "p99", "{:.2f}"), span(name, "cpu100k", "{:.2f}"),
+            (f"{med(name, 'user100k'):.2f} / {med(name, 'sys100k'):.2f}"
+             if med(name, "user100k") is not None else "—"),
             f"{rss:.1f}" if rss is not None else "—",
             f"{rps / n_rps:.2f}×", f"{cpu / n_cpu:.2f}×" if cpu is not None else "—"]) + " |")
     i = "iuid-router"
