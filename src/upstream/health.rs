@@ -166,7 +166,13 @@ pub fn pick(upstreams: &[Upstream], cursor: &AtomicUsize, tried: u64) -> Pick {
     let now = now_ms();
     let usable =
         |i: usize| tried & (1 << (i % 64)) == 0 && upstreams[i].state.health.available(now);
-    let start = cursor.fetch_add(1, Ordering::Relaxed);
+    // Only a request's first pick moves the round-robin: were retries to move it too, a
+    // request retried once would shift every later one onto the upstream that just failed.
+    let start = if tried == 0 {
+        cursor.fetch_add(1, Ordering::Relaxed)
+    } else {
+        random() as usize
+    };
     let Some(first) = (0..n).map(|k| (start + k) % n).find(|&i| usable(i)) else {
         if tried != 0 {
             return Pick::Exhausted;
@@ -307,5 +313,21 @@ mod tests {
             .collect::<Vec<_>>();
         let cursor = AtomicUsize::new(0);
         assert!((0..10).all(|_| pick(&ups, &cursor, 0) == Pick::Upstream(1)));
+    }
+
+    #[test]
+    fn retries_do_not_move_the_round_robin() {
+        let ups = upstreams(2);
+        let cursor = AtomicUsize::new(0);
+        let mut firsts = Vec::new();
+        for _ in 0..6 {
+            let Pick::Upstream(first) = pick(&ups, &cursor, 0) else {
+                panic!("an upstream is free");
+            };
+            // Every request fails once and is retried on the other upstream.
+            assert_eq!(pick(&ups, &cursor, 1 << first), Pick::Upstream(1 - first));
+            firsts.push(first);
+        }
+        assert_eq!(firsts, [0, 1, 0, 1, 0, 1], "first attempts still alternate");
     }
 }
