@@ -120,8 +120,10 @@ async fn a_reset_before_response_headers_is_retried_for_idempotent_methods_only(
     let path = |n: usize| format!("/o/{}?n={n}", id(1));
 
     // GET and PUT (idempotent): every request succeeds, whichever upstream it tried first.
+    // Methods go in pairs (GET GET PUT PUT …) so that, with first attempts alternating
+    // between the two upstreams, each method meets the resetting one.
     for n in 0..40 {
-        let method = if n % 2 == 0 { "GET" } else { "PUT" };
+        let method = if (n / 2) % 2 == 0 { "GET" } else { "PUT" };
         let req = match method {
             "GET" => http.get(router.url(&path(n))),
             _ => http.put(router.url(&path(n))).body(format!("put-{n}")),
