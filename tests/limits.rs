@@ -389,3 +389,45 @@ async fn too_many_or_too_large_request_headers_are_refused_before_any_upstream()
     assert_eq!(resp.status(), 200);
     assert_eq!(up.count(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_whose_upstreams_all_fail_answers_503_despite_the_ejection_cap() {
+    let healthy = Upstream::start("healthy").await;
+    // Two upstreams that refuse connections; the cap (50 %) alone would keep one in rotation.
+    let dead = [url(common::dead_addr()), url(common::dead_addr())];
+    let router = Router::start(
+        &config(
+            5000,
+            "health: { eject_after: 2, ejection_ms: 5000, max_ejected_percent: 50 }\n",
+        ),
+        &table(&dead, &[healthy.url()]),
+    )
+    .await;
+    let http = client();
+    let target = router.url(&format!("/o/{}", id(1)));
+    let mut statuses = Vec::new();
+    for _ in 0..10 {
+        statuses.push(
+            http.get(&target)
+                .send()
+                .await
+                .expect("answer")
+                .status()
+                .as_u16(),
+        );
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 502 || *s == 503),
+        "dead upstreams give 502 then 503: {statuses:?}"
+    );
+    let last = http.get(&target).send().await.expect("answer");
+    assert_eq!(last.status(), 503, "both upstreams ejected: {statuses:?}");
+    assert!(last.headers().contains_key("retry-after"));
+    // The other region is untouched.
+    let other = http
+        .get(router.url(&format!("/o/{}", id(2))))
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(other.status(), 200);
+}

@@ -6,7 +6,9 @@
 //! ejection in a row up to `max_ejection_ms`. When the time is up it is back on probation: its
 //! next result decides, a success clears its record, a failure ejects it again at once for
 //! twice as long. No more than `max_ejected_percent` of a region (at least one upstream) is
-//! ejected for failures, so a bad day does not empty a region by accident.
+//! ejected for failures while another upstream may be fine, so a bad day does not empty a
+//! region by accident; when every upstream is failing, all are ejected and the region
+//! answers 503 at once (SPEC §6) instead of making each request wait for a dead upstream.
 //!
 //! Balancing is power-of-two-choices on requests in flight (Mitzenmacher): the round-robin
 //! next upstream against a random other one, the less busy wins, a tie goes to round-robin
@@ -139,7 +141,17 @@ pub fn record_failure(upstreams: &[Upstream], i: usize, policy: &HealthPolicy) -
         .filter(|u| u.state.health.ejected_until() > now)
         .count();
     let allowed = (upstreams.len() * policy.max_ejected_percent as usize / 100).max(1);
-    if ejected >= allowed {
+    // The cap keeps traffic on upstreams that may be fine; when every other upstream still
+    // in rotation is failing too, there is none such, and the region is out (SPEC §6: 503).
+    let threshold = policy.eject_after.max(1);
+    let another_may_be_fine = upstreams.iter().enumerate().any(|(j, u)| {
+        let h = &u.state.health;
+        j != i
+            && h.ejected_until() <= now
+            && !h.check_failed.load(Ordering::Relaxed)
+            && h.failures.load(Ordering::Relaxed) < threshold
+    });
+    if ejected >= allowed && another_may_be_fine {
         return None;
     }
     Some(health.eject(now, policy))
@@ -260,10 +272,17 @@ mod tests {
         assert_eq!(record_failure(&ups, 0, &policy), None);
         assert_eq!(record_failure(&ups, 0, &policy), Some(100));
         assert!(!ups[0].state.health.available(now_ms()));
-        // Only one of two may be out (50 %): the other is kept however it fails.
-        for _ in 0..10 {
-            assert_eq!(record_failure(&ups, 1, &policy), None);
-        }
+        // Only one of two may be out (50 %) ... while the other may be fine: below the
+        // threshold it stays, and once it fails as often it goes too (the whole region out).
+        assert_eq!(record_failure(&ups, 1, &policy), None);
+        assert_eq!(record_failure(&ups, 1, &policy), None);
+        assert_eq!(record_failure(&ups, 1, &policy), Some(100));
+        ups[1]
+            .state
+            .health
+            .ejected_until
+            .store(0, Ordering::Relaxed);
+        ups[1].state.health.success();
         // Back on probation, one failure ejects again, for twice as long, capped.
         ups[0]
             .state
@@ -313,6 +332,34 @@ mod tests {
             .collect::<Vec<_>>();
         let cursor = AtomicUsize::new(0);
         assert!((0..10).all(|_| pick(&ups, &cursor, 0) == Pick::Upstream(1)));
+    }
+
+    #[test]
+    fn the_ejection_cap_holds_while_another_upstream_may_be_fine() {
+        let ups = upstreams(3);
+        let policy = HealthPolicy {
+            eject_after: 2,
+            ejection_ms: 1_000,
+            max_ejection_ms: 1_000,
+            max_ejected_percent: 34,
+        };
+        for _ in 0..2 {
+            record_failure(&ups, 0, &policy);
+        }
+        assert!(!ups[0].state.health.available(now_ms()), "the first goes");
+        // Upstream 2 is fine: however often 1 fails, the cap (one of three) keeps it.
+        for _ in 0..10 {
+            assert_eq!(record_failure(&ups, 1, &policy), None);
+        }
+        // Now 2 fails as well: nothing in rotation may be fine, so both go.
+        assert_eq!(record_failure(&ups, 2, &policy), None);
+        assert_eq!(record_failure(&ups, 2, &policy), Some(1_000));
+        assert_eq!(record_failure(&ups, 1, &policy), Some(1_000));
+        let cursor = AtomicUsize::new(0);
+        assert!(matches!(
+            pick(&ups, &cursor, 0),
+            Pick::AllEjected { retry_after_ms } if retry_after_ms > 0
+        ));
     }
 
     #[test]
