@@ -167,4 +167,31 @@ fn headers(c: &mut Criterion) {
 }
 
 criterion_group!(benches, bench, headers);
-criterion_main!(benches);
+criterion_main!(benches, more);
+
+/// matchit's lookup alone, for the same templates and path as `extract+resolve/path`: how
+/// much of that is the path-template library.
+fn matchit_only(c: &mut Criterion) {
+    let mut tail = matchit::Router::new();
+    tail.insert("/v1/orders/{id}", ()).expect("route");
+    tail.insert("/v1/orders/{id}/{*rest}", ()).expect("route");
+    let path = "/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398f/items";
+    c.bench_function("matchit/tail", |b| {
+        b.iter(|| {
+            black_box(&tail)
+                .at(black_box(path))
+                .ok()
+                .and_then(|m| m.params.get("id").map(|s| s.len()))
+        })
+    });
+    let short = "/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398f";
+    c.bench_function("matchit/short", |b| {
+        b.iter(|| {
+            black_box(&tail)
+                .at(black_box(short))
+                .ok()
+                .and_then(|m| m.params.get("id").map(|s| s.len()))
+        })
+    });
+}
+criterion_group!(more, matchit_only);
