@@ -230,6 +230,16 @@ pub struct RouterConfig {
 }
 
 impl RouterConfig {
+    /// The routing-table file the config at `path` names, read leniently: `check` validates
+    /// the table even when the rest of the config has errors, so that one run shows them
+    /// all. `None` if the file cannot be read or parsed, or names no table.
+    pub fn table_path_of(path: &Path) -> Option<PathBuf> {
+        let text = std::fs::read_to_string(path).ok()?;
+        let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
+        let table = value.get("routing_table")?.as_str()?;
+        Some(path.parent().unwrap_or(Path::new(".")).join(table))
+    }
+
     /// Reads and validates the config at `path`; every error carries file:line:column.
     pub fn load(path: &Path) -> Result<RouterConfig, SourceErrors> {
         let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;

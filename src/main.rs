@@ -158,11 +158,23 @@ where
     }
 }
 
-/// Loads config and table, or every error found.
-fn load(config: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors> {
-    let config = RouterConfig::load(config)?;
-    let table = load_file(&config.routing_table)?;
-    Ok((config, table))
+/// Loads config and table, or every error found in both (the table is checked even when
+/// the config has errors, if the config names it).
+fn load(config_path: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors> {
+    match RouterConfig::load(config_path) {
+        Ok(config) => {
+            let table = load_file(&config.routing_table)?;
+            Ok((config, table))
+        }
+        Err(mut errors) => {
+            if let Some(table) = RouterConfig::table_path_of(config_path) {
+                if let Err(more) = load_file(&table) {
+                    errors.0.extend(more.0);
+                }
+            }
+            Err(errors)
+        }
+    }
 }
 
 async fn serve(config: RouterConfig) -> Result<(), Box<dyn std::error::Error>> {

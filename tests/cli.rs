@@ -188,3 +188,28 @@ fn check_rejects_a_typod_config_key() {
         stderr(&o)
     );
 }
+
+#[test]
+fn check_reports_config_and_table_errors_in_one_run() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\ntime_outs: {}\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: x\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ncountries:\n  1: mars\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("router.yaml:4:1: unknown field `time_outs`"),
+        "{err}"
+    );
+    assert!(err.contains("t.yaml:5:6:") && err.contains("mars"), "{err}");
+    assert!(err.contains("2 error(s)"), "{err}");
+}
