@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, dead_addr, eventually, hanging_upstream, ws_echo_upstream, Router, Upstream};
+use common::{
+    client, dead_addr, eventually, hanging_upstream, url, ws_echo_upstream, Router, Upstream,
+};
 use iuid::Iuid;
 
 /// Country 1 → region `a`, 2 → `b`, 3 → `c`.
@@ -19,28 +21,13 @@ fn id(country: u8) -> String {
 }
 
 fn table(a: &[String], b: &[String], c: &[String]) -> String {
-    let list = |v: &[String]| {
-        v.iter()
-            .map(|u| format!("\"{u}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "version: faults\nregions:\n  a: {{ upstreams: [{}] }}\n  b: {{ upstreams: [{}] }}\n  c: {{ upstreams: [{}] }}\ncountries:\n  1: a\n  2: b\n  3: c\ndefault_region: a\n",
-        list(a),
-        list(b),
-        list(c)
-    )
+    common::lettered_table("faults", &[a, b, c])
 }
 
 fn config(extra: &str) -> String {
     format!(
         "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\ntimeouts: {{ connect_ms: 500, response_headers_ms: 500, idle_ms: 5000 }}\n{extra}"
     )
-}
-
-fn url(a: SocketAddr) -> String {
-    format!("http://{a}")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, Router, Upstream};
+use common::{client, eventually, url, Router, Upstream};
 use iuid::Iuid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -20,27 +20,13 @@ fn id(country: u8) -> String {
 }
 
 fn table(a: &[String], b: &[String]) -> String {
-    let list = |v: &[String]| {
-        v.iter()
-            .map(|u| format!("\"{u}\""))
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    format!(
-        "version: limits\nregions:\n  a: {{ upstreams: [{}] }}\n  b: {{ upstreams: [{}] }}\ncountries:\n  1: a\n  2: b\ndefault_region: a\n",
-        list(a),
-        list(b)
-    )
+    common::lettered_table("limits", &[a, b])
 }
 
 fn config(idle_ms: u64, extra: &str) -> String {
     format!(
         "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\ntimeouts: {{ connect_ms: 500, response_headers_ms: 2000, idle_ms: {idle_ms} }}\n{extra}"
     )
-}
-
-fn url(a: SocketAddr) -> String {
-    format!("http://{a}")
 }
 
 /// Reads from `stream` until the end of a request or response head; `None` on EOF or error

@@ -269,3 +269,27 @@ pub async fn hanging_upstream() -> SocketAddr {
     });
     addr
 }
+
+/// A routing table whose country `k + 1` belongs to `regions[k]` (named `a`, `b`, `c`, …
+/// with the given upstream URLs); the first region is the default.
+pub fn lettered_table(version: &str, regions: &[&[String]]) -> String {
+    let mut text = format!("version: {version}\nregions:\n");
+    for (k, upstreams) in regions.iter().enumerate() {
+        let list: Vec<String> = upstreams.iter().map(|u| format!("\"{u}\"")).collect();
+        text += &format!("  {}: {{ upstreams: [{}] }}\n", letter(k), list.join(", "));
+    }
+    text += "countries:\n";
+    for k in 0..regions.len() {
+        text += &format!("  {}: {}\n", k + 1, letter(k));
+    }
+    text + "default_region: a\n"
+}
+
+fn letter(k: usize) -> char {
+    char::from(b'a' + k as u8)
+}
+
+/// `http://addr`.
+pub fn url(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
