@@ -47,7 +47,7 @@ pub async fn serve(
         .http1()
         .timer(TokioTimer::new())
         // Slowloris: a client that trickles its headers is cut off.
-        .header_read_timeout(Duration::from_millis(limits.header_read_timeout_ms))
+        .header_read_timeout(header_timeout)
         .max_buf_size(limits.max_header_bytes.max(8192))
         .max_headers(limits.max_headers);
     builder
