@@ -13,8 +13,10 @@ const MAX_SEGMENT: usize = 256;
 /// Percent-decodes `raw` (RFC 3986 §2.1) and parses it as an id.
 pub fn parse_segment(raw: &str) -> Result<Id, ParseError> {
     let raw = raw.as_bytes();
-    if !raw.contains(&b'%') {
-        return Id::parse(raw);
+    // Most ids are not encoded at all: try them as they are before looking for a `%`.
+    let plain = Id::parse(raw);
+    if plain.is_ok() || !raw.contains(&b'%') {
+        return plain;
     }
     let mut buf = [0u8; MAX_SEGMENT];
     let mut n = 0;
