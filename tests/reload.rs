@@ -362,3 +362,50 @@ async fn twenty_rewrites_under_load_fail_no_request() {
     assert!(us.count() > 0 && ap.count() > 0, "both versions served");
     assert_eq!(eu.count(), 0, "no request went to the default region");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_in_flight_finishes_on_the_table_it_started_with() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(false), &table("v1", &us, &ap, "us")).await;
+    let target = router.url(&format!("/o/{}", id(2)));
+    // The upstream holds this request for 1.5 s; the table changes meanwhile.
+    let slow = tokio::spawn(async move {
+        let resp = client()
+            .get(target)
+            .header("x-delay-ms", "1500")
+            .send()
+            .await
+            .expect("answer");
+        let upstream = resp.headers()["x-upstream"]
+            .to_str()
+            .expect("ascii")
+            .to_owned();
+        (resp.status().as_u16(), upstream)
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // v2 drops region `us` altogether: country 2 now belongs to `ap`.
+    write(
+        &router.dir,
+        "routing-table.yaml",
+        &format!(
+            "version: v2\nregions:\n  ap: {{ upstreams: [\"{}\"] }}\ncountries:\n  2: ap\ndefault_region: ap\n",
+            ap.url()
+        ),
+    );
+    let resp = client()
+        .post(router.admin_url("/admin/reload"))
+        .send()
+        .await
+        .expect("reload");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        served_by(&router, 2).await,
+        "ap",
+        "new requests: the new table"
+    );
+    assert_eq!(
+        slow.await.expect("join"),
+        (200, "us".to_owned()),
+        "the request in flight finished where the old table sent it"
+    );
+}
