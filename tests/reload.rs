@@ -154,6 +154,34 @@ async fn an_invalid_table_is_refused_and_the_old_one_keeps_serving() {
     assert_eq!(status["version"], "v1");
     assert_eq!(status["content_sha256"], good_hash);
     assert!(status["failed_reloads"].as_u64() >= Some(1));
+    assert!(
+        status["source"]
+            .as_str()
+            .is_some_and(|s| s.ends_with("routing-table.yaml")),
+        "{status}"
+    );
+    let loaded_at = status["loaded_at"].as_str().expect("loaded_at");
+    assert!(
+        time::OffsetDateTime::parse(loaded_at, &time::format_description::well_known::Rfc3339)
+            .is_ok(),
+        "loaded_at {loaded_at} is RFC 3339"
+    );
+    // The refusal is counted in the metrics too (the registry is process-wide: at least one).
+    let metrics = client()
+        .get(router.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    let failures: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with("iuid_router_table_reloads_total{result=\"failure\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(0.0);
+    assert!(failures >= 1.0, "reload failures counted: {metrics}");
     let error = status["last_reload_error"]["errors"][0]
         .as_str()
         .expect("error text");
