@@ -362,6 +362,19 @@ async fn no_id_follows_the_unrouted_policy() {
     );
     w.post_reaches("application/json", &mutation, "eu").await;
 
+    // A GET that is no GraphQL request at all (GraphiQL in a browser) is unrouted too.
+    for page in ["/graphql", "/graphql?theme=dark"] {
+        let resp = client()
+            .get(w.router.url(page))
+            .header("accept", "text/html")
+            .send()
+            .await
+            .expect("answer");
+        let (status, up, problem) = answer(resp).await;
+        assert_eq!((status, up.as_str()), (200, "eu"), "GET {page} → {problem}");
+        assert_eq!(w.eu.last().target, page);
+    }
+
     let strict = World::start_with(&config("", "reject")).await;
     let (status, _, problem) = strict.post("application/json", &body).await;
     assert_eq!(status, 404);

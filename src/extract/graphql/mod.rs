@@ -163,7 +163,9 @@ impl GraphqlRoute {
         self.cache.len()
     }
 
-    /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET).
+    /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET). A `GET` with
+    /// none of the GraphQL parameters (a browser opening GraphiQL, a probe) is no GraphQL
+    /// request: it has no ids, and the `unrouted` policy decides where it goes.
     pub fn ids_from_query(
         &self,
         query: &str,
@@ -173,6 +175,11 @@ impl GraphqlRoute {
         let mut op = Operation::default();
         let mut variables = None;
         let mut extensions = None;
+        let is_graphql = form_urlencoded::parse(query.as_bytes())
+            .any(|(k, _)| matches!(&*k, "query" | "operationName" | "variables" | "extensions"));
+        if !is_graphql {
+            return Ok(());
+        }
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             match &*k {
                 "query" => op.query = Some(v),
