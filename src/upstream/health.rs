@@ -3,8 +3,8 @@
 //! Every upstream keeps a few atomics: requests in flight, consecutive failures, and an
 //! ejection deadline. An upstream that fails `eject_after` times in a row (connect errors,
 //! resets, timeouts) is ejected — skipped by balancing — for `ejection_ms`, doubled at each
-//! ejection in a row up to `max_ejection_ms`. When the time is up it is back on probation: its
-//! next result decides, a success clears its record, a failure ejects it again at once for
+//! ejection in a row up to `max_ejection_ms`. When the time is up it is back on probation, one
+//! request at a time: its next result decides, a success clears its record, a failure ejects it again at once for
 //! twice as long. No more than `max_ejected_percent` of a region (at least one upstream) is
 //! ejected for failures while another upstream may be fine, so a bad day does not empty a
 //! region by accident; when every upstream is failing, all are ejected and the region
@@ -71,6 +71,9 @@ impl Health {
     pub fn available(&self, now: u64) -> bool {
         !self.check_failed.load(Ordering::Relaxed)
             && self.ejected_until.load(Ordering::Relaxed) <= now
+            // Back from an ejection, one request at a time probes it: a hung upstream then
+            // costs one timeout per ejection, not one for every request sent meanwhile.
+            && !(self.probation.load(Ordering::Relaxed) && self.in_flight() > 0)
     }
 
     /// When an ejection ends (ms, [`now_ms`]); 0 when not ejected.
@@ -360,6 +363,33 @@ mod tests {
             pick(&ups, &cursor, 0),
             Pick::AllEjected { retry_after_ms } if retry_after_ms > 0
         ));
+    }
+
+    #[test]
+    fn on_probation_one_request_at_a_time_probes() {
+        let ups = upstreams(1);
+        let policy = HealthPolicy {
+            eject_after: 1,
+            ..HealthPolicy::default()
+        };
+        let health = &ups[0].state.health;
+        assert!(record_failure(&ups, 0, &policy).is_some());
+        health.ejected_until.store(0, Ordering::Relaxed);
+        assert!(health.available(now_ms()), "the ejection is over: probe it");
+        let probe = health.start();
+        assert!(!health.available(now_ms()), "one probe at a time");
+        drop(probe);
+        assert!(
+            health.available(now_ms()),
+            "no answer yet: the next request probes"
+        );
+        let probe = health.start();
+        health.success();
+        assert!(
+            health.available(now_ms()),
+            "it answered: full traffic again"
+        );
+        drop(probe);
     }
 
     #[test]
