@@ -55,8 +55,9 @@ pub async fn run(
             }
         });
     }
-    let reloader = live.clone();
-    tokio::spawn(reload_on_sighup(reloader));
+    // Registered here, not in the task: until the handler exists, SIGHUP's default action
+    // would end the process.
+    tokio::spawn(reload_on_sighup(hangups(), live.clone()));
 
     let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
     let grace = Duration::from_millis(config.shutdown.grace_ms);
@@ -112,20 +113,33 @@ async fn terminate() {
     }
 }
 
-/// Reloads the table on every `SIGHUP` (SPEC §7).
-async fn reload_on_sighup(live: Arc<LiveTable>) {
-    #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        let Ok(mut hup) = signal(SignalKind::hangup()) else {
-            tracing::warn!("no SIGHUP handler: reload with POST /admin/reload");
-            return;
-        };
-        while hup.recv().await.is_some() {
-            tracing::info!("SIGHUP: reloading the routing table");
-            let _ = live.reload().await;
+/// The `SIGHUP` stream, if the platform has one.
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP handler: reload with POST /admin/reload");
+            None
         }
     }
-    #[cfg(not(unix))]
-    drop(live);
 }
+
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
+/// Reloads the table on every `SIGHUP` (SPEC §7).
+#[cfg(unix)]
+async fn reload_on_sighup(hup: Option<tokio::signal::unix::Signal>, live: Arc<LiveTable>) {
+    let Some(mut hup) = hup else { return };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the routing table");
+        let _ = live.reload().await;
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_sighup(_: Option<()>, _: Arc<LiveTable>) {}
