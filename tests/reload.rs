@@ -57,6 +57,15 @@ async fn admin_json(router: &Router, path: &str) -> serde_json::Value {
         .expect("json")
 }
 
+/// `POST /admin/reload`.
+async fn post_reload(router: &Router) -> reqwest::Response {
+    client()
+        .post(router.admin_url("/admin/reload"))
+        .send()
+        .await
+        .expect("reload")
+}
+
 async fn served_by(router: &Router, country: u8) -> String {
     let resp = client()
         .get(router.url(&format!("/o/{}", id(country))))
@@ -225,11 +234,7 @@ async fn post_admin_reload_reloads_and_reports_errors() {
         "no watch: nothing changes by itself"
     );
 
-    let resp = client()
-        .post(router.admin_url("/admin/reload"))
-        .send()
-        .await
-        .expect("reload");
+    let resp = post_reload(&router).await;
     assert_eq!(resp.status(), 200);
     let body: serde_json::Value = resp.json().await.expect("json");
     assert_eq!(
@@ -238,11 +243,7 @@ async fn post_admin_reload_reloads_and_reports_errors() {
     );
     assert_eq!(served_by(&router, 2).await, "ap");
 
-    let resp = client()
-        .post(router.admin_url("/admin/reload"))
-        .send()
-        .await
-        .expect("reload");
+    let resp = post_reload(&router).await;
     assert_eq!(
         resp.json::<serde_json::Value>().await.expect("json")["outcome"],
         "unchanged"
@@ -253,11 +254,7 @@ async fn post_admin_reload_reloads_and_reports_errors() {
         "routing-table.yaml",
         "version: v3\nregions: {}\ntypo: 1\n",
     );
-    let resp = client()
-        .post(router.admin_url("/admin/reload"))
-        .send()
-        .await
-        .expect("reload");
+    let resp = post_reload(&router).await;
     assert_eq!(resp.status(), 422);
     assert_eq!(resp.headers()["content-type"], "application/problem+json");
     let problem: serde_json::Value = resp.json().await.expect("json");
@@ -361,11 +358,7 @@ async fn twenty_rewrites_under_load_fail_no_request() {
         );
         std::fs::rename(&tmp, router.dir.path().join("routing-table.yaml")).expect("rename");
         // Every rewrite is installed, by the watch or by this explicit reload.
-        let resp = client()
-            .post(router.admin_url("/admin/reload"))
-            .send()
-            .await
-            .expect("reload");
+        let resp = post_reload(&router).await;
         assert_eq!(resp.status(), 200);
         tokio::time::sleep(Duration::from_millis(25)).await;
     }
@@ -420,11 +413,7 @@ async fn a_request_in_flight_finishes_on_the_table_it_started_with() {
             ap.url()
         ),
     );
-    let resp = client()
-        .post(router.admin_url("/admin/reload"))
-        .send()
-        .await
-        .expect("reload");
+    let resp = post_reload(&router).await;
     assert_eq!(resp.status(), 200);
     assert_eq!(
         served_by(&router, 2).await,
