@@ -22,7 +22,6 @@ pub mod health;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::uri::Authority;
@@ -73,7 +72,6 @@ pub struct UpstreamState {
     /// threads that are no worker.
     clients: Box<[OnceLock<Client<HttpConnector, UpstreamBody>>]>,
     timeouts: Timeouts,
-    response_headers: Duration,
     /// Passive (and active) health.
     pub health: Health,
 }
@@ -87,7 +85,6 @@ impl UpstreamState {
             authority,
             clients: (0..=workers).map(|_| OnceLock::new()).collect(),
             timeouts: *timeouts,
-            response_headers: timeouts.response_headers(),
             health: Health::default(),
         }
     }
@@ -120,7 +117,9 @@ impl UpstreamState {
     ) -> Result<Response<Incoming>, SendError> {
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         *req.version_mut() = Version::HTTP_11;
-        match tokio::time::timeout(self.response_headers, self.client().request(req)).await {
+        match tokio::time::timeout(self.timeouts.response_headers(), self.client().request(req))
+            .await
+        {
             Err(_) => Err(SendError::TimedOut),
             Ok(Ok(resp)) => Ok(resp),
             Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
