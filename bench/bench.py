@@ -292,8 +292,9 @@ def main():
         procs = {
             "nginx": start(["nginx", "-c", f"{work}/nginx.conf", "-p", work]),
             "haproxy": start(["haproxy", "-f", f"{work}/haproxy.cfg"]),
+            # The default log level (`info`), as an operator runs it.
             "iuid-router": start([BIN, "serve", "--config", f"{work}/router.yaml"],
-                                 env={**os.environ, "RUST_LOG": "warn"}),
+                                 env={k: v for k, v in os.environ.items() if k != "RUST_LOG"}),
         }
         for port in PORTS.values():
             wait_port(port)
