@@ -25,6 +25,8 @@ BIN = os.path.join(ROOT, "target", "release", "iuid-router")
 UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
 PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
 ADMIN = 18093
+# Ports of the callgrind runs: nginx, HAProxy, iuid-router, its admin API.
+CG_PORT = 18094
 # iUID country -> region; country 99 is owned by no region (404 everywhere).
 COUNTRIES = {1: "ap", 2: "us", 3: "eu", 4: "eu"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -243,6 +245,116 @@ def drive(port, work, args):
             "non2xx": int(errors.group(1)) if errors else 0}
 
 
+# Where iuid-router's instructions go, by the library (or libc part) a function belongs to;
+# first match wins. Patterns are matched against callgrind's function names.
+GROUPS = [
+    ("hyper-util pool (checkout, return; SipHash of the pool key)",
+     r"hyper_util::client::legacy::pool|sip::Hasher|hash_one|hashbrown"),
+    ("hyper-util client (request dispatch)", r"hyper_util::client"),
+    ("hyper-util server, I/O adapters", r"hyper_util"),
+    ("httparse (request and response heads)", r"httparse"),
+    ("hyper HTTP/1 (encode, decode, dispatch)", r"hyper::"),
+    ("http, bytes (HeaderMap, Uri, Bytes)", r"\bhttp::|bytes::|<http::|<bytes::"),
+    ("tokio (scheduler, I/O readiness, timers, channels)", r"tokio::|mio::|<tokio::"),
+    ("iuid-router (extract, resolve, header rules, request id, metrics)",
+     r"iuid_router|iuid::|<iuid|metrics"),
+    ("libc malloc/free", r"malloc\.c|_int_free|_int_malloc|realloc|malloc_consolidate"),
+    ("libc memcpy/memmove/memset/memcmp", r"memmove|memcpy|memset|memcmp|memchr"),
+    ("tracing", r"tracing|nu_ansi|sharded_slab"),
+    ("futures, core, alloc, std glue", r"futures|core::|alloc::|std::|<core|<alloc|<std"),
+]
+
+
+def callgrind(name, cmd, port, work, env=None):
+    """User-space instructions per request of one proxy under callgrind (wrk -c8, 10 s after a
+    3 s warm-up), and the per-function self costs; instruction counts do not depend on what
+    else the machine is doing, unlike the timed runs."""
+    out = f"{work}/callgrind.{name}"
+    p = start(["valgrind", "--tool=callgrind", f"--callgrind-out-file={out}"] + cmd, env=env)
+    wait_port(port, timeout=60)
+    url = f"http://127.0.0.1:{port}"
+    lua = f"{work}/ids.lua"
+    subprocess.run(["wrk", "-t1", "-c8", "-d3s", "-s", lua, url], check=True, capture_output=True)
+    subprocess.run(["callgrind_control", "-z", str(p.pid)], check=True, capture_output=True)
+    text = subprocess.run(["wrk", "-t1", "-c8", "-d10s", "-s", lua, url], check=True,
+                          capture_output=True, text=True).stdout
+    subprocess.run(["callgrind_control", "-d", str(p.pid)], check=True, capture_output=True)
+    p.send_signal(signal.SIGTERM)
+    p.wait(timeout=30)
+    total_requests = int(re.search(r"(\d+) requests in", text).group(1))
+    dump = f"{out}.1"
+    listing = subprocess.run(["callgrind_annotate", "--threshold=100", dump],
+                             check=True, capture_output=True, text=True).stdout
+    # Functions still on the stack at the dump (thread entry points, `main`) are listed with
+    # their callees' cost; the program total is the real sum.
+    total = int(re.search(r"([\d,]+) \([ \d.]+%\)\s+PROGRAM TOTALS", listing)
+                .group(1).replace(",", ""))
+    costs, started = [], False
+    for line in listing.splitlines():
+        if "file:function" in line:
+            started = True
+            continue
+        m = re.match(r"\s*([\d,]+) \([ \d.]+%\)\s+(\S+)(.*)", line)
+        if not started or not m:
+            continue
+        fn, obj, cost = m.group(2), m.group(3), int(m.group(1).replace(",", ""))
+        if cost > total // 2:
+            continue
+        costs.append((cost, fn + (" libc" if "libc.so" in obj else "")))
+    return total_requests, total, costs
+
+
+def instructions(work):
+    """Callgrind runs of nginx, HAProxy and iuid-router (one worker/thread each, ports of
+    their own), as report lines."""
+    with open(f"{work}/nginx.conf") as f:
+        ng = f.read().replace("worker_processes 2;", "worker_processes 1;\nmaster_process off;")
+    ng = ng.replace(f"listen 127.0.0.1:{PORTS['nginx']}", f"listen 127.0.0.1:{CG_PORT}")
+    write(f"{work}/nginx-cg.conf", ng)
+    with open(f"{work}/haproxy.cfg") as f:
+        ha = f.read().replace("nbthread 2", "nbthread 1")
+    write(f"{work}/haproxy-cg.cfg",
+          ha.replace(f"bind 127.0.0.1:{PORTS['haproxy']}", f"bind 127.0.0.1:{CG_PORT + 1}"))
+    with open(f"{work}/router.yaml") as f:
+        ro = f.read().replace(f"listen: 127.0.0.1:{PORTS['iuid-router']}",
+                              f"listen: 127.0.0.1:{CG_PORT + 2}")
+    write(f"{work}/router-cg.yaml", ro.replace(f"admin_listen: 127.0.0.1:{ADMIN}",
+                                                f"admin_listen: 127.0.0.1:{CG_PORT + 3}")
+          + "workers: 1\n")
+    env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+    runs = {
+        "nginx": callgrind("nginx", ["nginx", "-c", f"{work}/nginx-cg.conf", "-p", work],
+                           CG_PORT, work),
+        "haproxy": callgrind("haproxy", ["haproxy", "-f", f"{work}/haproxy-cg.cfg"],
+                             CG_PORT + 1, work),
+        "iuid-router": callgrind("iuid-router",
+                                 [BIN, "serve", "--config", f"{work}/router-cg.yaml"],
+                                 CG_PORT + 2, work, env),
+    }
+    per = {name: total / n for name, (n, total, _) in runs.items()}
+    lines = ["## User-space instructions per request (callgrind)", "",
+             "Each proxy alone under `valgrind --tool=callgrind` (one worker or thread), wrk -c8 "
+             "for 10 s after a 3 s warm-up; kernel work is not counted. Unlike the timed runs "
+             "these counts repeat to within a percent whatever else the machine does.", "",
+             "| proxy | instructions per request | vs nginx |", "|---|---|---|"]
+    lines += [f"| {name} | {v:,.0f} | {v / per['nginx']:.2f}× |" for name, v in per.items()]
+    n, total, costs = runs["iuid-router"]
+    groups = {}
+    for cost, fn in costs:
+        for label, pattern in GROUPS:
+            if re.search(pattern, fn):
+                groups[label] = groups.get(label, 0) + cost
+                break
+    other = total - sum(groups.values())
+    lines += ["", "iuid-router's instructions per request by where they are spent:", "",
+              "| where | per request | share |", "|---|---|---|"]
+    lines += [f"| {label} | {cost / n:,.0f} | {100 * cost / total:.1f} % |"
+              for label, cost in sorted(groups.items(), key=lambda kv: -kv[1])]
+    lines += [f"| other (libc, vDSO, unresolved) | {other / n:,.0f} | {100 * other / total:.1f} % |",
+              ""]
+    return lines
+
+
 def machine():
     model = "?"
     try:
@@ -272,6 +384,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    ap.add_argument("--no-profile", action="store_true",
+                    help="skip the callgrind instruction counts (about a minute)")
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="iuid-bench-")
@@ -318,13 +432,17 @@ def main():
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
                       f"  p99 {run['p99']:.2f} ms  {cpu}")
-        report(results, args)
+        profile = []
+        if not args.no_profile:
+            print("== counting instructions per request (callgrind)")
+            profile = instructions(work)
+        report(results, args, profile)
     finally:
         stop_all()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(results, args):
+def report(results, args, profile):
     def med(name, key):
         vals = [r[key] for r in results[name] if r[key] is not None]
         return statistics.median(vals) if vals else None
@@ -366,7 +484,7 @@ def report(results, args):
     lines += ["", "## Targets (issue 6)", ""] + \
              [f"- {'PASS' if ok else 'FAIL'}: {what}" for what, ok in checks]
     non2xx = {name: sum(r["non2xx"] for r in results[name]) for name in results}
-    lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""]
+    lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""] + profile
     # Profiles and what was tried are kept by hand in bench/NOTES.md and carried along.
     notes = os.path.join(ROOT, "bench", "NOTES.md")
     if os.path.exists(notes):

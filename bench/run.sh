@@ -5,7 +5,7 @@
 #
 #   bash bench/run.sh [--duration 10] [--rounds 3] [--connections 64] [--out bench/RESULTS.md]
 #
-# Installs what it needs from Debian's packages, uses loopback ports 18081-18093, and stops
+# Installs what it needs from Debian's packages, uses loopback ports 18081-18097, and stops
 # only the processes it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,6 +14,7 @@ missing=()
 command -v nginx >/dev/null 2>&1 || missing+=(nginx-light)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
 command -v wrk >/dev/null 2>&1 || missing+=(wrk)
+command -v valgrind >/dev/null 2>&1 || missing+=(valgrind)
 if ((${#missing[@]})); then
   echo "== installing ${missing[*]}"
   apt-get update -qq
