@@ -9,6 +9,7 @@ the proxy), peak RSS from VmHWM. The report goes to bench/RESULTS.md.
 
 import argparse
 import http.client
+import json
 import os
 import platform
 import re
@@ -238,8 +239,10 @@ def drive(port, work, args):
                          check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
-    p50 = ms(re.search(r"50%\s+(\S+)", out).group(1))
-    p99 = ms(re.search(r"99%\s+(\S+)", out).group(1))
+    # Anchored at the line start: wrk's "+/- Stdev" column also ends in a percentage, and
+    # one ending in "99%" (as "81.99%") must not be read as the p99 line.
+    p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     return {"rps": rps, "total": total, "p50": p50, "p99": p99,
             "non2xx": int(errors.group(1)) if errors else 0}
@@ -355,6 +358,19 @@ def instructions(work):
     return lines
 
 
+def criterion():
+    """Criterion medians (ns) of the two hot-path functions issue 6 sets targets for."""
+    medians = {}
+    for bench, name in [("route", "extract+resolve/path"), ("graphql", "graphql/2KiB/cache_hit")]:
+        subprocess.run(["cargo", "bench", "--locked", "--bench", bench, "--", "--exact", name],
+                       cwd=ROOT, check=True, capture_output=True)
+        path = os.path.join(ROOT, "target", "criterion", name.replace("/", "_"), "new",
+                            "estimates.json")
+        with open(path) as f:
+            medians[name] = json.load(f)["median"]["point_estimate"]
+    return medians
+
+
 def machine():
     model = "?"
     try:
@@ -381,9 +397,11 @@ def machine():
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--duration", type=int, default=10)
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--connections", type=int, default=64)
     ap.add_argument("--out", default=os.path.join(ROOT, "bench", "RESULTS.md"))
+    ap.add_argument("--no-criterion", action="store_true",
+                    help="skip the criterion benchmarks of extract+resolve and GraphQL")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the callgrind instruction counts (about a minute)")
     args = ap.parse_args()
@@ -432,17 +450,21 @@ def main():
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
                       f"  p99 {run['p99']:.2f} ms  {cpu}")
+        medians = {}
+        if not args.no_criterion:
+            print("== criterion: extract+resolve, GraphQL 2 KiB on a plan-cache hit")
+            medians = criterion()
         profile = []
         if not args.no_profile:
             print("== counting instructions per request (callgrind)")
             profile = instructions(work)
-        report(results, args, profile)
+        report(results, args, medians, profile)
     finally:
         stop_all()
         shutil.rmtree(work, ignore_errors=True)
 
 
-def report(results, args, profile):
+def report(results, args, medians, profile):
     def med(name, key):
         vals = [r[key] for r in results[name] if r[key] is not None]
         return statistics.median(vals) if vals else None
@@ -481,6 +503,13 @@ def report(results, args, profile):
         ("p99 ≤ HAProxy's", med(i, "p99") <= med("haproxy", "p99")),
         ("peak RSS ≤ 16 MiB", max(r["rss"] for r in results[i]) <= 16.0),
     ]
+    rest, gql = medians.get("extract+resolve/path"), medians.get("graphql/2KiB/cache_hit")
+    if rest is not None:
+        checks.append((f"REST extract + resolve ≤ 50 ns (criterion median: {rest:.1f} ns)",
+                       rest <= 50.0))
+    if gql is not None:
+        checks.append((f"GraphQL extraction of a 2 KiB query on a plan-cache hit ≤ 5 µs "
+                       f"(criterion median: {gql / 1000:.2f} µs)", gql <= 5000.0))
     lines += ["", "## Targets (issue 6)", ""] + \
              [f"- {'PASS' if ok else 'FAIL'}: {what}" for what, ok in checks]
     non2xx = {name: sum(r["non2xx"] for r in results[name]) for name in results}

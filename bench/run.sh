@@ -3,7 +3,7 @@
 # several rounds — wrk against the upstream directly, nginx routing by the id's country,
 # HAProxy doing the same, and iuid-router. Writes bench/RESULTS.md.
 #
-#   bash bench/run.sh [--duration 10] [--rounds 3] [--connections 64] [--out bench/RESULTS.md]
+#   bash bench/run.sh [--duration 10] [--rounds 5] [--connections 64] [--out bench/RESULTS.md]
 #
 # Installs what it needs from Debian's packages, uses loopback ports 18081-18097, and stops
 # only the processes it started.

@@ -98,7 +98,7 @@ enum Step {
 #[derive(Debug)]
 pub struct Routes {
     steps: Vec<Step>,
-    paths: matchit::Router<()>,
+    paths: matchit::Router<IdAt>,
     paths_len: usize,
 }
 
@@ -126,7 +126,7 @@ impl Routes {
                         errors.push((i, "path", format!("path template `{p}` must start with /")));
                     } else if !p.contains("{id}") {
                         errors.push((i, "path", format!("path template `{p}` has no {{id}}")));
-                    } else if let Err(e) = paths.insert(p.as_str(), ()) {
+                    } else if let Err(e) = paths.insert(p.as_str(), IdAt::of(p)) {
                         errors.push((i, "path", format!("path template `{p}`: {e}")));
                     }
                     if !steps.iter().any(|s| matches!(s, Step::Paths)) {
@@ -204,9 +204,55 @@ impl Routes {
 
     fn path_id(&self, path: &str) -> Option<(Result<Id, ParseError>, RouteKind)> {
         let matched = self.paths.at(path).ok()?;
-        let raw = matched.params.get("id")?;
+        let raw = match *matched.value {
+            IdAt::Offset(start) => {
+                // The usual segment is a hyphenated id: 36 bytes, then `/` or the end. If those
+                // 36 bytes parse, they hold no `/` and are the whole segment.
+                let rest = path.get(start..)?;
+                if matches!(rest.as_bytes().get(36), None | Some(b'/')) {
+                    if let Some(Ok(id)) = rest.get(..36).map(|s| Id::parse(s.as_bytes())) {
+                        return Some((Ok(id), RouteKind::Path));
+                    }
+                }
+                segment_at(path, start)?
+            }
+            IdAt::Param => matched.params.get("id")?,
+        };
         Some((path::parse_segment(raw), RouteKind::Path))
     }
+}
+
+/// Where a template's `{id}` is found in a matched path.
+#[derive(Debug, Clone, Copy)]
+enum IdAt {
+    /// `{id}` is a whole segment after static ones only (`/v1/orders/{id}/...`), so it starts
+    /// at this byte offset of every path the template matches and runs to the next `/`.
+    /// Reading it there skips matchit's parameter lookup and its UTF-8 check; with the
+    /// hyphenated-id fast path in `path_id`, extract + resolve went from 49 to 43 ns.
+    Offset(usize),
+    /// Anywhere else (after another parameter, or with text around it in its segment): read
+    /// through matchit's params.
+    Param,
+}
+
+impl IdAt {
+    fn of(template: &str) -> IdAt {
+        match template.find("/{id}") {
+            Some(at)
+                if !template[..at].contains(['{', '}'])
+                    && matches!(template.as_bytes().get(at + 5), None | Some(b'/')) =>
+            {
+                IdAt::Offset(at + 1)
+            }
+            _ => IdAt::Param,
+        }
+    }
+}
+
+/// The path segment that starts at byte `start`: up to the next `/` or the end.
+fn segment_at(path: &str, start: usize) -> Option<&str> {
+    let rest = path.get(start..)?;
+    rest.get(..rest.bytes().position(|b| b == b'/').unwrap_or(rest.len()))
 }
 
 fn trim(v: &[u8]) -> &[u8] {
@@ -266,6 +312,82 @@ mod tests {
             r.extract(&parts("/v1/orders/nope", Some(ID))),
             Extraction::Malformed(_, RouteKind::Path)
         ));
+    }
+
+    #[test]
+    fn id_found_by_offset_or_by_param() {
+        assert!(matches!(IdAt::of("/v1/orders/{id}"), IdAt::Offset(11)));
+        assert!(matches!(
+            IdAt::of("/v1/orders/{id}/{*rest}"),
+            IdAt::Offset(11)
+        ));
+        assert!(matches!(IdAt::of("/t/{tenant}/o/{id}"), IdAt::Param));
+        assert!(matches!(IdAt::of("/o/{id}.json"), IdAt::Param));
+        let r = routes(&[
+            ("path", "/v1/orders/{id}"),
+            ("path", "/v1/orders/{id}/{*rest}"),
+            ("path", "/t/{tenant}/o/{id}"),
+        ]);
+        let want = Id::parse(ID.as_bytes()).expect("vector");
+        let simple = ID.replace('-', "");
+        for uri in [
+            format!("/v1/orders/{ID}"),
+            format!("/v1/orders/{ID}/items/3"),
+            format!("/v1/orders/{simple}"),
+            format!("/v1/orders/{simple}/items"),
+            // 36 bytes with a `/` inside: not taken for a hyphenated id.
+            format!("/v1/orders/{simple}/abc"),
+            format!("/v1/orders/%7B{ID}%7D/x"),
+            format!("/t/acme/o/{ID}"),
+        ] {
+            assert_eq!(
+                r.extract(&parts(&uri, None)),
+                Extraction::Id(want, RouteKind::Path),
+                "{uri}"
+            );
+        }
+        // A 37-byte segment is not cut at 36.
+        assert!(matches!(
+            r.extract(&parts(&format!("/v1/orders/{ID}0"), None)),
+            Extraction::Malformed(_, RouteKind::Path)
+        ));
+    }
+
+    proptest::proptest! {
+        /// Reading the id at its offset (with the hyphenated fast path) finds what matchit's
+        /// params find, for any path the templates match: ids, near-ids (a simple id and a
+        /// short tail in 36 bytes, 37 bytes), and junk.
+        #[test]
+        fn offset_agrees_with_params(
+            segment in proptest::prop_oneof![
+                "[0-9a-f]{8}-[0-9a-f]{4}-8[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}",
+                "[0-9a-f]{32}(/[a-z]{0,3})?",
+                "[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}[0-9a-f/]?",
+                "[0-9a-fA-F%.-]{1,50}",
+            ],
+            tail in proptest::option::of("[a-z0-9/]{0,20}"),
+        ) {
+            let r = routes(&[("path", "/v1/orders/{id}"), ("path", "/v1/orders/{id}/{*rest}")]);
+            let mut router = matchit::Router::new();
+            router.insert("/v1/orders/{id}", ()).expect("route");
+            router.insert("/v1/orders/{id}/{*rest}", ()).expect("route");
+            let path = match &tail {
+                Some(t) => format!("/v1/orders/{segment}/x{t}"),
+                None => format!("/v1/orders/{segment}"),
+            };
+            let Ok(head) = http::Request::get(path.as_str()).body(()) else {
+                return Ok(());
+            };
+            let head = head.into_parts().0;
+            let want = match router.at(head.uri.path()).ok().and_then(|m| m.params.get("id")) {
+                Some(raw) => match path::parse_segment(raw) {
+                    Ok(id) => Extraction::Id(id, RouteKind::Path),
+                    Err(e) => Extraction::Malformed(e, RouteKind::Path),
+                },
+                None => Extraction::NoId,
+            };
+            proptest::prop_assert_eq!(r.extract(&head), want);
+        }
     }
 
     #[test]
