@@ -206,6 +206,12 @@ pub fn reload(result: &'static str, old_version: Option<&str>, new_version: Opti
 /// Counts a request in while the guard lives.
 pub struct InFlight(&'static Gauge);
 
+impl std::fmt::Debug for InFlight {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("InFlight")
+    }
+}
+
 impl InFlight {
     /// One more request in flight.
     pub fn start() -> InFlight {

@@ -7,6 +7,8 @@ mod common;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use common::{client, eventually, Upstream};
@@ -371,4 +373,115 @@ async fn request_span_is_off_at_the_default_level() {
         .unwrap_or_else(|| panic!("no ejection logged: {logs:?}"));
     assert_eq!(ejected["fields"]["upstream"], dead.to_string());
     assert!(ejected.get("span").is_none(), "{ejected}");
+}
+
+/// An upstream that counts its requests. To a request with `?slow` in its URI it sends its
+/// head and a first chunk at once, and the last chunk `after` later; others get `ok` at once.
+async fn trickling_upstream(after: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let count = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::clone(&count);
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri| {
+        seen.fetch_add(1, Ordering::SeqCst);
+        async move {
+            if uri.query() != Some("slow") {
+                return axum::body::Body::from("ok");
+            }
+            let chunks = futures_util::stream::unfold(0u8, move |n| async move {
+                let chunk = match n {
+                    0 => "first ",
+                    1 => {
+                        tokio::time::sleep(after).await;
+                        "last"
+                    }
+                    _ => return None,
+                };
+                Some((Ok::<_, std::io::Error>(chunk), n + 1))
+            });
+            axum::body::Body::from_stream(chunks)
+        }
+    });
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, count)
+}
+
+/// `iuid_router_requests_in_flight` as /metrics shows it.
+async fn in_flight(p: &Process) -> Option<f64> {
+    let text = client()
+        .get(p.admin("/metrics"))
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("iuid_router_requests_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A request is in flight until its response body has been sent, not only its head: the gauge
+/// (and P2C's count on the upstream, which the same change carries) see a long download.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_flight_until_the_response_body_ends() {
+    let (up, _) = trickling_upstream(Duration::from_millis(1500)).await;
+    let table = format!(
+        "version: v1\nregions:\n  eu: {{ upstreams: [\"http://{up}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
+    );
+    let p = Process::start_with(&table, None).await;
+    let resp = client()
+        .get(format!("http://{}/o/{}?slow", p.public, id(3)))
+        .send()
+        .await
+        .expect("head");
+    assert_eq!(resp.status(), 200);
+    // The head is in; the last chunk is still 1.5 s away.
+    assert_eq!(in_flight(&p).await, Some(1.0));
+    assert_eq!(resp.text().await.expect("body"), "first last");
+    let done = eventually(Duration::from_secs(2), || async {
+        in_flight(&p).await == Some(0.0)
+    })
+    .await;
+    assert!(done.is_some(), "still counted after the body ended");
+}
+
+/// P2C counts a request on its upstream until the response body ends: while one upstream of
+/// two streams a long body, every other request goes to the other one. (Counted only until
+/// the head, the round-robin would send every second request to the busy one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balancing_sees_a_download_until_it_ends() {
+    let (a, a_count) = trickling_upstream(Duration::from_millis(2000)).await;
+    let (b, b_count) = trickling_upstream(Duration::from_millis(2000)).await;
+    let table = format!(
+        "version: v1\nregions:\n  eu: {{ upstreams: [\"http://{a}\", \"http://{b}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
+    );
+    let p = Process::start_with(&table, None).await;
+    let slow = client()
+        .get(format!("http://{}/o/{}?slow", p.public, id(3)))
+        .send()
+        .await
+        .expect("head");
+    let (busy, idle) = if a_count.load(Ordering::SeqCst) == 1 {
+        (&a_count, &b_count)
+    } else {
+        (&b_count, &a_count)
+    };
+    for _ in 0..6 {
+        let r = client()
+            .get(format!("http://{}/o/{}", p.public, id(3)))
+            .send()
+            .await
+            .expect("quick");
+        assert_eq!(r.text().await.expect("body"), "ok");
+    }
+    assert_eq!(
+        busy.load(Ordering::SeqCst),
+        1,
+        "a request went to the busy upstream"
+    );
+    assert_eq!(idle.load(Ordering::SeqCst), 6);
+    assert_eq!(slow.text().await.expect("body"), "first last");
 }

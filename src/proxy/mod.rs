@@ -29,15 +29,23 @@ use crate::config::{RouterConfig, Unrouted};
 use crate::extract::Extraction;
 use crate::metrics;
 use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
-use crate::upstream::body::IdleTimeout;
-use crate::upstream::forward::{self, ForwardError, Outgoing, Policies};
-use crate::upstream::{SendError, UpstreamState};
+use crate::upstream::body::{Guarded, IdleTimeout};
+use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
+use crate::upstream::{self, SendError, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use problem::Problem;
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
 /// timeout, or one of its own.
-pub type ProxyBody = Either<IdleTimeout<Incoming>, Full<Bytes>>;
+pub type ProxyBody = Either<Guarded<IdleTimeout<Incoming>, InFlight>, Full<Bytes>>;
+
+/// What counts a proxied request in flight while its response body streams: the router-wide
+/// gauge and the upstream's count that P2C balances on.
+#[derive(Debug)]
+pub struct InFlight {
+    _request: Option<metrics::InFlight>,
+    _upstream: upstream::health::InFlight,
+}
 
 /// A request body after extraction: still streaming, or read whole (GraphQL).
 type ClientBody = Either<Incoming, Bytes>;
@@ -60,6 +68,8 @@ impl Target {
 struct Trail {
     /// The request's span: disabled (and free) unless `RUST_LOG` enables debug for this module.
     span: tracing::Span,
+    /// Counts the request in the gauge; moves into a proxied response's body.
+    in_flight: Option<metrics::InFlight>,
     route: &'static str,
     region: Option<Arc<metrics::RegionMetrics>>,
     upstream: Option<Authority>,
@@ -100,7 +110,6 @@ impl Proxy {
         mut req: Request<Incoming>,
         client: &ClientAddr,
     ) -> Response<ProxyBody> {
-        let _in_flight = metrics::InFlight::start();
         let started = Instant::now();
         let request_id = request_id::take_or_make(req.headers_mut());
         // Debug level: at the default `info`, tracing-subscriber's fmt layer would format every
@@ -116,6 +125,7 @@ impl Proxy {
         );
         let mut trail = Trail {
             span: span.clone(),
+            in_flight: Some(metrics::InFlight::start()),
             route: "none",
             region: None,
             upstream: None,
@@ -164,9 +174,17 @@ impl Proxy {
             Err(problem) => return problem.into_response().map(Either::Right),
         };
         match self.forward(&target, parts, body, &trail.span).await {
-            Ok((resp, upstream)) => {
+            Ok(Answered {
+                response,
+                upstream,
+                in_flight,
+            }) => {
                 trail.upstream = Some(upstream);
-                self.respond(resp, client_upgrade)
+                let in_flight = InFlight {
+                    _request: trail.in_flight.take(),
+                    _upstream: in_flight,
+                };
+                self.respond(response, in_flight, client_upgrade)
             }
             Err(problem) => problem.into_response().map(Either::Right),
         }
@@ -292,7 +310,7 @@ impl Proxy {
         parts: Parts,
         body: Outgoing,
         span: &tracing::Span,
-    ) -> Result<(Response<Incoming>, Authority), Problem> {
+    ) -> Result<Answered, Problem> {
         let region = target.region();
         let policies = Policies {
             retry: &self.config.retries,
@@ -329,11 +347,13 @@ impl Proxy {
         }
     }
 
-    /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back
-    /// (a `101` answer to an upgrade starts the tunnel instead).
+    /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back,
+    /// carrying `in_flight` until it is done (a `101` answer to an upgrade starts the tunnel
+    /// instead).
     fn respond(
         &self,
         mut resp: Response<Incoming>,
+        in_flight: InFlight,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     ) -> Response<ProxyBody> {
         headers::rewrite_response(resp.status(), resp.headers_mut(), &self.via.http11);
@@ -343,7 +363,7 @@ impl Proxy {
             }
         }
         let idle = self.config.timeouts.idle();
-        resp.map(|b| Either::Left(IdleTimeout::new(b, idle)))
+        resp.map(|b| Either::Left(Guarded::new(IdleTimeout::new(b, idle), in_flight)))
     }
 }
 

@@ -95,3 +95,43 @@ where
         self.inner.size_hint()
     }
 }
+
+/// `inner`, keeping `guard` until the body is dropped: when it has been sent whole, or when
+/// the client went away. Response bodies carry the guards that count their request in flight,
+/// so a long download stays counted (in the gauge, and by P2C on its upstream) until it ends,
+/// not only until its headers.
+#[derive(Debug)]
+pub struct Guarded<B, G> {
+    inner: B,
+    _guard: G,
+}
+
+impl<B, G> Guarded<B, G> {
+    /// Wraps `inner`; `guard` is dropped with it.
+    pub fn new(inner: B, guard: G) -> Self {
+        Guarded {
+            inner,
+            _guard: guard,
+        }
+    }
+}
+
+impl<B: Body + Unpin, G: Unpin> Body for Guarded<B, G> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        Pin::new(&mut self.get_mut().inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}

@@ -32,6 +32,18 @@ pub enum Outgoing {
     Streamed(UpstreamBody),
 }
 
+/// An upstream's answer: its response head (the body still streaming), which upstream gave
+/// it, and the guard that counts the request in flight there until the body is done.
+#[derive(Debug)]
+pub struct Answered {
+    /// The upstream's response.
+    pub response: Response<Incoming>,
+    /// The upstream that gave it.
+    pub upstream: Authority,
+    /// Keep it with the response body (P2C balances on this count).
+    pub in_flight: health::InFlight,
+}
+
 /// Why no upstream answered.
 #[derive(Debug)]
 pub enum ForwardError {
@@ -75,15 +87,14 @@ fn copy_head(parts: &Parts) -> Parts {
 }
 
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
-/// points the request at the chosen upstream (URI, `Host`). Returns the response and the
-/// upstream that gave it.
+/// points the request at the chosen upstream (URI, `Host`).
 pub async fn forward(
     region: &Region,
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'_>,
     aim: impl Fn(&mut Parts, &UpstreamState),
-) -> Result<(Response<Incoming>, Authority), ForwardError> {
+) -> Result<Answered, ForwardError> {
     region.budget.deposit(policies.retry);
     let metrics = &region.metrics;
     let retry_ok = idempotent(&parts.method);
@@ -121,13 +132,17 @@ pub async fn forward(
         };
         aim(&mut head, &upstream.state);
         let state = &upstream.state;
-        let _in_flight = state.health.start();
+        let in_flight = state.health.start();
         let sent = std::time::Instant::now();
         match state.send(Request::from_parts(head, body)).await {
             Ok(resp) => {
                 state.health.success();
                 metrics.upstream_duration(sent.elapsed().as_secs_f64());
-                return Ok((resp, upstream.authority.clone()));
+                return Ok(Answered {
+                    response: resp,
+                    upstream: upstream.authority.clone(),
+                    in_flight,
+                });
             }
             Err(error) => {
                 metrics.upstream_error(error.kind());

@@ -16,7 +16,7 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use serde::Deserialize;
@@ -57,7 +57,8 @@ pub fn now_ms() -> u64 {
 /// One upstream's health record.
 #[derive(Debug, Default)]
 pub struct Health {
-    in_flight: AtomicU32,
+    /// Shared with the [`InFlight`] guards, which live as long as their response bodies.
+    in_flight: Arc<AtomicU32>,
     failures: AtomicU32,
     ejected_until: AtomicU64,
     ejections: AtomicU32,
@@ -86,10 +87,11 @@ impl Health {
         self.in_flight.load(Ordering::Relaxed)
     }
 
-    /// Counts a request in flight until the guard drops.
-    pub fn start(&self) -> InFlight<'_> {
+    /// Counts a request in flight until the guard drops; the guard is owned, so it can go
+    /// with the response body and count the request until the body is done.
+    pub fn start(&self) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
-        InFlight(self)
+        InFlight(Arc::clone(&self.in_flight))
     }
 
     /// A request got response headers: the record is cleared.
@@ -122,11 +124,11 @@ impl Health {
 
 /// Counts one request in flight on an upstream.
 #[derive(Debug)]
-pub struct InFlight<'a>(&'a Health);
+pub struct InFlight(Arc<AtomicU32>);
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
