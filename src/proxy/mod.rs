@@ -37,12 +37,12 @@ use problem::Problem;
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
 /// timeout, or one of its own.
-pub type ProxyBody = Either<Guarded<IdleTimeout<Incoming>, InFlight>, Full<Bytes>>;
+pub type ProxyBody = Either<Guarded<IdleTimeout<Incoming>, InFlightGuards>, Full<Bytes>>;
 
 /// What counts a proxied request in flight while its response body streams: the router-wide
 /// gauge and the upstream's count that P2C balances on.
 #[derive(Debug)]
-pub struct InFlight {
+pub struct InFlightGuards {
     _request: Option<metrics::InFlight>,
     _upstream: upstream::health::InFlight,
 }
@@ -180,7 +180,7 @@ impl Proxy {
                 in_flight,
             }) => {
                 trail.upstream = Some(upstream);
-                let in_flight = InFlight {
+                let in_flight = InFlightGuards {
                     _request: trail.in_flight.take(),
                     _upstream: in_flight,
                 };
@@ -353,7 +353,7 @@ impl Proxy {
     fn respond(
         &self,
         mut resp: Response<Incoming>,
-        in_flight: InFlight,
+        in_flight: InFlightGuards,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     ) -> Response<ProxyBody> {
         headers::rewrite_response(resp.status(), resp.headers_mut(), &self.via.http11);
