@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, Upstream};
+use common::{client, eventually, url, Upstream};
 use iuid::Iuid;
 
 fn free_port() -> SocketAddr {
@@ -26,9 +26,18 @@ fn id(country: u8) -> String {
 }
 
 fn table(version: &str, up: &Upstream) -> String {
+    eu_table(version, &[up.url()])
+}
+
+/// A table whose one region, `eu`, owns country 3 and has `upstreams` (base URLs).
+fn eu_table(version: &str, upstreams: &[String]) -> String {
+    let list = upstreams
+        .iter()
+        .map(|u| format!("\"{u}\""))
+        .collect::<Vec<_>>()
+        .join(", ");
     format!(
-        "version: \"{version}\"\nregions:\n  eu: {{ upstreams: [\"{}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n",
-        up.url()
+        "version: \"{version}\"\nregions:\n  eu: {{ upstreams: [{list}] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
     )
 }
 
@@ -315,9 +324,7 @@ async fn dead_upstream_logs(
     requests: usize,
 ) -> (String, SocketAddr, Vec<serde_json::Value>) {
     let dead = free_port();
-    let table = format!(
-        "version: v1\nregions:\n  eu: {{ upstreams: [\"http://{dead}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
-    );
+    let table = eu_table("v1", &[url(dead)]);
     let mut p = Process::start_with(&table, rust_log).await;
     let entity = id(3);
     for _ in 0..requests {
@@ -428,9 +435,7 @@ async fn in_flight(p: &Process) -> Option<f64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_until_the_response_body_ends() {
     let (up, _) = trickling_upstream(Duration::from_millis(1500)).await;
-    let table = format!(
-        "version: v1\nregions:\n  eu: {{ upstreams: [\"http://{up}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
-    );
+    let table = eu_table("v1", &[url(up)]);
     let p = Process::start_with(&table, None).await;
     let resp = client()
         .get(format!("http://{}/o/{}?slow", p.public, id(3)))
@@ -455,9 +460,7 @@ async fn in_flight_until_the_response_body_ends() {
 async fn balancing_sees_a_download_until_it_ends() {
     let (a, a_count) = trickling_upstream(Duration::from_millis(2000)).await;
     let (b, b_count) = trickling_upstream(Duration::from_millis(2000)).await;
-    let table = format!(
-        "version: v1\nregions:\n  eu: {{ upstreams: [\"http://{a}\", \"http://{b}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
-    );
+    let table = eu_table("v1", &[url(a), url(b)]);
     let p = Process::start_with(&table, None).await;
     let slow = client()
         .get(format!("http://{}/o/{}?slow", p.public, id(3)))
