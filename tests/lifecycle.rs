@@ -103,6 +103,15 @@ impl Process {
     fn admin(&self, path: &str) -> String {
         format!("http://{}{}", self.admin, path)
     }
+
+    /// GET `path` (with its query) on the public listener.
+    async fn get(&self, path: &str) -> reqwest::Response {
+        client()
+            .get(format!("http://{}{path}", self.public))
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("GET {path}: {e}"))
+    }
 }
 
 impl Drop for Process {
@@ -187,11 +196,7 @@ async fn metrics_parse_and_the_request_counter_grows() {
     };
     let before = counter_sum(&get_metrics().await, "iuid_router_requests_total");
     for _ in 0..5 {
-        let resp = client()
-            .get(format!("http://{}/o/{}", p.public, id(3)))
-            .send()
-            .await
-            .expect("ok");
+        let resp = p.get(&format!("/o/{}", id(3))).await;
         assert_eq!(resp.status(), 200);
     }
     let resp = client()
@@ -328,12 +333,7 @@ async fn dead_upstream_logs(
     let mut p = Process::start_with(&table, rust_log).await;
     let entity = id(3);
     for _ in 0..requests {
-        let status = client()
-            .get(format!("http://{}/o/{entity}", p.public))
-            .send()
-            .await
-            .expect("request")
-            .status();
+        let status = p.get(&format!("/o/{entity}")).await.status();
         assert!(matches!(status.as_u16(), 502 | 503), "{status}");
     }
     p.signal("TERM");
@@ -437,11 +437,7 @@ async fn in_flight_until_the_response_body_ends() {
     let (up, _) = trickling_upstream(Duration::from_millis(1500)).await;
     let table = eu_table("v1", &[url(up)]);
     let p = Process::start_with(&table, None).await;
-    let resp = client()
-        .get(format!("http://{}/o/{}?slow", p.public, id(3)))
-        .send()
-        .await
-        .expect("head");
+    let resp = p.get(&format!("/o/{}?slow", id(3))).await;
     assert_eq!(resp.status(), 200);
     // The head is in; the last chunk is still 1.5 s away.
     assert_eq!(in_flight(&p).await, Some(1.0));
@@ -462,22 +458,14 @@ async fn balancing_sees_a_download_until_it_ends() {
     let (b, b_count) = trickling_upstream(Duration::from_millis(2000)).await;
     let table = eu_table("v1", &[url(a), url(b)]);
     let p = Process::start_with(&table, None).await;
-    let slow = client()
-        .get(format!("http://{}/o/{}?slow", p.public, id(3)))
-        .send()
-        .await
-        .expect("head");
+    let slow = p.get(&format!("/o/{}?slow", id(3))).await;
     let (busy, idle) = if a_count.load(Ordering::SeqCst) == 1 {
         (&a_count, &b_count)
     } else {
         (&b_count, &a_count)
     };
     for _ in 0..6 {
-        let r = client()
-            .get(format!("http://{}/o/{}", p.public, id(3)))
-            .send()
-            .await
-            .expect("quick");
+        let r = p.get(&format!("/o/{}", id(3))).await;
         assert_eq!(r.text().await.expect("body"), "ok");
     }
     assert_eq!(
