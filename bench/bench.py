@@ -22,7 +22,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-BIN = os.path.join(ROOT, "target", "release", "iuid-router")
+# IUID_ROUTER_BIN compares another build (say, main's before a change) under the same job.
+BIN = os.environ.get("IUID_ROUTER_BIN", os.path.join(ROOT, "target", "release", "iuid-router"))
 UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
 PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
 ADMIN = 18093
@@ -404,6 +405,8 @@ def main():
                     help="skip the criterion benchmarks of extract+resolve and GraphQL")
     ap.add_argument("--no-profile", action="store_true",
                     help="skip the callgrind instruction counts (about a minute)")
+    ap.add_argument("--profile-only", action="store_true",
+                    help="only the callgrind instruction counts (before/after a change)")
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="iuid-bench-")
@@ -434,6 +437,12 @@ def main():
         for name in procs:
             verify(name, PORTS[name], samples)
 
+        if args.profile_only:
+            print("== counting instructions per request (callgrind)")
+            text = "\n".join(instructions(work))
+            write(args.out, text)
+            print(text)
+            return
         targets = [("upstream direct", UPSTREAMS["eu"], None)] + \
                   [(name, PORTS[name], procs[name]) for name in procs]
         results = {name: [] for name, _, _ in targets}

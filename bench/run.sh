@@ -4,6 +4,8 @@
 # HAProxy doing the same, and iuid-router. Writes bench/RESULTS.md.
 #
 #   bash bench/run.sh [--duration 10] [--rounds 5] [--connections 64] [--out bench/RESULTS.md]
+#   bash bench/run.sh --profile-only --out /tmp/after.md   # callgrind counts alone (~4 min)
+#   IUID_ROUTER_BIN=/tmp/iuid-router.before bash bench/run.sh --profile-only --out /tmp/before.md
 #
 # Installs what it needs from Debian's packages, uses loopback ports 18081-18097, and stops
 # only the processes it started.
