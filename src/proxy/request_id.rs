@@ -13,19 +13,27 @@ pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
 /// Longest client-sent id kept; longer ones are replaced (they would bloat every log line).
 const MAX_LEN: usize = 128;
 
-/// The request's id: the client's `x-request-id` if it is 1–128 visible ASCII characters,
-/// else a fresh one (32 hex digits: a random per-process prefix and a counter). The header is
-/// set on `headers`, so it goes upstream.
+/// The request's id: the client's `x-request-id` if it is 1–128 characters of
+/// `[A-Za-z0-9._:-]` (what request ids are made of: UUIDs, hex, trace ids), else a fresh one
+/// (32 hex digits: a random per-process prefix and a counter). The header is set on
+/// `headers`, so it goes upstream.
 pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
     if let Some(v) = headers.get(&HEADER) {
         let b = v.as_bytes();
-        if !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|c| c.is_ascii_graphic()) {
+        // Anything else (`/`, `%`, quotes, spaces) could forge a path or a log field
+        // downstream, so it is replaced rather than passed on.
+        if !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|&c| sane(c)) {
             return v.clone();
         }
     }
     let id = make();
     headers.insert(HEADER.clone(), id.clone());
     id
+}
+
+/// A byte a client's request id may hold.
+fn sane(c: u8) -> bool {
+    c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-')
 }
 
 /// The id as text for logs (ids are checked to be ASCII).
@@ -66,5 +74,19 @@ mod tests {
         assert_eq!(h[&HEADER], made);
         let next = take_or_make(&mut HeaderMap::new());
         assert_ne!(made, next);
+        for forged in [
+            "../../etc/passwd%0d%0a",
+            "a/b",
+            "a\"b",
+            "x".repeat(129).as_str(),
+        ] {
+            h.insert(
+                HEADER.clone(),
+                HeaderValue::from_str(forged).expect("value"),
+            );
+            assert_ne!(take_or_make(&mut h), forged);
+        }
+        h.insert(HEADER.clone(), HeaderValue::from_static("trace-1.2:3_x"));
+        assert_eq!(take_or_make(&mut h), "trace-1.2:3_x");
     }
 }
