@@ -122,9 +122,13 @@ pub enum Unrouted {
 pub struct Timeouts {
     /// TCP connect to an upstream.
     pub connect_ms: u64,
-    /// From sending the request to the upstream's response headers (then 504).
+    /// From the end of the request body (as sent upstream) to the upstream's response headers
+    /// (then 504). An upload in progress is not counted: its pace is bounded by `idle_ms`.
     pub response_headers_ms: u64,
-    /// How long a pooled upstream connection may sit idle.
+    /// The longest wait without progress: for a client's body (then 408, the client's), an
+    /// upstream that reads none of it (504), an upstream's response body, a client that
+    /// reads none of the response (both connections closed), and a pooled upstream
+    /// connection left idle.
     pub idle_ms: u64,
 }
 
@@ -171,6 +175,9 @@ pub struct Limits {
     pub max_header_bytes: usize,
     /// Most request header fields (431 beyond).
     pub max_headers: usize,
+    /// Connections the kernel queues on the public listener before the router accepts them
+    /// (`listen(2)` backlog; capped by `net.core.somaxconn`).
+    pub listen_backlog: u32,
 }
 
 impl Default for Limits {
@@ -183,6 +190,7 @@ impl Default for Limits {
             header_read_timeout_ms: 10_000,
             max_header_bytes: 64 << 10,
             max_headers: 100,
+            listen_backlog: crate::server::DEFAULT_BACKLOG,
         }
     }
 }

@@ -10,6 +10,8 @@ use std::sync::{Arc, OnceLock};
 use ::metrics::{Counter, Gauge, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+use crate::error::ErrorKind;
+
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).
 pub const REQUESTS: &str = "iuid_router_requests_total";
@@ -17,8 +19,11 @@ pub const REQUESTS: &str = "iuid_router_requests_total";
 pub const IN_FLIGHT: &str = "iuid_router_requests_in_flight";
 /// Time from sending a request upstream to its response headers, by `region`, in seconds.
 pub const UPSTREAM_DURATION: &str = "iuid_router_upstream_request_duration_seconds";
-/// Upstream failures by `region` and `kind` (`connect`, `timeout`, `reset`).
+/// Upstream-blamed failures by `region` and `kind` (`connect`, `timeout`, `reset`).
 pub const UPSTREAM_ERRORS: &str = "iuid_router_upstream_errors_total";
+/// Client-blamed failures by `kind` (`bad_framing`, `aborted`, `body_timeout`,
+/// `send_timeout`): never counted against an upstream (SPEC §6).
+pub const CLIENT_ERRORS: &str = "iuid_router_client_errors_total";
 /// Routing decisions by `rule` kind (`override`, `country`, `default_region`, `unrouted`).
 pub const DECISIONS: &str = "iuid_router_routing_decisions_total";
 /// Routing-table reloads by `result` (`success`, `failure`).
@@ -81,7 +86,14 @@ fn describe() {
         ::metrics::Unit::Seconds,
         "Time to an upstream's response headers, by region."
     );
-    ::metrics::describe_counter!(UPSTREAM_ERRORS, "Upstream failures by region and kind.");
+    ::metrics::describe_counter!(
+        UPSTREAM_ERRORS,
+        "Upstream-blamed failures by region and kind."
+    );
+    ::metrics::describe_counter!(
+        CLIENT_ERRORS,
+        "Client-blamed failures by kind; never counted against an upstream."
+    );
     ::metrics::describe_counter!(DECISIONS, "Routing decisions by rule kind.");
     ::metrics::describe_counter!(RELOADS, "Routing-table reloads by result.");
     ::metrics::describe_gauge!(
@@ -92,8 +104,6 @@ fn describe() {
 
 /// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order.
 const ROUTES: [&str; 4] = ["path", "header", "graphql", "none"];
-/// Label values of [`UPSTREAM_ERRORS`]' `kind`.
-const ERROR_KINDS: [&str; 3] = ["connect", "timeout", "reset"];
 /// Label values of [`DECISIONS`]' `rule`.
 const RULES: [&str; 4] = ["override", "country", "default_region", "unrouted"];
 /// Status classes, `1xx` … `5xx`.
@@ -128,7 +138,7 @@ pub struct RegionMetrics {
     pub label: Arc<str>,
     requests: [[OnceLock<Counter>; 5]; 4],
     upstream_duration: OnceLock<Histogram>,
-    upstream_errors: [OnceLock<Counter>; 3],
+    upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
 }
 
 impl RegionMetrics {
@@ -168,15 +178,34 @@ impl RegionMetrics {
             .record(seconds);
     }
 
-    /// Counts one upstream failure of `kind` (`connect`, `timeout`, `reset`).
-    pub fn upstream_error(&self, kind: &'static str) {
-        let k = ERROR_KINDS.iter().position(|e| *e == kind).unwrap_or(2);
+    /// Counts one upstream-blamed failure; a client-blamed kind is counted by
+    /// [`client_error`] instead, so it can never show against an upstream.
+    pub fn upstream_error(&self, kind: ErrorKind) {
+        let Some(k) = ErrorKind::UPSTREAM.iter().position(|e| *e == kind) else {
+            return client_error(kind);
+        };
         self.upstream_errors[k]
             .get_or_init(|| {
                 handle();
-                ::metrics::counter!(UPSTREAM_ERRORS, "region" => self.shared_label(), "kind" => ERROR_KINDS[k])
+                ::metrics::counter!(UPSTREAM_ERRORS, "region" => self.shared_label(), "kind" => kind.as_str())
             })
             .increment(1);
+    }
+}
+
+/// Counts one client-blamed failure (SPEC §6: never against an upstream). An upstream kind
+/// passed here is a bug; it is counted under its own name rather than lost.
+pub fn client_error(kind: ErrorKind) {
+    static HANDLES: [OnceLock<Counter>; ErrorKind::CLIENT.len()] =
+        [const { OnceLock::new() }; ErrorKind::CLIENT.len()];
+    match ErrorKind::CLIENT.iter().position(|e| *e == kind) {
+        Some(k) => HANDLES[k]
+            .get_or_init(|| {
+                handle();
+                ::metrics::counter!(CLIENT_ERRORS, "kind" => kind.as_str())
+            })
+            .increment(1),
+        None => ::metrics::counter!(CLIENT_ERRORS, "kind" => kind.as_str()).increment(1),
     }
 }
 

@@ -75,9 +75,9 @@ pub async fn run(
 
 /// `iuid-router serve`: binds the configured addresses and runs until `SIGTERM` or `SIGINT`.
 pub async fn serve(config: RouterConfig) -> Result<(), Error> {
-    let listener = server::bind(config.listen).await?;
+    let listener = server::bind(config.listen, config.limits.listen_backlog).await?;
     let admin = match config.admin_listen {
-        Some(addr) => Some(server::bind(addr).await?),
+        Some(addr) => Some(server::bind(addr, server::DEFAULT_BACKLOG).await?),
         None => None,
     };
     tracing::info!(

@@ -27,6 +27,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
+use crate::send_timeout::SendTimeout;
 use crate::workers::Workers;
 
 /// Serves `listener` on `proxy.config().workers` worker threads until `shutdown` completes,
@@ -42,6 +43,7 @@ pub async fn serve(
     let workers = Workers::start(proxy.config().workers)?;
     let limits = proxy.config().limits;
     let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
+    let send_timeout = proxy.config().timeouts.idle();
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -102,7 +104,8 @@ pub async fn serve(
                 let conn = conn.clone();
                 async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
             });
-            let conn = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+            let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+            let conn = builder.serve_connection_with_upgrades(io, service);
             tokio::pin!(conn);
             let result = tokio::select! {
                 r = conn.as_mut() => r,
@@ -166,9 +169,24 @@ async fn protocol_announced(stream: &TcpStream, within: Duration) -> bool {
     }
 }
 
-/// Binds the listener; the error names the address.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr)
-        .await
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+/// The listen backlog when none is configured: nginx's 511 is too small for bursts of
+/// connects (1,000 back to back left a few waiting a second for a SYN retransmit at 128); the
+/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const DEFAULT_BACKLOG: u32 = 1024;
+
+/// Binds a listener with a listen backlog of `backlog` connections (the kernel caps it at
+/// `net.core.somaxconn`); `SO_REUSEADDR` is set, as `TcpListener::bind` does, so a restart
+/// need not wait out `TIME_WAIT`. The error names the address.
+pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let bound = (|| {
+        let socket = if addr.is_ipv4() {
+            tokio::net::TcpSocket::new_v4()?
+        } else {
+            tokio::net::TcpSocket::new_v6()?
+        };
+        socket.set_reuseaddr(true)?;
+        socket.bind(addr)?;
+        socket.listen(backlog)
+    })();
+    bound.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }

@@ -61,7 +61,7 @@ impl Process {
         let config = format!(
             "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
              routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nshutdown: {{ drain_delay_ms: 0, grace_ms: 10000 }}\n\
-             access_log: true\nlog_format: json\n"
+             access_log: true\nlog_format: json\nlimits: {{ listen_backlog: 777 }}\n"
         );
         let path = dir.path().join("router.yaml");
         std::fs::write(&path, config).expect("write");
@@ -475,4 +475,21 @@ async fn balancing_sees_a_download_until_it_ends() {
     );
     assert_eq!(idle.load(Ordering::SeqCst), 6);
     assert_eq!(slow.text().await.expect("body"), "first last");
+}
+
+#[tokio::test]
+async fn the_public_listener_has_the_configured_backlog() {
+    let up = Upstream::start("eu").await;
+    let p = Process::start(&up).await;
+    // For a listening socket, `ss` shows the backlog in the Send-Q column.
+    let out = Command::new("ss")
+        .args(["-ltnH", &format!("sport = :{}", p.public.port())])
+        .output()
+        .expect("ss (iproute2)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let send_q: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.split_whitespace().nth(2))
+        .collect();
+    assert_eq!(send_q, ["777"], "ss -ltn: {text}");
 }

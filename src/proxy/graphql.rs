@@ -9,6 +9,7 @@
 //! by the token and depth limits — never holds up other connections of the same worker.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
@@ -21,17 +22,20 @@ use iuid::Id;
 use super::problem::Problem;
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::RouteKind;
+use crate::upstream::body::IdleTimeout;
 
 /// Bodies larger than this are searched for ids on the blocking pool.
 pub const BLOCKING_ABOVE: usize = 64 << 10;
 
 /// The ids of a GraphQL request and the body to forward. `GET` requests keep their body
-/// streaming; `POST` bodies are read up to `limit` bytes (413 beyond).
+/// streaming; `POST` bodies are read up to `limit` bytes (413 beyond), each wait for more at
+/// most `idle` (408 beyond).
 pub async fn read_ids(
     route: &Arc<GraphqlRoute>,
     parts: &Parts,
     body: Incoming,
     limit: usize,
+    idle: Duration,
 ) -> Result<(Vec<Id>, Either<Incoming, Bytes>), Problem> {
     let mut ids = Vec::new();
     if parts.method == Method::GET {
@@ -58,14 +62,15 @@ pub async fn read_ids(
     if declared.is_some_and(|n| n > limit as u64) {
         return Err(Problem::PayloadTooLarge { limit });
     }
-    let bytes: Bytes = match Limited::new(body, limit).collect().await {
+    // The idle timer: a client that declares a length and stops sending is the client's
+    // fault (408), not a request to hold forever.
+    let bytes: Bytes = match Limited::new(IdleTimeout::new(body, idle), limit)
+        .collect()
+        .await
+    {
         Ok(collected) => collected.to_bytes(),
         Err(e) if e.is::<LengthLimitError>() => return Err(Problem::PayloadTooLarge { limit }),
-        Err(e) => {
-            return Err(Problem::GraphqlInvalid(format!(
-                "the request body could not be read: {e}"
-            )))
-        }
+        Err(e) => return Err(super::client_body_problem(&*e)),
     };
     let content_type = parts.headers.get(CONTENT_TYPE).cloned();
     let ct = content_type.as_ref().map(|v| v.as_bytes());

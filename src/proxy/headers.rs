@@ -68,6 +68,12 @@ fn hop_by_hop_present(headers: &HeaderMap) -> u8 {
     present
 }
 
+/// `present` (from [`hop_by_hop_present`]) has `Transfer-Encoding`.
+fn has_transfer_encoding(present: u8) -> bool {
+    // HOP_BY_HOP[5] is `Transfer-Encoding`.
+    present & (1 << 5) != 0
+}
+
 /// `present` (from [`hop_by_hop_present`]) has both `Connection` and `Upgrade`.
 fn may_upgrade(present: u8) -> bool {
     // HOP_BY_HOP[0] is `Connection`, HOP_BY_HOP[6] `Upgrade`.
@@ -384,8 +390,16 @@ pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
 
 /// Applies SPEC §6 to a response on its way back: hop-by-hop fields removed (a `101` keeps
 /// its `Connection: upgrade` and `Upgrade`), `Via` added.
+///
+/// A response with both `Transfer-Encoding` and `Content-Length` was framed by the former
+/// (hyper decoded it chunked), so its `Content-Length` is removed too (RFC 9112 §6.3: an
+/// intermediary MUST remove it before forwarding); kept, it would announce a length the body
+/// as forwarded does not have, and the client would get a complete-looking, truncated answer.
 pub fn rewrite_response(status: http::StatusCode, headers: &mut HeaderMap, via: &HeaderValue) {
     let present = hop_by_hop_present(headers);
+    if has_transfer_encoding(present) {
+        headers.remove(http::header::CONTENT_LENGTH);
+    }
     let upgrade = if status == http::StatusCode::SWITCHING_PROTOCOLS && may_upgrade(present) {
         upgrade_of(headers)
     } else {

@@ -1,11 +1,13 @@
-//! The request's life: check for loops → extract the id → resolve the region → pick an
-//! upstream → forward → respond. [`Proxy::handle`] reads top to bottom in that order, one named
-//! function per phase, in the manner of Pingora's `ProxyHttp` phases.
+//! The request's life: admit (method, transfer coding, `Host`) → check for loops → extract
+//! the id → resolve the region → pick an upstream → forward → respond. [`Proxy::handle`] reads
+//! top to bottom in that order, one named function per phase, in the manner of Pingora's
+//! `ProxyHttp` phases. Every failure says who is to blame ([`crate::error`]).
 //!
 //! The live routing table is read through `arc-swap`: no lock on the hot path, and a reload
 //! never changes the table under a request that already resolved its region. Picking an
 //! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
+mod admit;
 mod graphql;
 pub mod headers;
 pub mod problem;
@@ -26,12 +28,13 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
+use crate::error::{Blame, Error, ErrorKind};
 use crate::extract::Extraction;
 use crate::metrics;
 use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
-use crate::upstream::body::{Guarded, IdleTimeout};
+use crate::upstream::body::{Guarded, IdleTimeout, Watched};
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
-use crate::upstream::{self, SendError, UpstreamState};
+use crate::upstream::{self, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use problem::Problem;
 
@@ -190,8 +193,8 @@ impl Proxy {
         }
     }
 
-    /// Phases 1–3: loop check, id extraction, region resolution. The body comes back as it
-    /// must go on (read whole only for GraphQL).
+    /// Phases 0–3: admission, loop check, id extraction, region resolution. The body comes
+    /// back as it must go on (read whole only for GraphQL).
     async fn route(
         &self,
         parts: &Parts,
@@ -199,6 +202,7 @@ impl Proxy {
         trail: &mut Trail,
     ) -> Result<(Target, ClientBody), Problem> {
         let limits = &self.config.limits;
+        admit::admit(parts)?;
         headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
             .map_err(Problem::Loop)?;
         let (found, body) = self.extract(parts, body).await?;
@@ -228,7 +232,8 @@ impl Proxy {
         match self.config.routes.extract(parts) {
             Extraction::Graphql(route) => {
                 let limit = self.config.limits.graphql_body_bytes;
-                let (ids, body) = graphql::read_ids(route, parts, body, limit).await?;
+                let idle = self.config.timeouts.idle();
+                let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
                 Ok((Extraction::Ids(ids), body))
             }
             found => Ok((found, Either::Left(body))),
@@ -289,9 +294,8 @@ impl Proxy {
             .and_then(|v| v.parse::<u64>().ok())
             .is_some_and(|n| n <= self.config.retries.buffer_bytes as u64);
         if !small {
-            return Ok(Outgoing::Streamed(Either::Left(IdleTimeout::new(
-                incoming, idle,
-            ))));
+            let (body, watch) = Watched::new(IdleTimeout::new(incoming, idle));
+            return Ok(Outgoing::Streamed(Either::Left(body), watch));
         }
         let limited = Limited::new(
             IdleTimeout::new(incoming, idle),
@@ -299,7 +303,7 @@ impl Proxy {
         );
         match limited.collect().await {
             Ok(collected) => Ok(Outgoing::Held(collected.to_bytes())),
-            Err(e) => Err(Problem::BadRequestBody(e.to_string())),
+            Err(e) => Err(client_body_problem(&*e)),
         }
     }
 
@@ -327,23 +331,23 @@ impl Proxy {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),
             }),
-            Err(ForwardError::Failed {
-                error: SendError::TimedOut,
-                ..
-            }) => Err(Problem::GatewayTimeout {
-                region: region.name.clone(),
-                after_ms: self.config.timeouts.response_headers_ms,
-            }),
-            Err(ForwardError::Failed {
-                error: SendError::Connect(detail) | SendError::Reset(detail),
-                upstream,
-            }) => {
-                tracing::warn!(region = %region.name, %upstream, %detail, "upstream failed");
-                Err(Problem::BadGateway {
-                    region: region.name.clone(),
-                    detail,
-                })
-            }
+            Err(ForwardError::Failed { error, upstream }) => match error.blame() {
+                // Already counted as the client's by `forward`, never against the upstream.
+                Blame::Client => Err(Problem::Client(error)),
+                Blame::Upstream if error.kind == ErrorKind::Timeout => {
+                    Err(Problem::GatewayTimeout {
+                        region: region.name.clone(),
+                        detail: error.detail,
+                    })
+                }
+                Blame::Upstream => {
+                    tracing::warn!(region = %region.name, %upstream, detail = %error.detail, "upstream failed");
+                    Err(Problem::BadGateway {
+                        region: region.name.clone(),
+                        detail: error.detail,
+                    })
+                }
+            },
         }
     }
 
@@ -365,6 +369,14 @@ impl Proxy {
         let idle = self.config.timeouts.idle();
         resp.map(|b| Either::Left(Guarded::new(IdleTimeout::new(b, idle), in_flight)))
     }
+}
+
+/// The problem for a client body that could not be read whole (held for a retry, or GraphQL),
+/// counted as the client's error.
+pub(crate) fn client_body_problem(e: &(dyn std::error::Error + 'static)) -> Problem {
+    let error = Error::from_client_body(e);
+    crate::metrics::client_error(error.kind);
+    Problem::Client(error)
 }
 
 /// The one region that owns every id of a GraphQL request; ids in several regions cannot be

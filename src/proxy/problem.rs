@@ -9,6 +9,7 @@ use http_body_util::Full;
 use iuid::ParseError;
 use serde_json::json;
 
+use crate::error::ErrorKind;
 use crate::extract::RouteKind;
 use crate::proxy::headers::LoopReason;
 use crate::table::ResolveError;
@@ -50,16 +51,26 @@ pub enum Problem {
         /// When the first upstream returns.
         retry_after: std::time::Duration,
     },
-    /// The client's body could not be read (400).
-    BadRequestBody(String),
+    /// The client failed its own request: invalid body framing or an abandoned upload (400),
+    /// a body stalled for `timeouts.idle_ms` (408). Never counted against an upstream.
+    Client(crate::error::Error),
     /// The upstream's response headers did not arrive in time (504).
     GatewayTimeout {
         /// The region the request was for.
         region: String,
-        /// The limit that passed, in ms.
-        after_ms: u64,
+        /// What did not arrive in time.
+        detail: String,
     },
+    /// `Host` missing, repeated or invalid (400, RFC 9112 §3.2).
+    BadHost(&'static str),
+    /// A method the router does not forward: `CONNECT` (405).
+    MethodNotAllowed,
+    /// A transfer coding other than `chunked` (501, RFC 9112 §6.1).
+    UnsupportedTransferCoding,
 }
+
+/// The methods a `405` lists in `Allow` (RFC 9110 §15.5.6): every one but `CONNECT`.
+const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 
 impl Problem {
     /// The HTTP status of SPEC §6.
@@ -73,8 +84,11 @@ impl Problem {
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
             Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
             Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
-            Problem::BadRequestBody(_) => StatusCode::BAD_REQUEST,
+            Problem::Client(e) => e.kind.status(),
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
+            Problem::BadHost(_) => StatusCode::BAD_REQUEST,
+            Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
         }
     }
 
@@ -91,8 +105,18 @@ impl Problem {
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
             Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
-            Problem::BadRequestBody(_) => ("unreadable-body", "Request body could not be read"),
+            Problem::Client(e) => match e.kind {
+                ErrorKind::BodyTimeout => ("request-body-timeout", "Request body stalled"),
+                ErrorKind::Aborted => ("client-aborted", "Request body incomplete"),
+                _ => ("bad-body-framing", "Request body framing invalid"),
+            },
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
+            Problem::BadHost(_) => ("invalid-host", "Host missing, repeated or invalid"),
+            Problem::MethodNotAllowed => ("method-not-allowed", "Method not forwarded"),
+            Problem::UnsupportedTransferCoding => (
+                "unsupported-transfer-coding",
+                "Transfer coding not implemented",
+            ),
         }
     }
 
@@ -133,9 +157,16 @@ impl Problem {
                 "every upstream of region {region} is ejected after failures; the first returns in {} ms",
                 retry_after.as_millis()
             ),
-            Problem::BadRequestBody(e) => format!("reading the request body failed: {e}"),
-            Problem::GatewayTimeout { region, after_ms } => {
-                format!("upstream of region {region} sent no response headers within {after_ms} ms")
+            Problem::Client(e) => format!("reading the request body failed: {}", e.detail),
+            Problem::GatewayTimeout { region, detail } => {
+                format!("upstream of region {region}: {detail}")
+            }
+            Problem::BadHost(why) => format!("an HTTP/1.1 request needs exactly one valid Host: {why}"),
+            Problem::MethodNotAllowed => {
+                "CONNECT is not forwarded: this router proxies requests, not tunnels".to_owned()
+            }
+            Problem::UnsupportedTransferCoding => {
+                "only the chunked transfer coding is implemented (RFC 9112 §6.1)".to_owned()
             }
         }
     }
@@ -169,6 +200,10 @@ impl Problem {
         let bytes = serde_json::to_vec(&body).unwrap_or_default();
         let mut resp = Response::new(Full::new(Bytes::from(bytes)));
         *resp.status_mut() = status;
+        if let Problem::MethodNotAllowed = &self {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
         if let Problem::Unavailable { retry_after, .. } = &self {
             // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
             let secs = retry_after.as_millis().div_ceil(1000).max(1);

@@ -1,13 +1,25 @@
-//! Bodies with an idle timeout: a body that sends nothing for `idle` ends with an error, so a
-//! stalled client or upstream cannot hold a connection (and a task) forever.
+//! Body wrappers of the data path.
+//!
+//! - [`IdleTimeout`]: a body that sends nothing for `idle` ends with an error, so a stalled
+//!   client or upstream cannot hold a connection (and a task) forever.
+//! - [`Watched`]: a client body on its way upstream reports, through a [`BodyWatch`], when it
+//!   has ended, whether it failed (and how), and whether it is waiting on the client. hyper's
+//!   client reports a failed request body as one more send error; the watch is how the router
+//!   knows the client, not the upstream, is to blame, and when the response-header timer may
+//!   start (SPEC §6: counted from the end of the request body).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use http_body::{Body, Frame, SizeHint};
+use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
+
+use crate::error::Error;
 
 /// The error type of the bodies the router passes on.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -38,8 +50,9 @@ impl<B> IdleTimeout<B> {
     }
 }
 
+/// The error of an [`IdleTimeout`] body that waited too long.
 #[derive(Debug)]
-struct Idle(Duration);
+pub struct Idle(pub Duration);
 
 impl std::fmt::Display for Idle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -133,5 +146,130 @@ impl<B: Body + Unpin, G: Unpin> Body for Guarded<B, G> {
 
     fn size_hint(&self) -> SizeHint {
         self.inner.size_hint()
+    }
+}
+
+/// What a [`Watched`] body reports to the request that sends it.
+#[derive(Debug, Default)]
+pub struct BodyWatch {
+    /// The body ended: sent whole, failed, or dropped by the upstream connection.
+    ended: AtomicBool,
+    /// Set before `ended` when the body failed.
+    failure: OnceLock<Error>,
+    /// Frames handed to the upstream connection so far.
+    frames: AtomicU64,
+    /// The last poll found no frame ready: the body waits on the client, not the upstream.
+    waiting_on_client: AtomicBool,
+    notify: Notify,
+}
+
+impl BodyWatch {
+    /// Completes once the body has ended (at once if it already has).
+    pub async fn ended(&self) {
+        if self.ended.load(Ordering::Acquire) {
+            return;
+        }
+        // `notify_one` leaves a permit when no one waits yet, so an end between the check
+        // above and this wait is not lost.
+        self.notify.notified().await;
+    }
+
+    /// The client's error, if its body failed.
+    pub fn failure(&self) -> Option<&Error> {
+        self.failure.get()
+    }
+
+    /// Frames handed to the upstream connection so far (progress, for the upstream side's
+    /// idle check).
+    pub fn frames(&self) -> u64 {
+        self.frames.load(Ordering::Relaxed)
+    }
+
+    /// True when the body is waiting for the client to send more (its own idle timer runs);
+    /// false when a frame was handed over and the upstream connection has not asked again.
+    pub fn waiting_on_client(&self) -> bool {
+        self.waiting_on_client.load(Ordering::Relaxed)
+    }
+
+    fn end(&self) {
+        if !self.ended.swap(true, Ordering::AcqRel) {
+            self.notify.notify_one();
+        }
+    }
+}
+
+/// A client body on its way upstream, reporting to a [`BodyWatch`].
+#[derive(Debug)]
+pub struct Watched<B> {
+    inner: B,
+    watch: Arc<BodyWatch>,
+}
+
+impl<B> Watched<B> {
+    /// Wraps `inner`; the returned watch is the sender's view of it.
+    pub fn new(inner: B) -> (Self, Arc<BodyWatch>) {
+        let watch = Arc::new(BodyWatch::default());
+        (
+            Watched {
+                inner,
+                watch: watch.clone(),
+            },
+            watch,
+        )
+    }
+}
+
+impl<B> Body for Watched<B>
+where
+    B: Body<Error = BoxError> + Unpin,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let watch = &this.watch;
+        match Pin::new(&mut this.inner).poll_frame(cx) {
+            Poll::Pending => {
+                watch.waiting_on_client.store(true, Ordering::Relaxed);
+                Poll::Pending
+            }
+            Poll::Ready(Some(Ok(frame))) => {
+                watch.waiting_on_client.store(false, Ordering::Relaxed);
+                watch.frames.fetch_add(1, Ordering::Relaxed);
+                // hyper stops polling once `is_end_stream` says so, without asking for `None`.
+                if this.inner.is_end_stream() {
+                    watch.end();
+                }
+                Poll::Ready(Some(Ok(frame)))
+            }
+            Poll::Ready(Some(Err(e))) => {
+                let _ = watch.failure.set(Error::from_client_body(&*e));
+                watch.end();
+                Poll::Ready(Some(Err(e)))
+            }
+            Poll::Ready(None) => {
+                watch.end();
+                Poll::Ready(None)
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+impl<B> Drop for Watched<B> {
+    fn drop(&mut self) {
+        // The upstream connection gave the body up (it answered early, or failed).
+        self.watch.end();
     }
 }

@@ -9,7 +9,12 @@
 //! - never a response-header timeout: the upstream is slow, and asking another one only
 //!   doubles the wait and the load.
 //!
-//! Each retry also needs the region's retry budget.
+//! Each retry also needs the region's retry budget. Only upstream-blamed errors
+//! ([`crate::error::Blame::Upstream`]) count towards ejection and in
+//! `iuid_router_upstream_errors_total`; a client's own errors (its body) end the request at
+//! once, counted in `iuid_router_client_errors_total`.
+
+use std::sync::Arc;
 
 use bytes::Bytes;
 use http::request::Parts;
@@ -18,9 +23,11 @@ use http::{Method, Request, Response};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
+use super::body::BodyWatch;
 use super::budget::RetryPolicy;
 use super::health::{self, HealthPolicy, Pick};
-use super::{SendError, UpstreamBody, UpstreamState};
+use super::{UpstreamBody, UpstreamState};
+use crate::error::{Blame, Error, Retry};
 use crate::table::Region;
 
 /// The body to send: held (replayable) or streamed (one attempt).
@@ -28,8 +35,9 @@ use crate::table::Region;
 pub enum Outgoing {
     /// Bytes the router holds; sent again on a retry.
     Held(Bytes),
-    /// The client's body, streamed through.
-    Streamed(UpstreamBody),
+    /// The client's body, streamed through, and its watch (how the sender learns when it
+    /// ended and whether the client failed it).
+    Streamed(UpstreamBody, Arc<BodyWatch>),
 }
 
 /// An upstream's answer: its response head (the body still streaming), which upstream gave
@@ -52,10 +60,10 @@ pub enum ForwardError {
         /// When the first ejection ends, in ms.
         retry_after_ms: u64,
     },
-    /// The last attempt failed (→ 502, or 504 for a timeout).
+    /// The last attempt failed: its error says who is to blame and the status.
     Failed {
         /// What went wrong.
-        error: SendError,
+        error: Error,
         /// The upstream of the last attempt.
         upstream: Authority,
     },
@@ -98,12 +106,12 @@ pub async fn forward(
     region.budget.deposit(policies.retry);
     let metrics = &region.metrics;
     let retry_ok = idempotent(&parts.method);
-    let (held, mut streamed) = match body {
-        Outgoing::Held(bytes) => (Some(bytes), None),
-        Outgoing::Streamed(b) => (None, Some(b)),
+    let (held, mut streamed, watch) = match body {
+        Outgoing::Held(bytes) => (Some(bytes), None, None),
+        Outgoing::Streamed(b, watch) => (None, Some(b), Some(watch)),
     };
     let mut tried = 0u64;
-    let mut last: Option<(SendError, Authority)> = None;
+    let mut last: Option<(Error, Authority)> = None;
     for attempt in 0..=policies.retry.max_retries {
         if attempt > 0 && (held.is_none() || !region.budget.withdraw(policies.retry)) {
             break;
@@ -134,7 +142,10 @@ pub async fn forward(
         let state = &upstream.state;
         let in_flight = state.health.start();
         let sent = std::time::Instant::now();
-        match state.send(Request::from_parts(head, body)).await {
+        match state
+            .send(Request::from_parts(head, body), watch.as_deref())
+            .await
+        {
             Ok(resp) => {
                 state.health.success();
                 metrics.upstream_duration(sent.elapsed().as_secs_f64());
@@ -144,17 +155,25 @@ pub async fn forward(
                     in_flight,
                 });
             }
+            Err(error) if error.blame() == Blame::Client => {
+                crate::metrics::client_error(error.kind);
+                tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
+                return Err(ForwardError::Failed {
+                    error,
+                    upstream: upstream.authority.clone(),
+                });
+            }
             Err(error) => {
-                metrics.upstream_error(error.kind());
+                metrics.upstream_error(error.kind);
                 if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
                     tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
                 }
-                let retryable = match &error {
-                    SendError::Connect(_) => true,
-                    SendError::Reset(_) => retry_ok,
-                    SendError::TimedOut => false,
+                let retryable = match error.kind.retry() {
+                    Retry::Always => true,
+                    Retry::IfIdempotent => retry_ok,
+                    Retry::Never => false,
                 };
-                tracing::debug!(upstream = %upstream.authority, kind = error.kind(), attempt, "upstream attempt failed");
+                tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
                 last = Some((error, upstream.authority.clone()));
                 if !retryable || !more_to_come {
                     break;

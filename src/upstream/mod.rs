@@ -32,34 +32,14 @@ use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
 use crate::config::Timeouts;
-use body::IdleTimeout;
+use crate::error::{Error, ErrorKind};
+use body::{BodyWatch, IdleTimeout, Watched};
 use health::Health;
 
-/// A request body on its way upstream: the client's, streamed (with an idle timeout), or
-/// bytes the router holds (a GraphQL body it read, or a small body kept for a retry).
-pub type UpstreamBody = Either<IdleTimeout<Incoming>, Full<Bytes>>;
-
-/// How sending one request to one upstream failed.
-#[derive(Debug)]
-pub enum SendError {
-    /// No connection: refused, unreachable, connect timeout. Nothing was sent.
-    Connect(String),
-    /// The connection failed after the request was (maybe) sent, before response headers.
-    Reset(String),
-    /// No response headers within `timeouts.response_headers_ms`.
-    TimedOut,
-}
-
-impl SendError {
-    /// The metric label: `connect`, `reset`, `timeout`.
-    pub fn kind(&self) -> &'static str {
-        match self {
-            SendError::Connect(_) => "connect",
-            SendError::Reset(_) => "reset",
-            SendError::TimedOut => "timeout",
-        }
-    }
-}
+/// A request body on its way upstream: the client's, streamed (with an idle timeout, reporting
+/// to a [`body::BodyWatch`]), or bytes the router holds (a GraphQL body it read, or a small
+/// body kept for a retry).
+pub type UpstreamBody = Either<Watched<IdleTimeout<Incoming>>, Full<Bytes>>;
 
 /// One upstream's pool and health, shared by every table that lists it.
 #[derive(Debug)]
@@ -111,21 +91,77 @@ impl UpstreamState {
 
     /// Sends a request whose URI is already absolute and waits for the response headers;
     /// the body streams afterwards.
+    ///
+    /// `watch` is the streamed body's (none for a held one, which is sent at once). While it
+    /// uploads, there is no response-header timer: a slow but steady upload is fine, a client
+    /// that stalls it meets the body's own idle timer (408, the client's), and an upstream
+    /// that reads none of it for `idle_ms` is a timeout (the upstream's). The
+    /// `response_headers_ms` timer starts when the body has ended (SPEC §6).
+    ///
+    /// Errors: the client's, when its body failed (whatever hyper then reports); else
+    /// `Connect`, `Reset` or `Timeout`.
     pub async fn send(
         &self,
         mut req: Request<UpstreamBody>,
-    ) -> Result<Response<Incoming>, SendError> {
+        watch: Option<&BodyWatch>,
+    ) -> Result<Response<Incoming>, Error> {
         // Upstreams speak HTTP/1.1 whatever the client spoke.
         *req.version_mut() = Version::HTTP_11;
-        match tokio::time::timeout(self.timeouts.response_headers(), self.client().request(req))
-            .await
-        {
-            Err(_) => Err(SendError::TimedOut),
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) if e.is_connect() => Err(SendError::Connect(describe(&e))),
-            Ok(Err(e)) => Err(SendError::Reset(describe(&e))),
+        let sent = self.client().request(req);
+        tokio::pin!(sent);
+        if let Some(watch) = watch {
+            loop {
+                let frames = watch.frames();
+                tokio::select! {
+                    biased;
+                    result = &mut sent => return classify(result, Some(watch)),
+                    () = watch.ended() => break,
+                    () = tokio::time::sleep(self.timeouts.idle()) => {
+                        if watch.frames() == frames && !watch.waiting_on_client() {
+                            return Err(Error::new(
+                                ErrorKind::Timeout,
+                                format!(
+                                    "the upstream read none of the request body for {} ms",
+                                    self.timeouts.idle_ms
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        match tokio::time::timeout(self.timeouts.response_headers(), sent).await {
+            Err(_) => Err(Error::new(
+                ErrorKind::Timeout,
+                format!(
+                    "no response headers within {} ms",
+                    self.timeouts.response_headers_ms
+                ),
+            )),
+            Ok(result) => classify(result, watch),
         }
     }
+}
+
+/// Who is to blame for a failed exchange: the client if its body failed (hyper then reports
+/// an error of its own, which says nothing about the upstream), else the upstream.
+fn classify(
+    result: Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    watch: Option<&BodyWatch>,
+) -> Result<Response<Incoming>, Error> {
+    let e = match result {
+        Ok(resp) => return Ok(resp),
+        Err(e) => e,
+    };
+    if let Some(failure) = watch.and_then(BodyWatch::failure) {
+        return Err(Error::new(failure.kind, failure.detail.clone()));
+    }
+    let kind = if e.is_connect() {
+        ErrorKind::Connect
+    } else {
+        ErrorKind::Reset
+    };
+    Err(Error::new(kind, describe(&e)))
 }
 
 /// A one-line reason: the innermost cause (e.g. "Connection refused (os error 111)").

@@ -1,0 +1,203 @@
+//! The data path's one error type: what failed, who is to blame, and whether a retry is safe,
+//! in the manner of Pingora's `Error { esource: Upstream | Downstream | Internal, retry }`.
+//!
+//! Health accounting, retries, status codes and metrics all read an [`Error`] instead of each
+//! guessing from hyper's error text. The rule they share (SPEC §6): only upstream failures
+//! count towards ejection and are retried; a client's own errors (a malformed body, an upload
+//! it abandoned, a body it stalled, a response it stopped reading) never eject an upstream and
+//! are never retried.
+
+use std::fmt;
+
+use http::StatusCode;
+
+/// Who caused a failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Blame {
+    /// The client (downstream): its body, its connection, its pace.
+    Client,
+    /// The upstream: connect, reset, timeout, bad response.
+    Upstream,
+}
+
+/// Whether a failed attempt may be sent again to another upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Retry {
+    /// Nothing reached the upstream: any method may be sent again.
+    Always,
+    /// The upstream may have acted on it: only idempotent methods (RFC 9110 §9.2.2).
+    IfIdempotent,
+    /// Never: the client is at fault, or the upstream is slow (asking another one only
+    /// doubles the wait and the load).
+    Never,
+}
+
+/// What failed. The `as_str` names are the `kind` label of
+/// `iuid_router_upstream_errors_total` or `iuid_router_client_errors_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// No connection to the upstream: refused, unreachable, connect timeout. Nothing was sent.
+    Connect,
+    /// The upstream connection failed after the request was (maybe) sent, before the response
+    /// headers.
+    Reset,
+    /// No response headers within `timeouts.response_headers_ms` of the request body's end, or
+    /// the upstream read none of the request body for `timeouts.idle_ms`.
+    Timeout,
+    /// The client's body framing is invalid (a bad chunk size or chunk end): 400.
+    BadFraming,
+    /// The client went away before its body was complete (reset, or closed early).
+    Aborted,
+    /// The client sent none of its body for `timeouts.idle_ms`: 408.
+    BodyTimeout,
+    /// The client read none of the response for `timeouts.idle_ms` (nginx's `send_timeout`):
+    /// both connections are closed.
+    SendTimeout,
+}
+
+impl ErrorKind {
+    /// Every kind the client is to blame for, in label order.
+    pub const CLIENT: [ErrorKind; 4] = [
+        ErrorKind::BadFraming,
+        ErrorKind::Aborted,
+        ErrorKind::BodyTimeout,
+        ErrorKind::SendTimeout,
+    ];
+    /// Every kind the upstream is to blame for, in label order.
+    pub const UPSTREAM: [ErrorKind; 3] = [ErrorKind::Connect, ErrorKind::Timeout, ErrorKind::Reset];
+
+    /// Who caused it.
+    pub fn blame(self) -> Blame {
+        match self {
+            ErrorKind::Connect | ErrorKind::Reset | ErrorKind::Timeout => Blame::Upstream,
+            ErrorKind::BadFraming
+            | ErrorKind::Aborted
+            | ErrorKind::BodyTimeout
+            | ErrorKind::SendTimeout => Blame::Client,
+        }
+    }
+
+    /// Whether another upstream may be tried.
+    pub fn retry(self) -> Retry {
+        match self {
+            ErrorKind::Connect => Retry::Always,
+            ErrorKind::Reset => Retry::IfIdempotent,
+            _ => Retry::Never,
+        }
+    }
+
+    /// The status the client gets (SPEC §6). An aborted client gets 400 too, though it is no
+    /// longer there to read it: the status shows in the access log and metrics.
+    pub fn status(self) -> StatusCode {
+        match self {
+            ErrorKind::Connect | ErrorKind::Reset => StatusCode::BAD_GATEWAY,
+            ErrorKind::Timeout => StatusCode::GATEWAY_TIMEOUT,
+            ErrorKind::BadFraming | ErrorKind::Aborted => StatusCode::BAD_REQUEST,
+            ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
+            // The response has begun; only the connection can be closed.
+            ErrorKind::SendTimeout => StatusCode::REQUEST_TIMEOUT,
+        }
+    }
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorKind::Connect => "connect",
+            ErrorKind::Reset => "reset",
+            ErrorKind::Timeout => "timeout",
+            ErrorKind::BadFraming => "bad_framing",
+            ErrorKind::Aborted => "aborted",
+            ErrorKind::BodyTimeout => "body_timeout",
+            ErrorKind::SendTimeout => "send_timeout",
+        }
+    }
+}
+
+/// A failure on the data path: its kind and a one-line reason for logs and problem details.
+#[derive(Debug)]
+pub struct Error {
+    /// What failed (and so who is to blame, and whether to retry).
+    pub kind: ErrorKind,
+    /// The innermost cause, e.g. "Connection refused (os error 111)".
+    pub detail: String,
+}
+
+impl Error {
+    /// An error of `kind` with `detail`.
+    pub fn new(kind: ErrorKind, detail: impl Into<String>) -> Error {
+        Error {
+            kind,
+            detail: detail.into(),
+        }
+    }
+
+    /// Who caused it.
+    pub fn blame(&self) -> Blame {
+        self.kind.blame()
+    }
+
+    /// Classifies an error read from a client's body: our idle timer (408), hyper's decoder
+    /// refusing the framing (`InvalidInput`/`InvalidData`, 400), or the client gone (an early
+    /// EOF, a reset, an HTTP/2 stream reset).
+    pub fn from_client_body(e: &(dyn std::error::Error + 'static)) -> Error {
+        let mut cause: &(dyn std::error::Error + 'static) = e;
+        let mut kind = ErrorKind::Aborted;
+        loop {
+            if cause.is::<crate::upstream::body::Idle>() {
+                kind = ErrorKind::BodyTimeout;
+                break;
+            }
+            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+                use std::io::ErrorKind as Io;
+                if matches!(io.kind(), Io::InvalidInput | Io::InvalidData) {
+                    kind = ErrorKind::BadFraming;
+                }
+                break;
+            }
+            match cause.source() {
+                Some(next) => cause = next,
+                None => break,
+            }
+        }
+        Error::new(kind, cause.to_string())
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.kind.as_str(), self.detail)
+    }
+}
+
+impl std::error::Error for Error {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_upstream_kinds_are_retried_or_blamed_on_the_upstream() {
+        for kind in ErrorKind::CLIENT {
+            assert_eq!(kind.blame(), Blame::Client);
+            assert_eq!(kind.retry(), Retry::Never);
+            assert!(kind.status().is_client_error());
+        }
+        for kind in ErrorKind::UPSTREAM {
+            assert_eq!(kind.blame(), Blame::Upstream);
+            assert!(kind.status().is_server_error());
+        }
+    }
+
+    #[test]
+    fn client_body_errors_are_classified_by_their_io_kind() {
+        let framing = std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad chunk size");
+        assert_eq!(
+            Error::from_client_body(&framing).kind,
+            ErrorKind::BadFraming
+        );
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "early eof");
+        assert_eq!(Error::from_client_body(&eof).kind, ErrorKind::Aborted);
+        let idle = crate::upstream::body::Idle(std::time::Duration::from_millis(5));
+        assert_eq!(Error::from_client_body(&idle).kind, ErrorKind::BodyTimeout);
+    }
+}

@@ -1,0 +1,131 @@
+//! Phase 0: requests a proxy must refuse before reading anything else of them.
+//!
+//! hyper parses HTTP/1.1 framing strictly (smuggling attempts never reach here), but it leaves
+//! three checks to the application:
+//! - `CONNECT` asks for a tunnel, which this router does not offer: 405, nothing forwarded
+//!   (forwarded, the client got no status line at all);
+//! - a transfer coding other than `chunked` (`gzip, chunked`): hyper decodes the chunked
+//!   framing and would let the other coding be dropped silently; RFC 9112 §6.1 asks for 501;
+//! - `Host`: RFC 9112 §3.2 requires 400 for an HTTP/1.1 request with none, more than one, or
+//!   an invalid one; its value reaches `X-Forwarded-Host` and `Forwarded: host=`.
+
+use http::header::{HOST, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{Method, Version};
+
+use super::problem::Problem;
+
+/// Checks the method, transfer coding and `Host` of a request (each a header lookup; a
+/// request with nothing odd costs a few dozen instructions).
+pub fn admit(parts: &Parts) -> Result<(), Problem> {
+    if parts.method == Method::CONNECT {
+        return Err(Problem::MethodNotAllowed);
+    }
+    for coding in parts.headers.get_all(TRANSFER_ENCODING) {
+        // hyper accepts a request only when `chunked` is its last coding; anything before it
+        // would be dropped.
+        if !coding
+            .as_bytes()
+            .trim_ascii()
+            .eq_ignore_ascii_case(b"chunked")
+        {
+            return Err(Problem::UnsupportedTransferCoding);
+        }
+    }
+    let mut hosts = parts.headers.get_all(HOST).iter();
+    match (hosts.next(), hosts.next()) {
+        (None, _) if parts.version == Version::HTTP_11 => Err(Problem::BadHost("none was sent")),
+        (None, _) => Ok(()),
+        (Some(_), Some(_)) => Err(Problem::BadHost("more than one was sent")),
+        (Some(host), None) if valid_host(host.as_bytes()) => Ok(()),
+        (Some(_), None) => Err(Problem::BadHost("its value is not a host[:port]")),
+    }
+}
+
+/// `uri-host [ ":" port ]` (RFC 9110 §7.2, RFC 3986 §3.2.2): an IP literal in brackets, or a
+/// reg-name of unreserved, sub-delim and percent-encoded characters, then optional digits.
+fn valid_host(value: &[u8]) -> bool {
+    let (host, port) = if value.first() == Some(&b'[') {
+        let Some(end) = value.iter().position(|&b| b == b']') else {
+            return false;
+        };
+        let literal = &value[1..end];
+        if literal.is_empty()
+            || !literal
+                .iter()
+                .all(|&b| b.is_ascii_hexdigit() || matches!(b, b':' | b'.' | b'v' | b'V'))
+        {
+            return false;
+        }
+        (&value[..=end], &value[end + 1..])
+    } else {
+        match value.iter().position(|&b| b == b':') {
+            Some(colon) => (&value[..colon], &value[colon..]),
+            None => (value, &value[value.len()..]),
+        }
+    };
+    let port_ok = match port {
+        [] => true,
+        [b':', digits @ ..] => digits.len() <= 5 && digits.iter().all(u8::is_ascii_digit),
+        _ => false,
+    };
+    let reg_name_ok =
+        host.first() == Some(&b'[') || (!host.is_empty() && host.iter().all(|&b| reg_name_byte(b)));
+    port_ok && reg_name_ok
+}
+
+/// A byte a reg-name may hold: unreserved, sub-delims, or `%` of a percent-encoding.
+fn reg_name_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'-' | b'.'
+                | b'_'
+                | b'~'
+                | b'%'
+                | b'!'
+                | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+        )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hosts() {
+        for ok in [
+            "example.com",
+            "example.com:8080",
+            "127.0.0.1:80",
+            "[::1]:8080",
+            "[::1]",
+            "a_b.local",
+        ] {
+            assert!(valid_host(ok.as_bytes()), "{ok}");
+        }
+        for bad in [
+            "",
+            "a b",
+            "host:port",
+            "host:123456",
+            "[::1",
+            "[]",
+            "ex/ample",
+            "user@host",
+            "h\"ost",
+            ":80",
+        ] {
+            assert!(!valid_host(bad.as_bytes()), "{bad}");
+        }
+    }
+}
