@@ -157,6 +157,11 @@ impl Timeouts {
     }
 }
 
+/// The listen backlog when none is configured: nginx's 511 is too small for bursts of
+/// connects (1,000 back to back left a few waiting a second for a SYN retransmit at 128); the
+/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const DEFAULT_BACKLOG: u32 = 1024;
+
 /// Request limits (SPEC §4 `limits`).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -190,7 +195,7 @@ impl Default for Limits {
             header_read_timeout_ms: 10_000,
             max_header_bytes: 64 << 10,
             max_headers: 100,
-            listen_backlog: crate::server::DEFAULT_BACKLOG,
+            listen_backlog: DEFAULT_BACKLOG,
         }
     }
 }

@@ -111,7 +111,7 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         registry,
     )?;
 
-    let listener = crate::server::bind(listen, crate::server::DEFAULT_BACKLOG).await?;
+    let listener = crate::server::bind(listen, crate::config::DEFAULT_BACKLOG).await?;
     let local = listener.local_addr()?;
     println!("{}", tour(local, &addrs, &live.current()));
     let proxy = Arc::new(Proxy::new(Arc::new(config), Arc::new(live)));

@@ -135,32 +135,6 @@ impl Error {
     pub fn blame(&self) -> Blame {
         self.kind.blame()
     }
-
-    /// Classifies an error read from a client's body: our idle timer (408), hyper's decoder
-    /// refusing the framing (`InvalidInput`/`InvalidData`, 400), or the client gone (an early
-    /// EOF, a reset, an HTTP/2 stream reset).
-    pub fn from_client_body(e: &(dyn std::error::Error + 'static)) -> Error {
-        let mut cause: &(dyn std::error::Error + 'static) = e;
-        let mut kind = ErrorKind::Aborted;
-        loop {
-            if cause.is::<crate::upstream::body::Idle>() {
-                kind = ErrorKind::BodyTimeout;
-                break;
-            }
-            if let Some(io) = cause.downcast_ref::<std::io::Error>() {
-                use std::io::ErrorKind as Io;
-                if matches!(io.kind(), Io::InvalidInput | Io::InvalidData) {
-                    kind = ErrorKind::BadFraming;
-                }
-                break;
-            }
-            match cause.source() {
-                Some(next) => cause = next,
-                None => break,
-            }
-        }
-        Error::new(kind, cause.to_string())
-    }
 }
 
 impl fmt::Display for Error {
@@ -186,18 +160,5 @@ mod tests {
             assert_eq!(kind.blame(), Blame::Upstream);
             assert!(kind.status().is_server_error());
         }
-    }
-
-    #[test]
-    fn client_body_errors_are_classified_by_their_io_kind() {
-        let framing = std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad chunk size");
-        assert_eq!(
-            Error::from_client_body(&framing).kind,
-            ErrorKind::BadFraming
-        );
-        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "early eof");
-        assert_eq!(Error::from_client_body(&eof).kind, ErrorKind::Aborted);
-        let idle = crate::upstream::body::Idle(std::time::Duration::from_millis(5));
-        assert_eq!(Error::from_client_body(&idle).kind, ErrorKind::BodyTimeout);
     }
 }

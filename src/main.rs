@@ -101,7 +101,7 @@ fn main() -> ExitCode {
         }
         Command::Echo { region, listen } => runtime(async move {
             init_tracing(LogFormat::Text);
-            let listener = server::bind(listen, server::DEFAULT_BACKLOG).await?;
+            let listener = server::bind(listen, iuid_router::config::DEFAULT_BACKLOG).await?;
             tracing::info!(%listen, %region, "echo server");
             demo::echo_server(&region, listener).await?;
             Ok(())

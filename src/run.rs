@@ -77,7 +77,7 @@ pub async fn run(
 pub async fn serve(config: RouterConfig) -> Result<(), Error> {
     let listener = server::bind(config.listen, config.limits.listen_backlog).await?;
     let admin = match config.admin_listen {
-        Some(addr) => Some(server::bind(addr, server::DEFAULT_BACKLOG).await?),
+        Some(addr) => Some(server::bind(addr, crate::config::DEFAULT_BACKLOG).await?),
         None => None,
     };
     tracing::info!(

@@ -169,11 +169,6 @@ async fn protocol_announced(stream: &TcpStream, within: Duration) -> bool {
     }
 }
 
-/// The listen backlog when none is configured: nginx's 511 is too small for bursts of
-/// connects (1,000 back to back left a few waiting a second for a SYN retransmit at 128); the
-/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
-pub const DEFAULT_BACKLOG: u32 = 1024;
-
 /// Binds a listener with a listen backlog of `backlog` connections (the kernel caps it at
 /// `net.core.somaxconn`); `SO_REUSEADDR` is set, as `TcpListener::bind` does, so a restart
 /// need not wait out `TIME_WAIT`. The error names the address.

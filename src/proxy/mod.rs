@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
-use crate::error::{Blame, Error, ErrorKind};
+use crate::error::{Blame, ErrorKind};
 use crate::extract::Extraction;
 use crate::metrics;
 use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
@@ -374,7 +374,7 @@ impl Proxy {
 /// The problem for a client body that could not be read whole (held for a retry, or GraphQL),
 /// counted as the client's error.
 pub(crate) fn client_body_problem(e: &(dyn std::error::Error + 'static)) -> Problem {
-    let error = Error::from_client_body(e);
+    let error = crate::upstream::body::client_error(e);
     crate::metrics::client_error(error.kind);
     Problem::Client(error)
 }

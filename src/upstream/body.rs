@@ -19,7 +19,7 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::sync::Notify;
 use tokio::time::{Instant, Sleep};
 
-use crate::error::Error;
+use crate::error::{Error, ErrorKind};
 
 /// The error type of the bodies the router passes on.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -149,6 +149,32 @@ impl<B: Body + Unpin, G: Unpin> Body for Guarded<B, G> {
     }
 }
 
+/// Classifies an error read from a client's body: our idle timer (408), hyper's decoder
+/// refusing the framing (`InvalidInput`/`InvalidData`, 400), or the client gone (an early
+/// EOF, a reset, an HTTP/2 stream reset).
+pub fn client_error(e: &(dyn std::error::Error + 'static)) -> Error {
+    let mut cause: &(dyn std::error::Error + 'static) = e;
+    let mut kind = ErrorKind::Aborted;
+    loop {
+        if cause.is::<Idle>() {
+            kind = ErrorKind::BodyTimeout;
+            break;
+        }
+        if let Some(io) = cause.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind as Io;
+            if matches!(io.kind(), Io::InvalidInput | Io::InvalidData) {
+                kind = ErrorKind::BadFraming;
+            }
+            break;
+        }
+        match cause.source() {
+            Some(next) => cause = next,
+            None => break,
+        }
+    }
+    Error::new(kind, cause.to_string())
+}
+
 /// What a [`Watched`] body reports to the request that sends it.
 #[derive(Debug, Default)]
 pub struct BodyWatch {
@@ -247,7 +273,7 @@ where
                 Poll::Ready(Some(Ok(frame)))
             }
             Poll::Ready(Some(Err(e))) => {
-                let _ = watch.failure.set(Error::from_client_body(&*e));
+                let _ = watch.failure.set(client_error(&*e));
                 watch.end();
                 Poll::Ready(Some(Err(e)))
             }
@@ -271,5 +297,20 @@ impl<B> Drop for Watched<B> {
     fn drop(&mut self) {
         // The upstream connection gave the body up (it answered early, or failed).
         self.watch.end();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn client_body_errors_are_classified_by_their_io_kind() {
+        let framing = std::io::Error::new(std::io::ErrorKind::InvalidInput, "bad chunk size");
+        assert_eq!(client_error(&framing).kind, ErrorKind::BadFraming);
+        let eof = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "early eof");
+        assert_eq!(client_error(&eof).kind, ErrorKind::Aborted);
+        let idle = Idle(Duration::from_millis(5));
+        assert_eq!(client_error(&idle).kind, ErrorKind::BodyTimeout);
     }
 }
