@@ -2,29 +2,32 @@
 //!
 //! The echo servers bind ephemeral loopback ports, and the embedded routing table is written
 //! with those ports, so the demo never collides with what else runs on the machine; only the
-//! router's own address (default `127.0.0.1:8080`) is fixed, so the printed `curl` lines work.
+//! router's own addresses (default `127.0.0.1:8080`, admin `127.0.0.1:9901`) are fixed, so
+//! the printed `curl` lines work.
+//!
+//! The router is started as `serve` starts it ([`crate::app::App`]), from a config and table
+//! written to a temporary directory: the demo has the admin API, and editing the printed
+//! table file, `kill -HUP` or `POST /admin/reload` reload it.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::extract::Request;
 use iuid::{Generator, Iuid};
 use tokio::net::TcpListener;
 
+use crate::app::App;
 use crate::config::RouterConfig;
-use crate::proxy::Proxy;
-use crate::source::Source;
-use crate::table::{LiveTable, RoutingTable};
-use crate::upstream::Registry;
+use crate::table::RoutingTable;
 
-/// The demo's router config; `{listen}` is filled in.
+/// The demo's router config; `{listen}` and `{admin}` are filled in.
 const CONFIG: &str = "\
 listen: {listen}
+admin_listen: {admin}
 region: eu
-routing_table: demo-routing-table.yaml
+routing_table: routing-table.yaml
 routes:
   - path: /v1/orders/{id}
   - path: /v1/orders/{id}/{*rest}
@@ -81,9 +84,11 @@ async fn echo(region: Arc<str>, req: Request) -> String {
     out
 }
 
-/// Runs the demo until the process is stopped: echo regions, router on `listen`, and a printed
-/// tour of ids and `curl` lines.
-pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
+/// Runs the demo until Ctrl-C or `SIGTERM`: echo regions, the router on `listen` with its
+/// admin API on `admin`, and a printed tour of ids and `curl` lines.
+///
+/// Errors: a port cannot be bound, or the temporary directory cannot be written.
+pub async fn run(listen: SocketAddr, admin: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
     let mut addrs = Vec::new();
     for region in ["eu", "us", "ap"] {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
@@ -98,32 +103,64 @@ pub async fn run(listen: SocketAddr) -> Result<(), Box<dyn std::error::Error>> {
         .replace("{eu}", &addrs[0].to_string())
         .replace("{us}", &addrs[1].to_string())
         .replace("{ap}", &addrs[2].to_string());
-    let config = RouterConfig::from_source(&Source {
-        path: PathBuf::from("<demo>/router.yaml"),
-        text: CONFIG.replace("{listen}", &listen.to_string()),
-    })?;
-    let registry = Arc::new(Registry::new(config.timeouts, None, config.workers));
-    let live = LiveTable::from_source(
-        &Source {
-            path: PathBuf::from("<demo>/demo-routing-table.yaml"),
-            text: table_text,
-        },
-        registry,
-    )?;
+    let dir = DemoDir::create()?;
+    std::fs::write(dir.0.join("routing-table.yaml"), table_text)?;
+    let config_path = dir.0.join("router.yaml");
+    let config_text = CONFIG
+        .replace("{listen}", &listen.to_string())
+        .replace("{admin}", &admin.to_string());
+    std::fs::write(&config_path, config_text)?;
+    let config = RouterConfig::load(&config_path)?;
 
-    let listener = crate::server::bind(listen, crate::config::DEFAULT_BACKLOG).await?;
+    let listener = crate::server::bind(listen, config.limits.listen_backlog).await?;
+    let admin_listener = crate::server::bind(admin, crate::config::DEFAULT_BACKLOG).await?;
     let local = listener.local_addr()?;
-    println!("{}", tour(local, &addrs, &live.current()));
-    let proxy = Arc::new(Proxy::new(Arc::new(config), Arc::new(live)));
-    crate::metrics::spawn_upkeep(Duration::from_secs(1));
-    crate::server::serve(listener, proxy, std::future::pending(), Duration::ZERO).await?;
+    let admin_local = admin_listener.local_addr()?;
+    let app = App::new(config)?;
+    let table = app.table().current();
+    println!(
+        "{}",
+        tour(
+            local,
+            admin_local,
+            &addrs,
+            &table,
+            &dir.0.join("routing-table.yaml")
+        )
+    );
+    app.run(listener, Some(admin_listener), crate::app::terminate())
+        .await?;
     Ok(())
+}
+
+/// The demo's files, removed when the demo stops.
+struct DemoDir(PathBuf);
+
+impl DemoDir {
+    fn create() -> std::io::Result<DemoDir> {
+        let dir = std::env::temp_dir().join(format!("iuid-router-demo-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(DemoDir(dir))
+    }
+}
+
+impl Drop for DemoDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 /// The text printed at start: where things run, then ids with the `curl` lines that reach
 /// each region. Each `curl` line follows a comment `# → <region or status>: <what>`.
-fn tour(router: SocketAddr, echo: &[SocketAddr], table: &RoutingTable) -> String {
+fn tour(
+    router: SocketAddr,
+    admin: SocketAddr,
+    echo: &[SocketAddr],
+    table: &RoutingTable,
+    table_path: &std::path::Path,
+) -> String {
     let base = format!("http://{router}");
+    let admin_base = format!("http://{admin}");
     let order = |country: u8| Generator::new(country, 1).mint();
     let wallet_us = Generator::new(2, 2).mint();
     let unknown = Generator::new(99, 1).mint();
@@ -134,10 +171,12 @@ fn tour(router: SocketAddr, echo: &[SocketAddr], table: &RoutingTable) -> String
     }
     let _ = writeln!(
         out,
-        "  routing table: {} regions, {} countries, {} overrides\n",
+        "  routing table: {} regions, {} countries, {} overrides ({}: edit it and the router \
+         reloads)\n  admin API on {admin_base}\n",
         table.regions.len(),
         table.country_count(),
-        table.overrides.len()
+        table.overrides.len(),
+        table_path.display()
     );
     let mut line = |to: &str, what: &str, curl: String| {
         let _ = writeln!(out, "# → {to}: {what}\n{curl}\n");
@@ -186,6 +225,17 @@ fn tour(router: SocketAddr, echo: &[SocketAddr], table: &RoutingTable) -> String
         "400",
         "a malformed id (problem+json)",
         format!("curl -s {base}/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398"),
+    );
+    let kz = order(1);
+    line(
+        "200",
+        "the admin API: where an id goes, and why",
+        format!("curl -s {admin_base}/admin/resolve/{kz}"),
+    );
+    line(
+        "200",
+        "the admin API: the serving table's version, source and last reload",
+        format!("curl -s {admin_base}/admin/routing-table"),
     );
     let _ = write!(
         out,

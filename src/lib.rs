@@ -11,6 +11,7 @@
 //!   hands connections to are [`workers`].
 
 pub mod admin;
+pub mod app;
 pub mod config;
 pub mod demo;
 pub mod error;
@@ -18,7 +19,6 @@ pub mod extract;
 pub mod inspect;
 pub mod metrics;
 pub mod proxy;
-pub mod run;
 pub mod send_timeout;
 pub mod server;
 pub mod source;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+use iuid_router::app::App;
 use iuid_router::config::{LogFormat, RouterConfig};
 use iuid_router::source::SourceErrors;
 use iuid_router::table::{load_file, RoutingTable};
@@ -36,6 +37,9 @@ enum Command {
         /// Where the router listens.
         #[arg(long, default_value = "127.0.0.1:8080")]
         listen: SocketAddr,
+        /// Where the admin API listens.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin_listen: SocketAddr,
     },
     /// Validate the router config and its routing table.
     Check {
@@ -95,9 +99,12 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         },
-        Command::Demo { listen } => {
+        Command::Demo {
+            listen,
+            admin_listen,
+        } => {
             init_tracing(LogFormat::Text);
-            runtime(async move { demo::run(listen).await })
+            runtime(async move { demo::run(listen, admin_listen).await })
         }
         Command::Echo { region, listen } => runtime(async move {
             init_tracing(LogFormat::Text);
@@ -180,9 +187,8 @@ fn load(config_path: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors
 }
 
 async fn serve(config: RouterConfig) -> Result<(), Box<dyn std::error::Error>> {
-    iuid_router::run::serve(config)
-        .await
-        .map_err(|e| e as Box<dyn std::error::Error>)
+    App::new(config)?.serve().await?;
+    Ok(())
 }
 
 fn check(config_path: &Path) -> ExitCode {

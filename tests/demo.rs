@@ -71,8 +71,19 @@ async fn printed_curl_lines_reach_the_promised_region() {
         .local_addr()
         .expect("addr")
         .port();
+    let admin_port = std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port();
     let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-        .args(["demo", "--listen", &format!("127.0.0.1:{port}")])
+        .args([
+            "demo",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            &format!("127.0.0.1:{admin_port}"),
+        ])
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -3,8 +3,9 @@
 //! top to bottom in that order, one named function per phase, in the manner of Pingora's
 //! `ProxyHttp` phases. Every failure says who is to blame ([`crate::error`]).
 //!
-//! The live routing table is read through `arc-swap`: no lock on the hot path, and a reload
-//! never changes the table under a request that already resolved its region. Picking an
+//! The live routing table and its regions' runtime are read as one snapshot through
+//! `arc-swap` ([`crate::upstream::regions`]): no lock on the hot path, and a reload never
+//! changes the table under a request that already resolved its region. Picking an
 //! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
 mod admit;
@@ -31,9 +32,10 @@ use crate::config::{RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
 use crate::extract::Extraction;
 use crate::metrics;
-use crate::table::{Decision, LiveTable, Region, RegionId, RoutingTable};
+use crate::table::{Decision, RegionId, RoutingTable};
 use crate::upstream::body::{Guarded, IdleTimeout, Watched};
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
+use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use problem::Problem;
@@ -53,16 +55,16 @@ pub struct InFlightGuards {
 /// A request body after extraction: still streaming, or read whole (GraphQL).
 type ClientBody = Either<Incoming, Bytes>;
 
-/// Where a request goes: the table it was resolved on and the region (the table is kept so
+/// Where a request goes: the snapshot it was resolved on and the region (the snapshot is kept so
 /// the region outlives a reload without copying it).
 struct Target {
-    table: Arc<RoutingTable>,
+    routing: Arc<Routing>,
     region: RegionId,
 }
 
 impl Target {
-    fn region(&self) -> &Region {
-        self.table.region(self.region)
+    fn region(&self) -> &RegionRuntime {
+        self.routing.region(self.region)
     }
 }
 
@@ -78,23 +80,23 @@ struct Trail {
     upstream: Option<Authority>,
 }
 
-/// Shared state of the data path: config, live table, `Via` values.
+/// Shared state of the data path: config, live routing, `Via` values.
 #[derive(Debug)]
 pub struct Proxy {
     config: Arc<RouterConfig>,
-    table: Arc<LiveTable>,
+    regions: Arc<Regions>,
     via: ViaValues,
     /// Metrics of requests refused before a region was chosen (`region="none"`).
     no_region: metrics::RegionMetrics,
 }
 
 impl Proxy {
-    /// A proxy over a live table (shared with whoever reloads it).
-    pub fn new(config: Arc<RouterConfig>, table: Arc<LiveTable>) -> Proxy {
+    /// A proxy over live routing (kept in step with the table's reloads).
+    pub fn new(config: Arc<RouterConfig>, regions: Arc<Regions>) -> Proxy {
         let via = ViaValues::new(&config.region);
         Proxy {
             config,
-            table,
+            regions,
             via,
             no_region: metrics::RegionMetrics::new("none"),
         }
@@ -210,14 +212,14 @@ impl Proxy {
         if let Extraction::Id(id, _) = &found {
             trail.span.record("id", tracing::field::display(id));
         }
-        let table = self.table.current();
-        let decision = self.resolve(&table, found)?;
+        let routing = self.regions.current();
+        let decision = self.resolve(&routing.table, found)?;
         metrics::decision(decision.rule.kind());
-        let region = table.region(decision.region);
-        trail.span.record("region", &*region.metrics.label);
-        trail.region = Some(region.metrics.clone());
+        let metrics = &routing.region(decision.region).state.metrics;
+        trail.span.record("region", &*metrics.label);
+        trail.region = Some(metrics.clone());
         let target = Target {
-            table,
+            routing,
             region: decision.region,
         };
         Ok((target, body))

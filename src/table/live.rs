@@ -6,6 +6,10 @@
 //! new file on the blocking pool (off the request path), then swaps it in whole. A table that
 //! fails validation is never installed: the last good one keeps serving, and the error, with
 //! its file:line:column, is logged, kept for `/admin/routing-table` and counted.
+//!
+//! The table is routing policy only. What runs per region (upstream pools and health,
+//! balancing, retry budgets) is reconciled with each new table by whoever registered with
+//! [`LiveTable::on_install`] (`crate::upstream::Regions`), so this module needs nothing of it.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -15,9 +19,11 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::{load_source_with, RoutingTable};
+use super::{load_source, RoutingTable};
 use crate::source::{Source, SourceError, SourceErrors};
-use crate::upstream::Registry;
+
+/// Called with each table as it is installed.
+type InstallHook = Box<dyn Fn(&Arc<RoutingTable>) + Send + Sync>;
 
 /// What `/admin/routing-table` reports (SPEC §8).
 #[derive(Debug, Clone, Serialize)]
@@ -57,14 +63,22 @@ pub enum ReloadOutcome {
 }
 
 /// The serving table, its source file and its reload history.
-#[derive(Debug)]
 pub struct LiveTable {
     current: ArcSwap<RoutingTable>,
-    registry: Arc<Registry>,
     path: PathBuf,
     status: Mutex<TableStatus>,
     /// One reload at a time: a file event, `SIGHUP` and the admin API may ask together.
     reloading: tokio::sync::Mutex<()>,
+    hooks: Mutex<Vec<InstallHook>>,
+}
+
+impl std::fmt::Debug for LiveTable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LiveTable")
+            .field("path", &self.path)
+            .field("version", &self.current.load().version)
+            .finish_non_exhaustive()
+    }
 }
 
 fn now_rfc3339() -> String {
@@ -83,19 +97,16 @@ fn sha256_hex(bytes: &[u8]) -> String {
 }
 
 impl LiveTable {
-    /// Loads the table at `path`; fails with every error if it is invalid. Upstream states
-    /// (pools, health) come from `registry`, which later reloads share.
-    pub fn load(path: &Path, registry: Arc<Registry>) -> Result<LiveTable, SourceErrors> {
+    /// Loads the table at `path`; fails with every error if it is invalid.
+    pub fn load(path: &Path) -> Result<LiveTable, SourceErrors> {
         let source = Source::read(path).map_err(|e| SourceErrors(vec![e]))?;
-        Self::from_source(&source, registry)
+        Self::from_source(&source)
     }
 
-    /// A live table from text already read (the demo's embedded table).
-    pub fn from_source(
-        source: &Source,
-        registry: Arc<Registry>,
-    ) -> Result<LiveTable, SourceErrors> {
-        let table = load_source_with(source, &registry)?;
+    /// A live table from text already read (the demo's embedded table). Reloads read
+    /// `source.path`.
+    pub fn from_source(source: &Source) -> Result<LiveTable, SourceErrors> {
+        let table = load_source(source)?;
         let status = TableStatus {
             version: table.version.clone(),
             loaded_at: now_rfc3339(),
@@ -108,11 +119,19 @@ impl LiveTable {
         crate::metrics::reload("success", None, Some(&table.version));
         Ok(LiveTable {
             current: ArcSwap::from_pointee(table),
-            registry,
             path: source.path.clone(),
             status: Mutex::new(status),
             reloading: tokio::sync::Mutex::new(()),
+            hooks: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Calls `hook` with the serving table now and with every table installed later, in
+    /// install order (reloads are one at a time), before the reload that installed it returns.
+    pub fn on_install(&self, hook: impl Fn(&Arc<RoutingTable>) + Send + Sync + 'static) {
+        let mut hooks = self.hooks.lock().unwrap_or_else(|p| p.into_inner());
+        hook(&self.current.load_full());
+        hooks.push(Box::new(hook));
     }
 
     /// The serving table; hold the `Arc` for as long as the request needs it.
@@ -138,13 +157,12 @@ impl LiveTable {
     pub async fn reload(&self) -> Result<ReloadOutcome, SourceErrors> {
         let _one_at_a_time = self.reloading.lock().await;
         let path = self.path.clone();
-        let registry = self.registry.clone();
         let old_hash = self.status().content_sha256;
         let read = tokio::task::spawn_blocking(move || {
             let source = Source::read(&path).map_err(|e| SourceErrors(vec![e]))?;
             let hash = sha256_hex(source.text.as_bytes());
             // Same bytes as the serving table: nothing to validate or swap.
-            let compiled = (hash != old_hash).then(|| load_source_with(&source, &registry));
+            let compiled = (hash != old_hash).then(|| load_source(&source));
             Ok::<_, SourceErrors>((compiled, hash))
         })
         .await
@@ -169,7 +187,11 @@ impl LiveTable {
             }
             Some(Ok(table)) => {
                 let version = table.version.clone();
-                let old = self.current.swap(Arc::new(table));
+                let table = Arc::new(table);
+                let old = self.current.swap(table.clone());
+                for hook in self.hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
+                    hook(&table);
+                }
                 crate::metrics::reload("success", Some(&old.version), Some(&version));
                 tracing::info!(%version, sha256 = %hash, "routing table reloaded");
                 let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());

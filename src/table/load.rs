@@ -6,17 +6,14 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
 
 use http::uri::{Scheme, Uri};
 
 use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
-use super::{Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, Upstream};
-use crate::metrics::RegionMetrics;
+use super::{
+    Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, UpstreamSpec,
+};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
-use crate::upstream::budget::RetryBudget;
-use crate::upstream::Registry;
 
 /// Reads, validates and compiles the table at `path`.
 pub fn load_file(path: &Path) -> Result<RoutingTable, SourceErrors> {
@@ -26,19 +23,9 @@ pub fn load_file(path: &Path) -> Result<RoutingTable, SourceErrors> {
 
 /// Validates and compiles a table already read; errors point into `source`.
 pub fn load_source(source: &Source) -> Result<RoutingTable, SourceErrors> {
-    load_source_with(source, &Registry::default())
-}
-
-/// [`load_source`], taking upstream states from `registry` so that pools and health carry
-/// over from the table being replaced.
-pub fn load_source_with(
-    source: &Source,
-    registry: &Registry,
-) -> Result<RoutingTable, SourceErrors> {
     let file: TableFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
     let mut v = Validator {
         source,
-        registry,
         errors: Vec::new(),
     };
     match v.build(file) {
@@ -49,7 +36,6 @@ pub fn load_source_with(
 
 struct Validator<'s> {
     source: &'s Source,
-    registry: &'s Registry,
     errors: Vec<SourceError>,
 }
 
@@ -190,7 +176,7 @@ impl Validator<'_> {
             if spec.upstreams.is_empty() {
                 self.error(&up_path, format!("region `{name}` has no upstreams"));
             }
-            let mut upstreams: Vec<Upstream> = Vec::new();
+            let mut upstreams: Vec<UpstreamSpec> = Vec::new();
             for (i, url) in spec.upstreams.iter().enumerate() {
                 let path = [
                     key("regions"),
@@ -198,7 +184,7 @@ impl Validator<'_> {
                     key("upstreams"),
                     Seg::Index(i),
                 ];
-                match parse_upstream(url, self.registry) {
+                match parse_upstream(url) {
                     Ok(u) => {
                         if upstreams.iter().any(|x| x.authority == u.authority) {
                             self.error(&path, format!("upstream `{url}` is listed twice"));
@@ -210,10 +196,7 @@ impl Validator<'_> {
             }
             regions.push(Region {
                 name: name.clone(),
-                metrics: Arc::new(RegionMetrics::new(name)),
                 upstreams,
-                cursor: AtomicUsize::new(0),
-                budget: RetryBudget::default(),
             });
         }
         if regions.len() > usize::from(u16::MAX) {
@@ -319,7 +302,7 @@ impl Validator<'_> {
 }
 
 /// Checks an upstream base URL: `http://host[:port]`, nothing after the authority.
-fn parse_upstream(url: &str, registry: &Registry) -> Result<Upstream, String> {
+fn parse_upstream(url: &str) -> Result<UpstreamSpec, String> {
     let uri: Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
     match uri.scheme() {
         Some(s) if *s == Scheme::HTTP => {}
@@ -343,10 +326,8 @@ fn parse_upstream(url: &str, registry: &Registry) -> Result<Upstream, String> {
             );
         }
     }
-    Ok(Upstream {
+    Ok(UpstreamSpec {
         url: url.to_owned(),
-        scheme: Scheme::HTTP,
-        state: registry.get(&authority),
         authority,
     })
 }

@@ -16,19 +16,12 @@ mod load;
 pub mod model;
 pub mod watch;
 
-use std::sync::atomic::AtomicUsize;
-use std::sync::Arc;
-
-use http::uri::{Authority, Scheme};
+use http::uri::Authority;
 use iuid::{Id, Iuid};
 use serde::Serialize;
 
-use crate::metrics::RegionMetrics;
-use crate::upstream::budget::RetryBudget;
-use crate::upstream::UpstreamState;
-
 pub use live::{LiveTable, ReloadError, ReloadOutcome, TableStatus};
-pub use load::{load_file, load_source, load_source_with};
+pub use load::{load_file, load_source};
 
 /// Index of a region in [`RoutingTable::regions`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -104,32 +97,24 @@ impl std::fmt::Display for ResolveError {
     }
 }
 
-/// One upstream of a region: where to connect (`http://host:port`), and its live state.
-#[derive(Debug, Clone)]
-pub struct Upstream {
+/// One upstream of a region as the table names it: where to connect (`http://host:port`).
+/// Its runtime (pool, health) is `crate::upstream`'s, keyed by the authority.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UpstreamSpec {
     /// The URL as written in the table, for humans.
     pub url: String,
-    /// Always `http` today.
-    pub scheme: Scheme,
     /// `host:port` to connect to and to send as `Host`.
     pub authority: Authority,
-    /// Pool and health, shared with other tables that list the same upstream.
-    pub state: Arc<UpstreamState>,
 }
 
-/// A region: its name and upstreams, with the balancing cursor and retry budget.
-#[derive(Debug)]
+/// A region as the table names it. Its runtime (balancing cursor, retry budget, metrics)
+/// is `crate::upstream`'s, keyed by the name, so it outlives a reload.
+#[derive(Debug, Clone)]
 pub struct Region {
     /// The name used in the table, `Via` and metrics.
     pub name: String,
-    /// Its metric handles; the name again, shared, as a label and log field.
-    pub metrics: Arc<RegionMetrics>,
     /// At least one.
-    pub upstreams: Vec<Upstream>,
-    /// Round-robin position for balancing (`upstream::health::pick`).
-    pub cursor: AtomicUsize,
-    /// Retries this region may still spend.
-    pub budget: RetryBudget,
+    pub upstreams: Vec<UpstreamSpec>,
 }
 
 /// An override rule as loaded, for reporting.
@@ -224,22 +209,9 @@ impl RoutingTable {
         &self.regions[usize::from(id.0)]
     }
 
-    /// Looks a region up by name.
-    pub fn region_by_name(&self, name: &str) -> Option<RegionId> {
-        self.regions
-            .iter()
-            .position(|r| r.name == name)
-            .map(|i| RegionId(i as u16))
-    }
-
     /// The `code` given for a country, if any.
     pub fn country_code(&self, country: u8) -> Option<&str> {
         self.country_codes[usize::from(country)].as_deref()
-    }
-
-    /// Whether the country map has an entry for this country.
-    pub fn has_country(&self, country: u8) -> bool {
-        self.country_owned[usize::from(country)]
     }
 
     /// The name of a service entity id, if the table names it.

@@ -26,9 +26,26 @@ impl std::fmt::Debug for Watch {
     }
 }
 
+/// The table's directory cannot be watched (`notify`'s reason).
+#[derive(Debug)]
+pub struct WatchError {
+    /// The directory.
+    pub dir: std::path::PathBuf,
+    /// Why.
+    pub reason: String,
+}
+
+impl std::fmt::Display for WatchError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot watch {}: {}", self.dir.display(), self.reason)
+    }
+}
+
+impl std::error::Error for WatchError {}
+
 /// Starts watching `live`'s file; changes reload it within `debounce` plus a reload's time.
 /// Must be called inside a tokio runtime.
-pub fn watch(live: Arc<LiveTable>, debounce: Duration) -> Result<Watch, String> {
+pub fn watch(live: Arc<LiveTable>, debounce: Duration) -> Result<Watch, WatchError> {
     let path = live.path().to_path_buf();
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
@@ -42,11 +59,17 @@ pub fn watch(live: Arc<LiveTable>, debounce: Duration) -> Result<Watch, String> 
         }
         Err(e) => tracing::warn!(error = %e, "routing table watch error"),
     })
-    .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+    .map_err(|e| WatchError {
+        dir: dir.clone(),
+        reason: e.to_string(),
+    })?;
     debouncer
         .watcher()
         .watch(&dir, RecursiveMode::NonRecursive)
-        .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
+        .map_err(|e| WatchError {
+            dir: dir.clone(),
+            reason: e.to_string(),
+        })?;
     tokio::spawn(async move {
         while rx.recv().await.is_some() {
             // Errors are logged and recorded by the reload itself.

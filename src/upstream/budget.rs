@@ -7,34 +7,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use serde::Deserialize;
+use crate::config::RetryPolicy;
 
 use super::health::now_ms;
-
-/// Retry settings (router config `retries:`).
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct RetryPolicy {
-    /// Most retries of one request (each on another upstream of the region).
-    pub max_retries: u32,
-    /// Retries may add this share of requests, in percent.
-    pub budget_percent: u32,
-    /// Retries always allowed per second and region, whatever the share.
-    pub min_per_second: u32,
-    /// Request bodies up to this size are kept for a replay; larger ones stream, unretried.
-    pub buffer_bytes: usize,
-}
-
-impl Default for RetryPolicy {
-    fn default() -> Self {
-        RetryPolicy {
-            max_retries: 2,
-            budget_percent: 20,
-            min_per_second: 10,
-            buffer_bytes: 64 << 10,
-        }
-    }
-}
 
 /// Tokens are counted in thousandths.
 const UNIT: u64 = 1000;

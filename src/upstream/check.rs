@@ -8,31 +8,9 @@
 use std::sync::Weak;
 use std::time::Duration;
 
-use serde::Deserialize;
+use crate::config::CheckPolicy;
 
 use super::UpstreamState;
-
-/// Active check settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct CheckPolicy {
-    /// Path asked on each upstream, e.g. `/healthz`.
-    pub path: String,
-    /// Time between checks, in ms.
-    #[serde(default = "default_interval")]
-    pub interval_ms: u64,
-    /// Longest wait for a check's answer, in ms.
-    #[serde(default = "default_timeout")]
-    pub timeout_ms: u64,
-}
-
-fn default_interval() -> u64 {
-    5_000
-}
-
-fn default_timeout() -> u64 {
-    1_000
-}
 
 /// Starts checking `state`'s upstream; does nothing outside a tokio runtime (as in `check`).
 pub fn spawn(state: Weak<UpstreamState>, policy: CheckPolicy) {

@@ -24,11 +24,11 @@ use http_body_util::{Either, Full};
 use hyper::body::Incoming;
 
 use super::body::BodyWatch;
-use super::budget::RetryPolicy;
-use super::health::{self, HealthPolicy, Pick};
+use super::health::{self, Pick};
+use super::regions::RegionRuntime;
 use super::{UpstreamBody, UpstreamState};
+use crate::config::{HealthPolicy, RetryPolicy};
 use crate::error::{Blame, Error, Retry};
-use crate::table::Region;
 
 /// The body to send: held (replayable) or streamed (one attempt).
 #[derive(Debug)]
@@ -97,14 +97,14 @@ fn copy_head(parts: &Parts) -> Parts {
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
 /// points the request at the chosen upstream (URI, `Host`).
 pub async fn forward(
-    region: &Region,
+    region: &RegionRuntime,
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'_>,
     aim: impl Fn(&mut Parts, &UpstreamState),
 ) -> Result<Answered, ForwardError> {
-    region.budget.deposit(policies.retry);
-    let metrics = &region.metrics;
+    region.state.budget.deposit(policies.retry);
+    let metrics = &region.state.metrics;
     let retry_ok = idempotent(&parts.method);
     let (held, mut streamed, watch) = match body {
         Outgoing::Held(bytes) => (Some(bytes), None, None),
@@ -113,10 +113,10 @@ pub async fn forward(
     let mut tried = 0u64;
     let mut last: Option<(Error, Authority)> = None;
     for attempt in 0..=policies.retry.max_retries {
-        if attempt > 0 && (held.is_none() || !region.budget.withdraw(policies.retry)) {
+        if attempt > 0 && (held.is_none() || !region.state.budget.withdraw(policies.retry)) {
             break;
         }
-        let i = match health::pick(&region.upstreams, &region.cursor, tried) {
+        let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
             Pick::Upstream(i) => i,
             Pick::AllEjected { retry_after_ms } if last.is_none() => {
                 return Err(ForwardError::Unavailable { retry_after_ms })

@@ -19,34 +19,9 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
-use serde::Deserialize;
+use crate::config::HealthPolicy;
 
-use crate::table::Upstream;
-
-/// Outlier ejection settings (router config `health:`).
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct HealthPolicy {
-    /// Consecutive failures that eject an upstream.
-    pub eject_after: u32,
-    /// First ejection, in ms; doubles with each ejection in a row.
-    pub ejection_ms: u64,
-    /// Longest ejection, in ms.
-    pub max_ejection_ms: u64,
-    /// Most of a region ejected for failures at once, in percent (at least one upstream).
-    pub max_ejected_percent: u32,
-}
-
-impl Default for HealthPolicy {
-    fn default() -> Self {
-        HealthPolicy {
-            eject_after: 5,
-            ejection_ms: 1_000,
-            max_ejection_ms: 30_000,
-            max_ejected_percent: 50,
-        }
-    }
-}
+use super::regions::Upstream;
 
 /// Milliseconds on a process-wide monotonic clock.
 pub fn now_ms() -> u64 {
@@ -251,8 +226,6 @@ mod tests {
                     .parse()
                     .expect("authority");
                 Upstream {
-                    url: format!("http://{authority}"),
-                    scheme: http::uri::Scheme::HTTP,
                     state: Arc::new(UpstreamState::new(
                         authority.clone(),
                         &Timeouts::default(),

@@ -13,12 +13,15 @@
 //! - [`forward`]: one request, with retries on another upstream when that is safe.
 //! - [`check`]: optional active health checks.
 //! - [`body`]: idle timeouts on streamed bodies.
+//! - [`regions`]: each region's runtime (upstreams, cursor, retry budget, metrics), kept in
+//!   step with the routing table by region name.
 
 pub mod body;
 pub mod budget;
 pub mod check;
 pub mod forward;
 pub mod health;
+pub mod regions;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -31,7 +34,7 @@ use hyper::body::Incoming;
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::{TokioExecutor, TokioTimer};
 
-use crate::config::Timeouts;
+use crate::config::{CheckPolicy, Timeouts};
 use crate::error::{Error, ErrorKind};
 use body::{BodyWatch, IdleTimeout, Watched};
 use health::Health;
@@ -182,14 +185,14 @@ fn describe(e: &hyper_util::client::legacy::Error) -> String {
 pub struct Registry {
     timeouts: Timeouts,
     workers: usize,
-    checks: Option<check::CheckPolicy>,
+    checks: Option<CheckPolicy>,
     states: Mutex<HashMap<Authority, Weak<UpstreamState>>>,
 }
 
 impl Registry {
     /// A registry whose clients use `timeouts`, with active checks if `checks` is set, for a
     /// router of `workers` worker threads.
-    pub fn new(timeouts: Timeouts, checks: Option<check::CheckPolicy>, workers: usize) -> Registry {
+    pub fn new(timeouts: Timeouts, checks: Option<CheckPolicy>, workers: usize) -> Registry {
         Registry {
             timeouts,
             workers,

@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::Request;
+use iuid_router::app::App;
 use iuid_router::config::RouterConfig;
-use iuid_router::run::run;
 use tokio::net::TcpListener;
 
 /// One request as an upstream received it.
@@ -142,7 +142,8 @@ impl Router {
             let stop = async move {
                 let _ = rx.await;
             };
-            if let Err(e) = run(config, listener, Some(admin), stop).await {
+            let app = App::new(config).unwrap_or_else(|e| panic!("router failed: {e}"));
+            if let Err(e) = app.run(listener, Some(admin), stop).await {
                 panic!("router failed: {e}");
             }
             let _ = done_tx.send(());

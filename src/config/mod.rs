@@ -6,16 +6,16 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use serde::Deserialize;
 
 use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::{RouteSpec, Routes};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
-use crate::upstream::budget::RetryPolicy;
-use crate::upstream::check::CheckPolicy;
-use crate::upstream::health::HealthPolicy;
+
+mod policy;
+
+pub use policy::{CheckPolicy, HealthPolicy, Limits, RetryPolicy, Timeouts, DEFAULT_BACKLOG};
 
 /// The config file as written.
 #[derive(Debug, Deserialize)]
@@ -114,90 +114,6 @@ pub enum Unrouted {
     DefaultRegion,
     /// Answer 404 problem+json.
     Reject,
-}
-
-/// Upstream timeouts in milliseconds (SPEC §4 `timeouts`).
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Timeouts {
-    /// TCP connect to an upstream.
-    pub connect_ms: u64,
-    /// From the end of the request body (as sent upstream) to the upstream's response headers
-    /// (then 504). An upload in progress is not counted: its pace is bounded by `idle_ms`.
-    pub response_headers_ms: u64,
-    /// The longest wait without progress: for a client's body (then 408, the client's), an
-    /// upstream that reads none of it (504), an upstream's response body, a client that
-    /// reads none of the response (both connections closed), and a pooled upstream
-    /// connection left idle.
-    pub idle_ms: u64,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Timeouts {
-            connect_ms: 1000,
-            response_headers_ms: 15_000,
-            idle_ms: 60_000,
-        }
-    }
-}
-
-impl Timeouts {
-    /// `connect_ms` as a duration.
-    pub fn connect(&self) -> Duration {
-        Duration::from_millis(self.connect_ms)
-    }
-    /// `response_headers_ms` as a duration.
-    pub fn response_headers(&self) -> Duration {
-        Duration::from_millis(self.response_headers_ms)
-    }
-    /// `idle_ms` as a duration.
-    pub fn idle(&self) -> Duration {
-        Duration::from_millis(self.idle_ms)
-    }
-}
-
-/// The listen backlog when none is configured: nginx's 511 is too small for bursts of
-/// connects (1,000 back to back left a few waiting a second for a SYN retransmit at 128); the
-/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
-pub const DEFAULT_BACKLOG: u32 = 1024;
-
-/// Request limits (SPEC §4 `limits`).
-#[derive(Debug, Clone, Copy, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Limits {
-    /// Largest GraphQL body buffered to find ids, in bytes.
-    pub graphql_body_bytes: usize,
-    /// `Via` entries a request may already carry; at this many it is a loop (508).
-    pub max_hops: usize,
-    /// Most lexer tokens in a GraphQL document parsed to find ids (then 400).
-    pub graphql_max_tokens: usize,
-    /// Deepest nesting of a GraphQL document parsed to find ids (then 400).
-    pub graphql_max_depth: usize,
-    /// Longest a client may take to send a request's headers, in ms (slowloris).
-    pub header_read_timeout_ms: u64,
-    /// Most bytes of request headers (431 beyond).
-    pub max_header_bytes: usize,
-    /// Most request header fields (431 beyond).
-    pub max_headers: usize,
-    /// Connections the kernel queues on the public listener before the router accepts them
-    /// (`listen(2)` backlog; capped by `net.core.somaxconn`).
-    pub listen_backlog: u32,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Limits {
-            graphql_body_bytes: 1 << 20,
-            max_hops: 3,
-            graphql_max_tokens: 50_000,
-            graphql_max_depth: 64,
-            header_read_timeout_ms: 10_000,
-            max_header_bytes: 64 << 10,
-            max_headers: 100,
-            listen_backlog: DEFAULT_BACKLOG,
-        }
-    }
 }
 
 /// A validated router config.

@@ -1,0 +1,212 @@
+//! One way to start the router: [`App`] wires the config, the live routing table, the
+//! upstream runtime, the data path, the admin API, table reloads (file watch, `SIGHUP`,
+//! `POST /admin/reload`) and graceful shutdown (SPEC §3, §7, §8). `serve`, `demo` and the
+//! integration tests all start it, so what one exercises the others run.
+
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+
+use crate::admin::{self, AdminState};
+use crate::config::RouterConfig;
+use crate::proxy::Proxy;
+use crate::server;
+use crate::source::SourceErrors;
+use crate::table::{watch, LiveTable};
+use crate::upstream::regions::Regions;
+use crate::upstream::Registry;
+
+/// Why the router could not start or stopped with an error.
+#[derive(Debug)]
+pub enum StartError {
+    /// The routing table is invalid (every error, with file:line:column).
+    Table(SourceErrors),
+    /// A listener could not be bound, or the worker threads could not start.
+    Io(std::io::Error),
+    /// The routing table's directory cannot be watched.
+    Watch(watch::WatchError),
+}
+
+impl std::fmt::Display for StartError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StartError::Table(e) => write!(f, "{e}"),
+            StartError::Io(e) => write!(f, "{e}"),
+            StartError::Watch(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for StartError {}
+
+impl From<std::io::Error> for StartError {
+    fn from(e: std::io::Error) -> Self {
+        StartError::Io(e)
+    }
+}
+
+/// The router, loaded and ready to run: config, live table and upstream runtime.
+#[derive(Debug)]
+pub struct App {
+    config: RouterConfig,
+    table: Arc<LiveTable>,
+    regions: Arc<Regions>,
+}
+
+impl App {
+    /// Loads the routing table `config` names and sets up the upstream runtime. Call inside a
+    /// tokio runtime (active health checks start with their upstreams).
+    ///
+    /// Errors: the table is invalid ([`StartError::Table`]).
+    pub fn new(config: RouterConfig) -> Result<App, StartError> {
+        // The recorder first, so that the first load is counted too.
+        crate::metrics::handle();
+        let table = Arc::new(LiveTable::load(&config.routing_table).map_err(StartError::Table)?);
+        let registry = Arc::new(Registry::new(
+            config.timeouts,
+            config.health_check.clone(),
+            config.workers,
+        ));
+        let regions = Regions::new(&table, registry);
+        Ok(App {
+            config,
+            table,
+            regions,
+        })
+    }
+
+    /// The live routing table (to reload it, or read its status).
+    pub fn table(&self) -> &Arc<LiveTable> {
+        &self.table
+    }
+
+    /// Runs the router on `listener` (and the admin API on `admin`, if given) until
+    /// `shutdown` completes, then drains (SPEC §8 order: `/readyz` 503, wait
+    /// `drain_delay_ms`, close the listener, let requests in flight finish within
+    /// `grace_ms`).
+    ///
+    /// Errors: the table's directory cannot be watched, or the workers cannot start.
+    pub async fn run(
+        self,
+        listener: TcpListener,
+        admin: Option<TcpListener>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), StartError> {
+        let App {
+            config,
+            table,
+            regions,
+        } = self;
+        crate::metrics::spawn_upkeep(Duration::from_secs(1));
+        let _watch = if config.reload.watch {
+            let debounce = Duration::from_millis(config.reload.debounce_ms);
+            Some(watch::watch(table.clone(), debounce).map_err(StartError::Watch)?)
+        } else {
+            None
+        };
+        let draining = Arc::new(AtomicBool::new(false));
+        if let Some(admin) = admin {
+            let state = AdminState {
+                table: table.clone(),
+                draining: draining.clone(),
+            };
+            tokio::spawn(async move {
+                if let Err(e) = axum::serve(admin, admin::router(state)).await {
+                    tracing::error!(error = %e, "admin API stopped");
+                }
+            });
+        }
+        // Registered here, not in the task: until the handler exists, SIGHUP's default action
+        // would end the process.
+        tokio::spawn(reload_on_sighup(hangups(), table.clone()));
+
+        let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
+        let grace = Duration::from_millis(config.shutdown.grace_ms);
+        let proxy = Arc::new(Proxy::new(Arc::new(config), regions));
+        let begin_drain = async move {
+            shutdown.await;
+            draining.store(true, Ordering::Relaxed);
+            tracing::info!("shutting down: /readyz answers 503");
+            tokio::time::sleep(drain_delay).await;
+        };
+        server::serve(listener, proxy, begin_drain, grace).await?;
+        tracing::info!("drained; exiting");
+        Ok(())
+    }
+
+    /// Binds the configured addresses and runs until `SIGTERM` or `SIGINT`.
+    ///
+    /// Errors: as [`App::run`], or an address cannot be bound.
+    pub async fn serve(self) -> Result<(), StartError> {
+        let listener = server::bind(self.config.listen, self.config.limits.listen_backlog).await?;
+        let admin = match self.config.admin_listen {
+            Some(addr) => Some(server::bind(addr, crate::config::DEFAULT_BACKLOG).await?),
+            None => None,
+        };
+        tracing::info!(
+            listen = %listener.local_addr()?,
+            admin = ?self.config.admin_listen,
+            region = %self.config.region,
+            "serving"
+        );
+        self.run(listener, admin, terminate()).await
+    }
+}
+
+/// Completes on the first `SIGTERM` or `SIGINT` (Ctrl-C).
+pub async fn terminate() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "no SIGTERM handler; Ctrl-C only");
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
+
+/// The `SIGHUP` stream, if the platform has one.
+#[cfg(unix)]
+fn hangups() -> Option<tokio::signal::unix::Signal> {
+    use tokio::signal::unix::{signal, SignalKind};
+    match signal(SignalKind::hangup()) {
+        Ok(hup) => Some(hup),
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGHUP handler: reload with POST /admin/reload");
+            None
+        }
+    }
+}
+
+#[cfg(not(unix))]
+fn hangups() -> Option<()> {
+    None
+}
+
+/// Reloads the table on every `SIGHUP` (SPEC §7).
+#[cfg(unix)]
+async fn reload_on_sighup(hup: Option<tokio::signal::unix::Signal>, live: Arc<LiveTable>) {
+    let Some(mut hup) = hup else { return };
+    while hup.recv().await.is_some() {
+        tracing::info!("SIGHUP: reloading the routing table");
+        let _ = live.reload().await;
+    }
+}
+
+#[cfg(not(unix))]
+async fn reload_on_sighup(_: Option<()>, _: Arc<LiveTable>) {}

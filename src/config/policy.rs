@@ -1,0 +1,164 @@
+//! Plain policy types of the router config: timeouts, limits, outlier ejection, retries and
+//! active checks (SPEC §4, §6). They are data only; what enforces them lives in
+//! `crate::upstream` (ejection, budgets, checks) and `crate::server` (limits), which read
+//! them from here, so the config depends on no runtime module.
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Upstream timeouts in milliseconds (SPEC §4 `timeouts`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Timeouts {
+    /// TCP connect to an upstream.
+    pub connect_ms: u64,
+    /// From the end of the request body (as sent upstream) to the upstream's response headers
+    /// (then 504). An upload in progress is not counted: its pace is bounded by `idle_ms`.
+    pub response_headers_ms: u64,
+    /// The longest wait without progress: for a client's body (then 408, the client's), an
+    /// upstream that reads none of it (504), an upstream's response body, a client that
+    /// reads none of the response (both connections closed), and a pooled upstream
+    /// connection left idle.
+    pub idle_ms: u64,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Timeouts {
+            connect_ms: 1000,
+            response_headers_ms: 15_000,
+            idle_ms: 60_000,
+        }
+    }
+}
+
+impl Timeouts {
+    /// `connect_ms` as a duration.
+    pub fn connect(&self) -> Duration {
+        Duration::from_millis(self.connect_ms)
+    }
+    /// `response_headers_ms` as a duration.
+    pub fn response_headers(&self) -> Duration {
+        Duration::from_millis(self.response_headers_ms)
+    }
+    /// `idle_ms` as a duration.
+    pub fn idle(&self) -> Duration {
+        Duration::from_millis(self.idle_ms)
+    }
+}
+
+/// The listen backlog when none is configured: nginx's 511 is too small for bursts of
+/// connects (1,000 back to back left a few waiting a second for a SYN retransmit at 128); the
+/// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
+pub const DEFAULT_BACKLOG: u32 = 1024;
+
+/// Request limits (SPEC §4 `limits`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Largest GraphQL body buffered to find ids, in bytes.
+    pub graphql_body_bytes: usize,
+    /// `Via` entries a request may already carry; at this many it is a loop (508).
+    pub max_hops: usize,
+    /// Most lexer tokens in a GraphQL document parsed to find ids (then 400).
+    pub graphql_max_tokens: usize,
+    /// Deepest nesting of a GraphQL document parsed to find ids (then 400).
+    pub graphql_max_depth: usize,
+    /// Longest a client may take to send a request's headers, in ms (slowloris).
+    pub header_read_timeout_ms: u64,
+    /// Most bytes of request headers (431 beyond).
+    pub max_header_bytes: usize,
+    /// Most request header fields (431 beyond).
+    pub max_headers: usize,
+    /// Connections the kernel queues on the public listener before the router accepts them
+    /// (`listen(2)` backlog; capped by `net.core.somaxconn`).
+    pub listen_backlog: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            graphql_body_bytes: 1 << 20,
+            max_hops: 3,
+            graphql_max_tokens: 50_000,
+            graphql_max_depth: 64,
+            header_read_timeout_ms: 10_000,
+            max_header_bytes: 64 << 10,
+            max_headers: 100,
+            listen_backlog: DEFAULT_BACKLOG,
+        }
+    }
+}
+
+/// Outlier ejection settings (router config `health:`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct HealthPolicy {
+    /// Consecutive failures that eject an upstream.
+    pub eject_after: u32,
+    /// First ejection, in ms; doubles with each ejection in a row.
+    pub ejection_ms: u64,
+    /// Longest ejection, in ms.
+    pub max_ejection_ms: u64,
+    /// Most of a region ejected for failures at once, in percent (at least one upstream).
+    pub max_ejected_percent: u32,
+}
+
+impl Default for HealthPolicy {
+    fn default() -> Self {
+        HealthPolicy {
+            eject_after: 5,
+            ejection_ms: 1_000,
+            max_ejection_ms: 30_000,
+            max_ejected_percent: 50,
+        }
+    }
+}
+
+/// Retry settings (router config `retries:`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryPolicy {
+    /// Most retries of one request (each on another upstream of the region).
+    pub max_retries: u32,
+    /// Retries may add this share of requests, in percent.
+    pub budget_percent: u32,
+    /// Retries always allowed per second and region, whatever the share.
+    pub min_per_second: u32,
+    /// Request bodies up to this size are kept for a replay; larger ones stream, unretried.
+    pub buffer_bytes: usize,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_retries: 2,
+            budget_percent: 20,
+            min_per_second: 10,
+            buffer_bytes: 64 << 10,
+        }
+    }
+}
+
+/// Active check settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckPolicy {
+    /// Path asked on each upstream, e.g. `/healthz`.
+    pub path: String,
+    /// Time between checks, in ms.
+    #[serde(default = "default_interval")]
+    pub interval_ms: u64,
+    /// Longest wait for a check's answer, in ms.
+    #[serde(default = "default_timeout")]
+    pub timeout_ms: u64,
+}
+
+fn default_interval() -> u64 {
+    5_000
+}
+
+fn default_timeout() -> u64 {
+    1_000
+}

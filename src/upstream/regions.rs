@@ -1,0 +1,231 @@
+//! Per-region runtime: each region's upstreams with their pools and health, its balancing
+//! cursor, its retry budget and its metric handles.
+//!
+//! The routing table says which region owns an id and which upstreams a region has; it is
+//! policy, immutable once built. What changes as requests flow lives here, keyed by region
+//! name (and upstreams by authority, in the [`Registry`]), as sozu's and
+//! pingora-load-balancing's backends live apart from routing. On every table install the
+//! runtime is reconciled by name: a region that stays keeps its cursor, budget and metrics,
+//! an upstream that stays keeps its connections and health (an ejected one stays ejected),
+//! and what the new table no longer names is dropped.
+//!
+//! The data path reads one [`Routing`] snapshot through `arc-swap`: the table and the runtime
+//! of each of its regions, indexed alike, swapped as one so they always agree.
+
+use std::collections::HashMap;
+use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use http::uri::Authority;
+
+use super::budget::RetryBudget;
+use super::{Registry, UpstreamState};
+use crate::metrics::RegionMetrics;
+use crate::table::{LiveTable, RegionId, RoutingTable};
+
+/// One upstream of a region at run time.
+#[derive(Debug, Clone)]
+pub struct Upstream {
+    /// `host:port` to connect to and to send as `Host`.
+    pub authority: Authority,
+    /// Pool and health, shared by every table that lists this authority.
+    pub state: Arc<UpstreamState>,
+}
+
+/// What a region keeps across reloads.
+#[derive(Debug)]
+pub struct RegionState {
+    /// Its metric handles; the name again, shared, as a label and log field.
+    pub metrics: Arc<RegionMetrics>,
+    /// Round-robin position for balancing (`health::pick`).
+    pub cursor: AtomicUsize,
+    /// Retries this region may still spend.
+    pub budget: RetryBudget,
+}
+
+/// A region of the serving table with its runtime.
+#[derive(Debug)]
+pub struct RegionRuntime {
+    /// The region's name in the table.
+    pub name: String,
+    /// The table's upstreams of the region, in table order, with their state.
+    pub upstreams: Vec<Upstream>,
+    /// Cursor, budget and metrics, kept across reloads.
+    pub state: Arc<RegionState>,
+}
+
+/// The serving table and its regions' runtime, indexed alike by [`RegionId`].
+#[derive(Debug)]
+pub struct Routing {
+    /// The routing table these regions belong to.
+    pub table: Arc<RoutingTable>,
+    regions: Box<[RegionRuntime]>,
+}
+
+impl Routing {
+    /// The runtime of a region the table resolved to.
+    #[inline]
+    pub fn region(&self, id: RegionId) -> &RegionRuntime {
+        &self.regions[usize::from(id.0)]
+    }
+}
+
+/// The live [`Routing`], reconciled with every table the [`LiveTable`] installs.
+#[derive(Debug)]
+pub struct Regions {
+    current: ArcSwap<Routing>,
+    registry: Arc<Registry>,
+    states: Mutex<HashMap<String, Arc<RegionState>>>,
+}
+
+impl Regions {
+    /// The runtime for `table`'s serving table, kept in step with its reloads. Upstream
+    /// states come from `registry`.
+    pub fn new(table: &LiveTable, registry: Arc<Registry>) -> Arc<Regions> {
+        let states = Mutex::new(HashMap::new());
+        let first = reconcile(&table.current(), &registry, &states);
+        let regions = Arc::new(Regions {
+            current: ArcSwap::from_pointee(first),
+            registry,
+            states,
+        });
+        let weak = Arc::downgrade(&regions);
+        table.on_install(move |installed| {
+            if let Some(regions) = weak.upgrade() {
+                regions.install(installed);
+            }
+        });
+        regions
+    }
+
+    /// The serving snapshot; hold the `Arc` for as long as the request needs it.
+    #[inline]
+    pub fn current(&self) -> Arc<Routing> {
+        self.current.load_full()
+    }
+
+    fn install(&self, table: &Arc<RoutingTable>) {
+        if Arc::ptr_eq(&self.current.load().table, table) {
+            return;
+        }
+        let routing = reconcile(table, &self.registry, &self.states);
+        self.current.store(Arc::new(routing));
+    }
+}
+
+/// The runtime of `table`'s regions: each region's state by name, each upstream's by
+/// authority; states of regions the table no longer names are dropped.
+fn reconcile(
+    table: &Arc<RoutingTable>,
+    registry: &Registry,
+    states: &Mutex<HashMap<String, Arc<RegionState>>>,
+) -> Routing {
+    let mut states = states.lock().unwrap_or_else(|p| p.into_inner());
+    let regions = table
+        .regions
+        .iter()
+        .map(|region| {
+            let state = states
+                .entry(region.name.clone())
+                .or_insert_with(|| {
+                    Arc::new(RegionState {
+                        metrics: Arc::new(RegionMetrics::new(&region.name)),
+                        cursor: AtomicUsize::new(0),
+                        budget: RetryBudget::default(),
+                    })
+                })
+                .clone();
+            let upstreams = region
+                .upstreams
+                .iter()
+                .map(|u| Upstream {
+                    authority: u.authority.clone(),
+                    state: registry.get(&u.authority),
+                })
+                .collect();
+            RegionRuntime {
+                name: region.name.clone(),
+                upstreams,
+                state,
+            }
+        })
+        .collect();
+    states.retain(|name, _| table.regions.iter().any(|r| &r.name == name));
+    Routing {
+        table: table.clone(),
+        regions,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{HealthPolicy, RetryPolicy};
+    use crate::upstream::health;
+
+    fn table_text(version: &str, extra_region: bool) -> String {
+        let mut text = format!(
+            "version: \"{version}\"\nregions:\n  eu: {{ upstreams: [\"http://127.0.0.1:9\", \"http://127.0.0.1:10\"] }}\n"
+        );
+        if extra_region {
+            text += "  us: { upstreams: [\"http://127.0.0.1:11\"] }\n";
+        }
+        text + "countries:\n  1: eu\ndefault_region: eu\n"
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_an_ejected_upstream_ejected_and_a_spent_retry_budget_spent() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("routing-table.yaml");
+        std::fs::write(&path, table_text("v1", false)).expect("write");
+        let live = LiveTable::load(&path).expect("table");
+        let regions = Regions::new(&live, Arc::new(Registry::default()));
+
+        let before = regions.current();
+        let eu = before.region(RegionId(0));
+        // Eject the first upstream: one failure with eject_after 1.
+        let policy = HealthPolicy {
+            eject_after: 1,
+            ejection_ms: 60_000,
+            ..HealthPolicy::default()
+        };
+        assert!(health::record_failure(&eu.upstreams, 0, &policy).is_some());
+        // Three requests save three retries (100 %, no per-second floor); spend one.
+        let retry = RetryPolicy {
+            budget_percent: 100,
+            min_per_second: 0,
+            ..RetryPolicy::default()
+        };
+        for _ in 0..3 {
+            eu.state.budget.deposit(&retry);
+        }
+        assert!(eu.state.budget.withdraw(&retry));
+
+        // A new table: another version, one more region.
+        std::fs::write(&path, table_text("v2", true)).expect("write");
+        assert_eq!(
+            live.reload().await.expect("reload"),
+            crate::table::ReloadOutcome::Installed
+        );
+        let after = regions.current();
+        assert_eq!(after.table.version, "v2");
+        let eu_after = after.region(RegionId(0));
+        assert_eq!(eu_after.name, "eu");
+        let now = health::now_ms();
+        assert!(
+            !eu_after.upstreams[0].state.health.available(now),
+            "still ejected after the reload"
+        );
+        assert!(eu_after.upstreams[1].state.health.available(now));
+        // Two retries left, as before the reload (a fresh budget would have none).
+        assert!(eu_after.state.budget.withdraw(&retry));
+        assert!(eu_after.state.budget.withdraw(&retry));
+        assert!(
+            !eu_after.state.budget.withdraw(&retry),
+            "the spent part of the budget stays spent after the reload"
+        );
+        assert!(Arc::ptr_eq(&eu.state, &eu_after.state));
+        assert_eq!(after.region(RegionId(1)).name, "us");
+    }
+}
