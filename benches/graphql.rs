@@ -6,6 +6,7 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use iuid_router::extract::graphql::plan::ParseLimits;
 use iuid_router::extract::graphql::{ColdParse, GraphqlRoute};
+use iuid_router::scheme::Scheme;
 use serde_json::json;
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -134,7 +135,7 @@ fn bench(c: &mut Criterion) {
         TYPICAL_QUERY.len(),
         typical.len()
     );
-    let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
+    let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS);
     let mut ids = Vec::with_capacity(8);
     warm.ids_from_body(None, &typical, ColdParse::Here, &mut ids)
         .expect("ids");
@@ -148,7 +149,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("graphql/2KiB/cold", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route
@@ -161,7 +162,7 @@ fn bench(c: &mut Criterion) {
 
     let large = body(&large_query(), Some("Many"));
     println!("large body: {} bytes", large.len());
-    let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS);
+    let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS);
     let mut large_ids = Vec::new();
     warm_large
         .ids_from_body(None, &large, ColdParse::Here, &mut large_ids)
@@ -174,7 +175,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("graphql/64KiB/cold", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route
@@ -196,7 +197,7 @@ fn bench(c: &mut Criterion) {
     let pathological = body(&aliases, None);
     c.bench_function("graphql/1MiB_aliases/refused", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route

@@ -5,9 +5,11 @@ use std::hint::black_box;
 use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use iuid::{Id, Iuid};
+use iuid::Iuid;
 use iuid_router::extract::graphql::plan::ParseLimits;
 use iuid_router::extract::{RouteSpec, Routes};
+use iuid_router::scheme::iuid::IuidKey;
+use iuid_router::scheme::Key;
 use iuid_router::source::Source;
 use iuid_router::table::load_source;
 
@@ -42,6 +44,7 @@ fn route(path: &str) -> RouteSpec {
         graphql: None,
         persisted_id_variables: None,
         header: None,
+        scheme: None,
     }
 }
 
@@ -60,6 +63,7 @@ fn bench(c: &mut Criterion) {
                 graphql: None,
                 persisted_id_variables: None,
                 header: Some("x-entity-id".into()),
+                scheme: None,
             },
         ],
         LIMITS,
@@ -78,16 +82,18 @@ fn bench(c: &mut Criterion) {
         .0;
 
     c.bench_function("resolve/country", |b| {
-        let id = Id::Iuid(us_order);
+        let id = Key::Iuid(IuidKey::Iuid(us_order));
         b.iter(|| table.resolve(black_box(&id)))
     });
     c.bench_function("resolve/timed_override", |b| {
-        let id = Id::Iuid(kz_migrated);
+        let id = Key::Iuid(IuidKey::Iuid(kz_migrated));
         b.iter(|| table.resolve(black_box(&id)))
     });
     c.bench_function("extract+resolve/path", |b| {
         b.iter(|| match routes.extract(black_box(&parts)) {
-            iuid_router::extract::Extraction::Id(id, _) => table.resolve(&id).ok(),
+            iuid_router::extract::Extraction::Id(token, _) => {
+                table.resolve_text(token.scheme, &token.text).ok()
+            }
             _ => None,
         })
     });

@@ -1,9 +1,11 @@
 //! What an id is and where it goes, as JSON: shared by the `decode` and `resolve` commands
 //! (SPEC §3) and, later, the admin API's `/admin/resolve/{id}` (SPEC §8).
 
-use iuid::{Id, Iuid, ParseError};
+use iuid::{Iuid, ParseError};
 use serde_json::{json, Map, Value};
 
+use crate::scheme::iuid::IuidKey;
+use crate::scheme::{Key, Scheme};
 use crate::table::{ResolveError, RoutingTable};
 
 /// Why an id cannot be decoded or resolved, for a command's exit 1.
@@ -69,12 +71,17 @@ pub fn decode_text(text: &str, table: Option<&RoutingTable>) -> Result<Value, In
 /// The routing decision for `text` (SPEC §3 `resolve`): the decoded id, `region`,
 /// `upstreams` and the `rule` that matched (with the override's text when one did).
 pub fn resolve_text(text: &str, table: &RoutingTable) -> Result<Value, InspectError> {
-    let id = Id::parse(text.trim().as_bytes()).map_err(InspectError::Parse)?;
-    let decision = table.resolve(&id).map_err(InspectError::Resolve)?;
+    let (key, decision) = match table.resolve_text(Scheme::Iuid, text.trim().as_bytes()) {
+        Ok(resolved) => resolved,
+        Err(ResolveError::Malformed(e)) => return Err(InspectError::Parse(e)),
+        Err(e) => return Err(InspectError::Resolve(e)),
+    };
     let region = table.region(decision.region);
-    let mut out = match &id {
-        Id::Iuid(iuid) => decode(iuid, Some(table)),
-        Id::Other(uuid) => json!({ "id": uuid.to_string(), "ver": uuid.version() }),
+    let mut out = match &key {
+        Key::Iuid(IuidKey::Iuid(iuid)) => decode(iuid, Some(table)),
+        Key::Iuid(IuidKey::NoRoutingBits(uuid)) => {
+            json!({ "id": uuid.to_string(), "ver": uuid.version() })
+        }
     };
     out["region"] = json!(region.name);
     out["upstreams"] = json!(region.upstreams.iter().map(|u| &u.url).collect::<Vec<_>>());

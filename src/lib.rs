@@ -19,6 +19,7 @@ pub mod extract;
 pub mod inspect;
 pub mod metrics;
 pub mod proxy;
+pub mod scheme;
 pub mod send_timeout;
 pub mod server;
 pub mod source;

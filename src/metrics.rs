@@ -11,6 +11,7 @@ use ::metrics::{Counter, Gauge, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use crate::error::ErrorKind;
+use crate::extract::RouteKind;
 
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).
@@ -102,8 +103,18 @@ fn describe() {
     );
 }
 
-/// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order.
-const ROUTES: [&str; 4] = ["path", "header", "graphql", "none"];
+/// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order: the route kinds,
+/// then `none`.
+const ROUTES: [Option<RouteKind>; 4] = [
+    Some(RouteKind::Path),
+    Some(RouteKind::Header),
+    Some(RouteKind::Graphql),
+    None,
+];
+
+fn route_label(route: Option<RouteKind>) -> &'static str {
+    route.map_or("none", RouteKind::as_str)
+}
 /// Label values of [`DECISIONS`]' `rule`.
 const RULES: [&str; 4] = ["override", "country", "default_region", "unrouted"];
 /// Status classes, `1xx` … `5xx`.
@@ -156,14 +167,20 @@ impl RegionMetrics {
         SharedString::from_shared(self.label.clone())
     }
 
-    /// Counts one answered request, by `route` kind (`path`, `header`, `graphql`, `none`).
-    pub fn request(&self, route: &'static str, status: u16) {
-        let r = ROUTES.iter().position(|k| *k == route).unwrap_or(3);
+    /// Counts one answered request, by the kind of route that found its id (`None`: no
+    /// route matched) and its status class.
+    pub fn request(&self, route: Option<RouteKind>, status: u16) {
+        let r = match route {
+            Some(RouteKind::Path) => 0,
+            Some(RouteKind::Header) => 1,
+            Some(RouteKind::Graphql) => 2,
+            None => 3,
+        };
         let c = class_index(status);
         self.requests[r][c]
             .get_or_init(|| {
                 handle();
-                ::metrics::counter!(REQUESTS, "route" => ROUTES[r], "region" => self.shared_label(), "status" => CLASSES[c])
+                ::metrics::counter!(REQUESTS, "route" => route_label(ROUTES[r]), "region" => self.shared_label(), "status" => CLASSES[c])
             })
             .increment(1);
     }

@@ -240,10 +240,9 @@ impl RouterConfig {
         let routes = match Routes::new(&file.routes, parse_limits) {
             Ok(r) => Some(r),
             Err(bad) => {
-                for (i, field, message) in bad {
-                    errors.push(
-                        source.error_at(&[key("routes"), Seg::Index(i), key(field)], message),
-                    );
+                for e in bad {
+                    let at = [key("routes"), Seg::Index(e.index), key(e.key)];
+                    errors.push(source.error_at(&at, e.message));
                 }
                 None
             }

@@ -3,20 +3,26 @@
 //! Routes are tried in the order of the config, first match wins. All `path:` templates live
 //! in one `matchit` router, tried at the place of the first `path:` route; `matchit` refuses
 //! templates that conflict at load, and prefers static segments over `{params}`, so among
-//! templates the most specific one matches. A route that matches but whose id does not parse
-//! is an error (400), not a miss: the client meant an id and got it wrong.
+//! templates the most specific one matches.
+//!
+//! Extraction is scheme-neutral: a route yields the id's raw token (percent-decoded for a
+//! path segment, trimmed for a header) and the scheme the route names (`crate::scheme`); the
+//! live routing table parses and resolves it. A route that matches but whose token does not
+//! parse is an error (400), not a miss: the client meant an id and got it wrong.
 
 pub mod graphql;
 mod path;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use graphql::plan::ParseLimits;
 use graphql::GraphqlRoute;
 use http::header::HeaderName;
 use http::request::Parts;
-use iuid::{Id, ParseError};
 use serde::Deserialize;
+
+use crate::scheme::Scheme;
 
 /// One entry of `routes:`: exactly one of the keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -36,6 +42,19 @@ pub struct RouteSpec {
     /// A request header holding an id, e.g. `x-entity-id`.
     #[serde(default)]
     pub header: Option<String>,
+    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    #[serde(default)]
+    pub scheme: Option<String>,
+}
+
+/// An id as a route found it, not yet parsed: its text and the scheme to parse it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Token<'q> {
+    /// The id's text: borrowed from the request, or decoded (a percent-encoded path segment,
+    /// an id from a GraphQL body).
+    pub text: Cow<'q, [u8]>,
+    /// The route's scheme.
+    pub scheme: Scheme,
 }
 
 /// The kind of route an id was read from (for logs and metrics).
@@ -62,27 +81,25 @@ impl RouteKind {
 
 /// What [`Routes::extract`] found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Extraction<'r> {
-    /// A well-formed id.
-    Id(Id, RouteKind),
+pub enum Extraction<'r, 'q> {
+    /// A route matched and found an id's token.
+    Id(Token<'q>, RouteKind),
     /// The ids of a GraphQL request (possibly none), read from its body or query string.
-    Ids(Vec<Id>),
+    Ids(Vec<Token<'static>>),
     /// A GraphQL endpoint: the ids are in the body, which the caller reads and hands to the
     /// route.
     Graphql(&'r Arc<GraphqlRoute>),
-    /// A route matched but its id is not a valid id (SPEC §6: 400).
-    Malformed(ParseError, RouteKind),
     /// No route matched: the `unrouted` policy applies.
     NoId,
 }
 
-impl Extraction<'_> {
-    /// The kind of route that matched, as a metric label (`none` when none did).
-    pub fn route_kind(&self) -> &'static str {
+impl Extraction<'_, '_> {
+    /// The kind of route that matched (`None` when none did).
+    pub fn route_kind(&self) -> Option<RouteKind> {
         match self {
-            Extraction::Id(_, kind) | Extraction::Malformed(_, kind) => kind.as_str(),
-            Extraction::Ids(_) | Extraction::Graphql(_) => RouteKind::Graphql.as_str(),
-            Extraction::NoId => "none",
+            Extraction::Id(_, kind) => Some(*kind),
+            Extraction::Ids(_) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
+            Extraction::NoId => None,
         }
     }
 }
@@ -90,7 +107,7 @@ impl Extraction<'_> {
 #[derive(Debug)]
 enum Step {
     Paths,
-    Header(HeaderName),
+    Header(HeaderName, Scheme),
     Graphql(Arc<GraphqlRoute>),
 }
 
@@ -98,12 +115,43 @@ enum Step {
 #[derive(Debug)]
 pub struct Routes {
     steps: Vec<Step>,
-    paths: matchit::Router<IdAt>,
+    paths: matchit::Router<PathId>,
     paths_len: usize,
 }
 
-/// A route error: (index in `routes`, offending key, message).
-pub type RouteError = (usize, &'static str, String);
+/// A path template's `{id}`: where it is and the scheme of its ids.
+#[derive(Debug, Clone, Copy)]
+struct PathId {
+    at: IdAt,
+    scheme: Scheme,
+}
+
+/// A route that cannot be compiled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteError {
+    /// Its index in `routes:`.
+    pub index: usize,
+    /// The key the error is about (`path`, `header`, `graphql`, `scheme`, …).
+    pub key: &'static str,
+    /// What is wrong.
+    pub message: String,
+}
+
+impl RouteError {
+    fn new(index: usize, key: &'static str, message: impl Into<String>) -> RouteError {
+        RouteError {
+            index,
+            key,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for RouteError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "routes[{}].{}: {}", self.index, self.key, self.message)
+    }
+}
 
 impl Routes {
     /// Compiles route specs; every bad route is reported. `limits` bound GraphQL parsing.
@@ -113,47 +161,82 @@ impl Routes {
         let mut paths = matchit::Router::new();
         for (i, spec) in specs.iter().enumerate() {
             if spec.persisted_id_variables.is_some() && spec.graphql.is_none() {
-                errors.push((
+                errors.push(RouteError::new(
                     i,
                     "persisted_id_variables",
-                    "persisted_id_variables goes with a graphql route".to_owned(),
+                    "persisted_id_variables goes with a graphql route",
                 ));
                 continue;
             }
+            let scheme = match spec.scheme.as_deref() {
+                None => Scheme::default(),
+                Some(name) => match Scheme::from_name(name) {
+                    Some(scheme) => scheme,
+                    None => {
+                        let known: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
+                        errors.push(RouteError::new(
+                            i,
+                            "scheme",
+                            format!("unknown scheme `{name}` (known: {})", known.join(", ")),
+                        ));
+                        continue;
+                    }
+                },
+            };
             match (&spec.path, &spec.graphql, &spec.header) {
                 (Some(p), None, None) => {
+                    let id = PathId {
+                        at: IdAt::of(p),
+                        scheme,
+                    };
                     if !p.starts_with('/') {
-                        errors.push((i, "path", format!("path template `{p}` must start with /")));
+                        errors.push(RouteError::new(
+                            i,
+                            "path",
+                            format!("path template `{p}` must start with /"),
+                        ));
                     } else if !p.contains("{id}") {
-                        errors.push((i, "path", format!("path template `{p}` has no {{id}}")));
-                    } else if let Err(e) = paths.insert(p.as_str(), IdAt::of(p)) {
-                        errors.push((i, "path", format!("path template `{p}`: {e}")));
+                        errors.push(RouteError::new(
+                            i,
+                            "path",
+                            format!("path template `{p}` has no {{id}}"),
+                        ));
+                    } else if let Err(e) = paths.insert(p.as_str(), id) {
+                        errors.push(RouteError::new(
+                            i,
+                            "path",
+                            format!("path template `{p}`: {e}"),
+                        ));
                     }
                     if !steps.iter().any(|s| matches!(s, Step::Paths)) {
                         steps.push(Step::Paths);
                     }
                 }
                 (None, None, Some(h)) => match HeaderName::from_bytes(h.as_bytes()) {
-                    Ok(name) => steps.push(Step::Header(name)),
-                    Err(_) => errors.push((i, "header", format!("`{h}` is not a header name"))),
+                    Ok(name) => steps.push(Step::Header(name, scheme)),
+                    Err(_) => errors.push(RouteError::new(
+                        i,
+                        "header",
+                        format!("`{h}` is not a header name"),
+                    )),
                 },
                 (None, Some(p), None) => {
                     if p.starts_with('/') {
                         let vars = spec.persisted_id_variables.clone().unwrap_or_default();
-                        let route = GraphqlRoute::new(p.clone(), vars, limits);
+                        let route = GraphqlRoute::new(p.clone(), vars, scheme, limits);
                         steps.push(Step::Graphql(Arc::new(route)));
                     } else {
-                        errors.push((
+                        errors.push(RouteError::new(
                             i,
                             "graphql",
                             format!("graphql path `{p}` must start with /"),
                         ));
                     }
                 }
-                _ => errors.push((
+                _ => errors.push(RouteError::new(
                     i,
                     "path",
-                    "a route has exactly one of path, graphql, header".to_owned(),
+                    "a route has exactly one of path, graphql, header",
                 )),
             }
         }
@@ -179,46 +262,45 @@ impl Routes {
         self.steps.is_empty()
     }
 
-    /// Reads the id out of a request's head. Allocation-free.
-    pub fn extract(&self, parts: &Parts) -> Extraction<'_> {
+    /// Reads the id's token out of a request's head. Allocation-free unless a path segment is
+    /// percent-encoded.
+    pub fn extract<'q>(&self, parts: &'q Parts) -> Extraction<'_, 'q> {
         for step in &self.steps {
-            let found = match step {
+            match step {
                 Step::Graphql(route) if parts.uri.path() == route.path => {
                     return Extraction::Graphql(route)
                 }
-                Step::Graphql(_) => None,
-                Step::Paths => self.path_id(parts.uri.path()),
-                Step::Header(name) => parts
-                    .headers
-                    .get(name)
-                    .map(|v| (Id::parse(trim(v.as_bytes())), RouteKind::Header)),
-            };
-            match found {
-                Some((Ok(id), kind)) => return Extraction::Id(id, kind),
-                Some((Err(e), kind)) => return Extraction::Malformed(e, kind),
-                None => {}
+                Step::Graphql(_) => {}
+                Step::Paths => {
+                    if let Some(token) = self.path_token(parts.uri.path()) {
+                        return Extraction::Id(token, RouteKind::Path);
+                    }
+                }
+                Step::Header(name, scheme) => {
+                    if let Some(v) = parts.headers.get(name) {
+                        let token = Token {
+                            text: Cow::Borrowed(v.as_bytes().trim_ascii()),
+                            scheme: *scheme,
+                        };
+                        return Extraction::Id(token, RouteKind::Header);
+                    }
+                }
             }
         }
         Extraction::NoId
     }
 
-    fn path_id(&self, path: &str) -> Option<(Result<Id, ParseError>, RouteKind)> {
+    fn path_token<'q>(&self, path: &'q str) -> Option<Token<'q>> {
         let matched = self.paths.at(path).ok()?;
-        let raw = match *matched.value {
-            IdAt::Offset(start) => {
-                // The usual segment is a hyphenated id: 36 bytes, then `/` or the end. If those
-                // 36 bytes parse, they hold no `/` and are the whole segment.
-                let rest = path.get(start..)?;
-                if matches!(rest.as_bytes().get(36), None | Some(b'/')) {
-                    if let Some(Ok(id)) = rest.get(..36).map(|s| Id::parse(s.as_bytes())) {
-                        return Some((Ok(id), RouteKind::Path));
-                    }
-                }
-                segment_at(path, start)?
-            }
+        let PathId { at, scheme } = *matched.value;
+        let raw = match at {
+            IdAt::Offset(start) => segment_at(path, start)?,
             IdAt::Param => matched.params.get("id")?,
         };
-        Some((path::parse_segment(raw), RouteKind::Path))
+        Some(Token {
+            text: path::decode_segment(raw),
+            scheme,
+        })
     }
 }
 
@@ -252,16 +334,14 @@ impl IdAt {
 /// The path segment that starts at byte `start`: up to the next `/` or the end.
 fn segment_at(path: &str, start: usize) -> Option<&str> {
     let rest = path.get(start..)?;
-    rest.get(..rest.bytes().position(|b| b == b'/').unwrap_or(rest.len()))
-}
-
-fn trim(v: &[u8]) -> &[u8] {
-    v.trim_ascii()
+    rest.get(..memchr::memchr(b'/', rest.as_bytes()).unwrap_or(rest.len()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::scheme::Key;
+    use iuid::ParseError;
 
     fn routes(specs: &[(&str, &str)]) -> Routes {
         let specs: Vec<RouteSpec> = specs
@@ -271,9 +351,19 @@ mod tests {
                 graphql: (*k == "graphql").then(|| v.to_string()),
                 persisted_id_variables: None,
                 header: (*k == "header").then(|| v.to_string()),
+                scheme: None,
             })
             .collect();
         Routes::new(&specs, LIMITS).expect("valid routes")
+    }
+
+    /// What the route found, parsed as the table would: the id with its route kind, the
+    /// parse error with its route kind, or nothing.
+    fn found(e: Extraction) -> Option<(Result<Key, ParseError>, RouteKind)> {
+        match e {
+            Extraction::Id(token, kind) => Some((token.scheme.parse(&token.text), kind)),
+            _ => None,
+        }
     }
 
     fn parts(uri: &str, header: Option<&str>) -> Parts {
@@ -297,20 +387,20 @@ mod tests {
             ("path", "/v1/orders/{id}/{*rest}"),
             ("header", "x-entity-id"),
         ]);
-        let want = Id::parse(ID.as_bytes()).expect("vector");
+        let want = Scheme::Iuid.parse(ID.as_bytes()).expect("vector");
         let uri = format!("/v1/orders/{ID}/items?x=1");
         assert_eq!(
-            r.extract(&parts(&uri, None)),
-            Extraction::Id(want, RouteKind::Path)
+            found(r.extract(&parts(&uri, None))),
+            Some((Ok(want), RouteKind::Path))
         );
         assert_eq!(
-            r.extract(&parts("/other", Some(ID))),
-            Extraction::Id(want, RouteKind::Header)
+            found(r.extract(&parts("/other", Some(ID)))),
+            Some((Ok(want), RouteKind::Header))
         );
         assert_eq!(r.extract(&parts("/other", None)), Extraction::NoId);
         assert!(matches!(
-            r.extract(&parts("/v1/orders/nope", Some(ID))),
-            Extraction::Malformed(_, RouteKind::Path)
+            found(r.extract(&parts("/v1/orders/nope", Some(ID)))),
+            Some((Err(_), RouteKind::Path))
         ));
     }
 
@@ -328,7 +418,7 @@ mod tests {
             ("path", "/v1/orders/{id}/{*rest}"),
             ("path", "/t/{tenant}/o/{id}"),
         ]);
-        let want = Id::parse(ID.as_bytes()).expect("vector");
+        let want = Scheme::Iuid.parse(ID.as_bytes()).expect("vector");
         let simple = ID.replace('-', "");
         for uri in [
             format!("/v1/orders/{ID}"),
@@ -341,15 +431,15 @@ mod tests {
             format!("/t/acme/o/{ID}"),
         ] {
             assert_eq!(
-                r.extract(&parts(&uri, None)),
-                Extraction::Id(want, RouteKind::Path),
+                found(r.extract(&parts(&uri, None))),
+                Some((Ok(want), RouteKind::Path)),
                 "{uri}"
             );
         }
         // A 37-byte segment is not cut at 36.
         assert!(matches!(
-            r.extract(&parts(&format!("/v1/orders/{ID}0"), None)),
-            Extraction::Malformed(_, RouteKind::Path)
+            found(r.extract(&parts(&format!("/v1/orders/{ID}0"), None))),
+            Some((Err(_), RouteKind::Path))
         ));
     }
 
@@ -379,14 +469,12 @@ mod tests {
                 return Ok(());
             };
             let head = head.into_parts().0;
-            let want = match router.at(head.uri.path()).ok().and_then(|m| m.params.get("id")) {
-                Some(raw) => match path::parse_segment(raw) {
-                    Ok(id) => Extraction::Id(id, RouteKind::Path),
-                    Err(e) => Extraction::Malformed(e, RouteKind::Path),
-                },
-                None => Extraction::NoId,
-            };
-            proptest::prop_assert_eq!(r.extract(&head), want);
+            let want = router
+                .at(head.uri.path())
+                .ok()
+                .and_then(|m| m.params.get("id"))
+                .map(|raw| (Scheme::Iuid.parse(&path::decode_segment(raw)), RouteKind::Path));
+            proptest::prop_assert_eq!(found(r.extract(&head)), want);
         }
     }
 
@@ -394,7 +482,10 @@ mod tests {
     fn percent_encoded_braced_id() {
         let r = routes(&[("path", "/o/{id}")]);
         let uri = format!("/o/%7B{}%7d", ID.to_uppercase());
-        assert!(matches!(r.extract(&parts(&uri, None)), Extraction::Id(..)));
+        assert!(matches!(
+            found(r.extract(&parts(&uri, None))),
+            Some((Ok(_), _))
+        ));
     }
 
     #[test]
@@ -405,24 +496,35 @@ mod tests {
                 graphql: None,
                 persisted_id_variables: None,
                 header: None,
+                scheme: None,
             },
             RouteSpec {
                 path: None,
                 graphql: None,
                 persisted_id_variables: None,
                 header: Some("bad header".into()),
+                scheme: None,
             },
             RouteSpec {
                 path: Some("/a/{id}".into()),
                 graphql: None,
                 persisted_id_variables: None,
                 header: Some("x".into()),
+                scheme: None,
+            },
+            RouteSpec {
+                path: Some("/b/{id}".into()),
+                graphql: None,
+                persisted_id_variables: None,
+                header: None,
+                scheme: Some("hotguid".into()),
             },
         ];
         let errors = Routes::new(&specs, LIMITS).expect_err("invalid");
         assert_eq!(
-            errors.iter().map(|e| e.0).collect::<Vec<_>>(),
-            vec![0, 1, 2]
+            errors.iter().map(|e| e.index).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
         );
+        assert_eq!(errors[3].key, "scheme");
     }
 }

@@ -1,50 +1,40 @@
 //! Ids in path segments.
 //!
 //! A path segment arrives percent-encoded: a braced id is `%7B…%7D`, and a Relay id in the
-//! standard base64 alphabet carries `/`, `+` and `=` as `%2F`, `%2B`, `%3D`. The segment is
-//! decoded into a stack buffer before parsing, so the common case allocates nothing.
+//! standard base64 alphabet carries `/`, `+` and `=` as `%2F`, `%2B`, `%3D`. A segment
+//! without `%` (the common case) is passed on as it is, with no allocation.
 
-use iuid::{Id, ParseError};
+use std::borrow::Cow;
 
-/// Longest decoded segment accepted; far above any id form (a Relay id of a long type name
-/// is about 100 bytes).
+/// Longest segment decoded; a longer one is passed on as it is (no id form is that long, so
+/// its scheme refuses it by its length).
 const MAX_SEGMENT: usize = 256;
 
-/// Percent-decodes `raw` (RFC 3986 §2.1) and parses it as an id.
-pub fn parse_segment(raw: &str) -> Result<Id, ParseError> {
+/// Percent-decodes a path segment (RFC 3986 §2.1): borrowed as it is when it holds no `%`
+/// (most ids), decoded into a new buffer otherwise. A `%` not followed by two hex digits is
+/// kept, for the scheme's parser to reject with its position.
+pub fn decode_segment(raw: &str) -> Cow<'_, [u8]> {
     let raw = raw.as_bytes();
-    // Most ids are not encoded at all: try them as they are before looking for a `%`.
-    let plain = Id::parse(raw);
-    if plain.is_ok() || !raw.contains(&b'%') {
-        return plain;
+    if memchr::memchr(b'%', raw).is_none() || raw.len() > MAX_SEGMENT {
+        return Cow::Borrowed(raw);
     }
-    let mut buf = [0u8; MAX_SEGMENT];
-    let mut n = 0;
+    let mut out = Vec::with_capacity(raw.len());
     let mut i = 0;
     while i < raw.len() {
-        if n == MAX_SEGMENT {
-            return Err(ParseError::InvalidLength { len: raw.len() });
-        }
         let b = raw[i];
         if b == b'%' {
-            match (raw.get(i + 1).and_then(hex), raw.get(i + 2).and_then(hex)) {
-                (Some(hi), Some(lo)) => {
-                    buf[n] = (hi << 4) | lo;
-                    i += 3;
-                }
-                // A lone '%' is kept and then rejected by the id parser with its position.
-                _ => {
-                    buf[n] = b;
-                    i += 1;
-                }
+            if let (Some(hi), Some(lo)) =
+                (raw.get(i + 1).and_then(hex), raw.get(i + 2).and_then(hex))
+            {
+                out.push((hi << 4) | lo);
+                i += 3;
+                continue;
             }
-        } else {
-            buf[n] = b;
-            i += 1;
         }
-        n += 1;
+        out.push(b);
+        i += 1;
     }
-    Id::parse(&buf[..n])
+    Cow::Owned(out)
 }
 
 fn hex(b: &u8) -> Option<u8> {
@@ -61,11 +51,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn decodes_and_rejects() {
-        let plain = parse_segment("017f22e2-79b0-802a-8144-dc0c0c07398f").expect("plain");
-        let braced = parse_segment("%7B017f22e2-79b0-802a-8144-dc0c0c07398f%7D").expect("braced");
-        assert_eq!(plain, braced);
-        assert!(parse_segment("%zz").is_err());
-        assert!(parse_segment(&"%41".repeat(300)).is_err());
+    fn decodes_only_what_is_encoded() {
+        let plain = "017f22e2-79b0-802a-8144-dc0c0c07398f";
+        assert!(matches!(decode_segment(plain), Cow::Borrowed(b) if b == plain.as_bytes()));
+        let braced = decode_segment("%7B017f22e2-79b0-802a-8144-dc0c0c07398f%7D");
+        assert_eq!(&*braced, format!("{{{plain}}}").as_bytes());
+        assert_eq!(&*decode_segment("%zz"), b"%zz");
+        assert_eq!(decode_segment(&"%41".repeat(300)).len(), 900);
+        // As ids: the braced form is the same id, the others are refused.
+        let parse = |raw: &str| crate::scheme::iuid::parse(&decode_segment(raw));
+        assert_eq!(parse(plain), parse(&format!("%7B{plain}%7D")));
+        assert!(parse(plain).is_ok());
+        assert!(parse("%zz").is_err());
+        assert!(parse(&"%41".repeat(300)).is_err());
     }
 }

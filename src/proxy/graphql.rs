@@ -17,11 +17,10 @@ use http::request::Parts;
 use http::Method;
 use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use iuid::Id;
 
 use super::problem::Problem;
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
-use crate::extract::RouteKind;
+use crate::extract::Token;
 use crate::upstream::body::IdleTimeout;
 
 /// Bodies larger than this are searched for ids on the blocking pool.
@@ -36,7 +35,7 @@ pub async fn read_ids(
     body: Incoming,
     limit: usize,
     idle: Duration,
-) -> Result<(Vec<Id>, Either<Incoming, Bytes>), Problem> {
+) -> Result<(Vec<Token<'static>>, Either<Incoming, Bytes>), Problem> {
     let mut ids = Vec::new();
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
@@ -94,9 +93,9 @@ pub async fn read_ids(
 }
 
 /// Runs an extraction on the blocking pool.
-async fn off_worker<F>(extract: F) -> Result<Vec<Id>, Problem>
+async fn off_worker<F>(extract: F) -> Result<Vec<Token<'static>>, Problem>
 where
-    F: FnOnce(&mut Vec<Id>) -> Result<(), GraphqlError> + Send + 'static,
+    F: FnOnce(&mut Vec<Token<'static>>) -> Result<(), GraphqlError> + Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
         let mut ids = Vec::new();
@@ -111,6 +110,5 @@ fn problem(e: GraphqlError) -> Problem {
     match e {
         GraphqlError::ParseElsewhere => Problem::GraphqlInvalid(e.to_string()),
         GraphqlError::Invalid(m) => Problem::GraphqlInvalid(m),
-        GraphqlError::MalformedId(e) => Problem::MalformedId(e, RouteKind::Graphql),
     }
 }

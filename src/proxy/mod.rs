@@ -30,7 +30,7 @@ use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
-use crate::extract::Extraction;
+use crate::extract::{Extraction, RouteKind, Token};
 use crate::metrics;
 use crate::table::{Decision, RegionId, RoutingTable};
 use crate::upstream::body::{Guarded, IdleTimeout, Watched};
@@ -75,7 +75,8 @@ struct Trail {
     span: tracing::Span,
     /// Counts the request in the gauge; moves into a proxied response's body.
     in_flight: Option<metrics::InFlight>,
-    route: &'static str,
+    /// The kind of route that found the id (`None`: no route matched).
+    route: Option<RouteKind>,
     region: Option<Arc<metrics::RegionMetrics>>,
     upstream: Option<Authority>,
 }
@@ -131,7 +132,7 @@ impl Proxy {
         let mut trail = Trail {
             span: span.clone(),
             in_flight: Some(metrics::InFlight::start()),
-            route: "none",
+            route: None,
             region: None,
             upstream: None,
         };
@@ -151,7 +152,7 @@ impl Proxy {
                 %method,
                 path,
                 status,
-                route = trail.route,
+                route = trail.route.map_or("none", RouteKind::as_str),
                 region = trail.region.as_ref().map_or("-", |r| &*r.label),
                 upstream = %trail.upstream.as_ref().map_or("-", |a| a.as_str()),
                 duration_ms = started.elapsed().as_secs_f64() * 1e3,
@@ -209,11 +210,8 @@ impl Proxy {
             .map_err(Problem::Loop)?;
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
-        if let Extraction::Id(id, _) = &found {
-            trail.span.record("id", tracing::field::display(id));
-        }
         let routing = self.regions.current();
-        let decision = self.resolve(&routing.table, found)?;
+        let decision = self.resolve(&routing.table, found, &trail.span)?;
         metrics::decision(decision.rule.kind());
         let metrics = &routing.region(decision.region).state.metrics;
         trail.span.record("region", &*metrics.label);
@@ -226,11 +224,11 @@ impl Proxy {
     }
 
     /// Phase 2: the id(s) in the request, from its head, or from its body for GraphQL.
-    async fn extract(
+    async fn extract<'q>(
         &self,
-        parts: &Parts,
+        parts: &'q Parts,
         body: Incoming,
-    ) -> Result<(Extraction<'_>, ClientBody), Problem> {
+    ) -> Result<(Extraction<'_, 'q>, ClientBody), Problem> {
         match self.config.routes.extract(parts) {
             Extraction::Graphql(route) => {
                 let limit = self.config.limits.graphql_body_bytes;
@@ -242,12 +240,23 @@ impl Proxy {
         }
     }
 
-    /// Phase 3: the region that owns the id(s), or the `unrouted` policy when there is none.
-    fn resolve(&self, table: &RoutingTable, found: Extraction) -> Result<Decision, Problem> {
+    /// Phase 3: the live table parses the id(s) with the route's scheme and names the region
+    /// that owns them, or the `unrouted` policy applies when there is none.
+    fn resolve(
+        &self,
+        table: &RoutingTable,
+        found: Extraction,
+        span: &tracing::Span,
+    ) -> Result<Decision, Problem> {
         match found {
-            Extraction::Id(id, _) => table.resolve(&id).map_err(Problem::Unowned),
-            Extraction::Ids(ids) if !ids.is_empty() => resolve_all(table, &ids),
-            Extraction::Malformed(e, kind) => Err(Problem::MalformedId(e, kind)),
+            Extraction::Id(token, kind) => {
+                let (key, decision) = table
+                    .resolve_text(token.scheme, &token.text)
+                    .map_err(|e| Problem::unresolved(e, kind, &token.text))?;
+                span.record("id", tracing::field::display(&key));
+                Ok(decision)
+            }
+            Extraction::Ids(tokens) if !tokens.is_empty() => resolve_all(table, &tokens),
             Extraction::NoId | Extraction::Ids(_) | Extraction::Graphql(_) => {
                 match self.config.unrouted {
                     Unrouted::DefaultRegion => Ok(Decision {
@@ -383,19 +392,21 @@ pub(crate) fn client_body_problem(e: &(dyn std::error::Error + 'static)) -> Prob
 
 /// The one region that owns every id of a GraphQL request; ids in several regions cannot be
 /// served by one upstream (SPEC §6: 400 naming the regions).
-fn resolve_all(table: &RoutingTable, ids: &[iuid::Id]) -> Result<Decision, Problem> {
-    let mut decisions = Vec::with_capacity(ids.len());
-    for id in ids {
-        decisions.push(table.resolve(id).map_err(Problem::Unowned)?);
+fn resolve_all(table: &RoutingTable, tokens: &[Token]) -> Result<Decision, Problem> {
+    let mut resolved = Vec::with_capacity(tokens.len());
+    for token in tokens {
+        let found = table
+            .resolve_text(token.scheme, &token.text)
+            .map_err(|e| Problem::unresolved(e, RouteKind::Graphql, &token.text))?;
+        resolved.push(found);
     }
-    let first = decisions[0];
-    if decisions.iter().all(|d| d.region == first.region) {
+    let first = resolved[0].1;
+    if resolved.iter().all(|(_, d)| d.region == first.region) {
         return Ok(first);
     }
-    let placed = ids
+    let placed = resolved
         .iter()
-        .zip(&decisions)
-        .map(|(id, d)| (id.to_string(), table.region(d.region).name.clone()))
+        .map(|(key, d)| (key.to_string(), table.region(d.region).name.clone()))
         .collect();
     Err(Problem::RegionConflict { ids: placed })
 }

@@ -18,7 +18,14 @@ use crate::table::ResolveError;
 #[derive(Debug)]
 pub enum Problem {
     /// A route matched but its id is malformed (400).
-    MalformedId(ParseError, RouteKind),
+    MalformedId {
+        /// Why the scheme refused it.
+        error: ParseError,
+        /// The kind of route that found it.
+        kind: RouteKind,
+        /// The id as sent (at most 80 bytes of it), so the client sees which one.
+        text: String,
+    },
     /// A well-formed iUID whose country no region owns (404).
     Unowned(ResolveError),
     /// No route found an id and `unrouted: reject` (404).
@@ -73,10 +80,23 @@ pub enum Problem {
 const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 
 impl Problem {
+    /// The problem for an id (`text`, as sent) the table could not resolve: malformed (400,
+    /// naming the id and the route kind) or owned by no region (404).
+    pub fn unresolved(e: ResolveError, kind: RouteKind, text: &[u8]) -> Problem {
+        match e {
+            ResolveError::Malformed(error) => Problem::MalformedId {
+                error,
+                kind,
+                text: String::from_utf8_lossy(&text[..text.len().min(80)]).into_owned(),
+            },
+            e => Problem::Unowned(e),
+        }
+    }
+
     /// The HTTP status of SPEC §6.
     pub fn status(&self) -> StatusCode {
         match self {
-            Problem::MalformedId(..)
+            Problem::MalformedId { .. }
             | Problem::GraphqlInvalid(_)
             | Problem::RegionConflict { .. } => StatusCode::BAD_REQUEST,
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -94,7 +114,7 @@ impl Problem {
 
     fn slug_and_title(&self) -> (&'static str, &'static str) {
         match self {
-            Problem::MalformedId(..) => ("malformed-id", "Malformed entity id"),
+            Problem::MalformedId { .. } => ("malformed-id", "Malformed entity id"),
             Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
             Problem::NoId => ("no-id", "No entity id in the request"),
             Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),
@@ -122,9 +142,10 @@ impl Problem {
 
     fn detail(&self) -> String {
         match self {
-            Problem::MalformedId(e, kind) => {
-                format!("the id in the request {} is not valid: {e}", kind.as_str())
-            }
+            Problem::MalformedId { error, kind, text } => format!(
+                "the id `{text}` in the request {} is not valid: {error}",
+                kind.as_str()
+            ),
             Problem::Unowned(e) => e.to_string(),
             Problem::NoId => "no configured route found an id in this request, and \
                               unrouted requests are rejected"

@@ -17,8 +17,11 @@ pub mod model;
 pub mod watch;
 
 use http::uri::Authority;
-use iuid::{Id, Iuid};
+use iuid::{Iuid, ParseError};
 use serde::Serialize;
+
+use crate::scheme::iuid::IuidKey;
+use crate::scheme::{Key, Scheme};
 
 pub use live::{LiveTable, ReloadError, ReloadOutcome, TableStatus};
 pub use load::{load_file, load_source};
@@ -70,10 +73,12 @@ pub struct Decision {
     pub rule: Rule,
 }
 
-/// Why an id has no region (SPEC §6: answered 404).
+/// Why an id has no region.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ResolveError {
-    /// A well-formed iUID whose country no region owns and no override covers.
+    /// The text is not an id of the route's scheme (SPEC §6: 400).
+    Malformed(ParseError),
+    /// A well-formed iUID whose country no region owns and no override covers (SPEC §6: 404).
     UnownedCountry {
         /// The iUID country id.
         country: u8,
@@ -85,6 +90,7 @@ pub enum ResolveError {
 impl std::fmt::Display for ResolveError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
+            ResolveError::Malformed(e) => write!(f, "not a valid id: {e}"),
             ResolveError::UnownedCountry {
                 country,
                 service_entity,
@@ -171,13 +177,27 @@ pub struct RoutingTable {
 }
 
 impl RoutingTable {
-    /// The region that owns `id` and the rule that said so. O(1): two array reads, plus one
-    /// comparison per time-conditional override that names this country/service.
+    /// Parses an id's text with `scheme` and resolves it: the id's key and the decision.
+    ///
+    /// Errors: [`ResolveError::Malformed`] when the text is not an id of the scheme, else as
+    /// [`RoutingTable::resolve`].
     #[inline]
-    pub fn resolve(&self, id: &Id) -> Result<Decision, ResolveError> {
-        match id {
-            Id::Iuid(iuid) => self.resolve_iuid(iuid),
-            Id::Other(_) => Ok(Decision {
+    pub fn resolve_text(
+        &self,
+        scheme: Scheme,
+        text: &[u8],
+    ) -> Result<(Key, Decision), ResolveError> {
+        let key = scheme.parse(text).map_err(ResolveError::Malformed)?;
+        self.resolve(&key).map(|decision| (key, decision))
+    }
+
+    /// The region that owns the id of `key` and the rule that said so. O(1): two array reads,
+    /// plus one comparison per time-conditional override that names this country/service.
+    #[inline]
+    pub fn resolve(&self, key: &Key) -> Result<Decision, ResolveError> {
+        match key {
+            Key::Iuid(IuidKey::Iuid(iuid)) => self.resolve_iuid(iuid),
+            Key::Iuid(IuidKey::NoRoutingBits(_)) => Ok(Decision {
                 region: self.default_region,
                 rule: Rule::DefaultRegion,
             }),

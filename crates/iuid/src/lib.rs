@@ -35,9 +35,9 @@ pub use parse::ParseError;
 /// Any 128-bit UUID read from text, of any version (RFC 9562), big-endian bytes.
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 // Aligned to 16 so that the bytes move as one 16-byte load/store: at alignment 1 they sit at
-// an odd offset inside `Result`/`Id`, and the compiler copies them in overlapping 4-byte
-// pieces that defeat store-to-load forwarding (measured: id parse 8.9 → 5.7 ns, REST
-// extract+resolve 60 → 48 ns). It costs 15 bytes of padding per `Id`.
+// an odd offset inside `Result` or an enum holding them, and the compiler copies them in
+// overlapping 4-byte pieces that defeat store-to-load forwarding (measured: id parse 8.9 →
+// 5.7 ns, REST extract+resolve 60 → 48 ns). It costs 15 bytes of padding per such enum.
 #[repr(align(16))]
 pub struct Uuid(pub [u8; 16]);
 
@@ -210,38 +210,5 @@ impl FromStr for Iuid {
     type Err = ParseError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         Iuid::parse(s.as_bytes())
-    }
-}
-
-/// What an id in a request is: an iUID (routed by its bits), or a UUID of another version
-/// (no routing bits: it goes to the default region).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Id {
-    /// A valid iUID.
-    Iuid(Iuid),
-    /// A UUID of a version other than 8 (v4, v7, nil, max …); its variant is not checked.
-    Other(Uuid),
-}
-
-impl fmt::Display for Id {
-    /// Canonical lowercase hyphenated text, whatever form the id was read from.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Id::Iuid(i) => write_text(&i.0, f),
-            Id::Other(u) => write_text(&u.0, f),
-        }
-    }
-}
-
-impl Id {
-    /// Parses text: version 8 must be a valid iUID (else the [`ParseError`]); any other version
-    /// is [`Id::Other`].
-    pub fn parse(input: &[u8]) -> Result<Id, ParseError> {
-        let u = Uuid::parse(input)?;
-        if u.version() == 8 {
-            Iuid::try_from_uuid(u).map(Id::Iuid)
-        } else {
-            Ok(Id::Other(u))
-        }
     }
 }

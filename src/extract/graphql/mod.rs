@@ -16,13 +16,15 @@ pub mod scan;
 use std::borrow::Cow;
 use std::cell::RefCell;
 
-use iuid::{Id, ParseError};
 use serde::Deserialize;
 use serde_json::Value;
 
 use cache::PlanCache;
 use plan::{IdSource, ParseLimits};
 use scan::Literal;
+
+use super::Token;
+use crate::scheme::Scheme;
 
 /// Variables read from a persisted query (sent by hash only) when none are configured.
 pub const DEFAULT_PERSISTED_ID_VARIABLES: [&str; 3] = ["id", "ids", "nodeId"];
@@ -91,8 +93,6 @@ pub enum GraphqlError {
     ParseElsewhere,
     /// The body or query string is not a GraphQL request: the decoder's message.
     Invalid(String),
-    /// An id position holds something that is not an id.
-    MalformedId(ParseError),
 }
 
 impl std::fmt::Display for GraphqlError {
@@ -100,7 +100,6 @@ impl std::fmt::Display for GraphqlError {
         match self {
             GraphqlError::ParseElsewhere => f.write_str("the document needs a cold parse"),
             GraphqlError::Invalid(m) => f.write_str(m),
-            GraphqlError::MalformedId(e) => write!(f, "a node id is not valid: {e}"),
         }
     }
 }
@@ -111,6 +110,8 @@ pub struct GraphqlRoute {
     /// The endpoint path, matched exactly (e.g. `/graphql`).
     pub path: String,
     persisted_id_variables: Vec<String>,
+    /// The scheme of the route's ids.
+    scheme: Scheme,
     limits: ParseLimits,
     cache: PlanCache,
 }
@@ -143,8 +144,14 @@ thread_local! {
 }
 
 impl GraphqlRoute {
-    /// A route for `path`; `persisted_id_variables` empty means the defaults.
-    pub fn new(path: String, persisted_id_variables: Vec<String>, limits: ParseLimits) -> Self {
+    /// A route for `path` whose ids are of `scheme`; `persisted_id_variables` empty means the
+    /// defaults.
+    pub fn new(
+        path: String,
+        persisted_id_variables: Vec<String>,
+        scheme: Scheme,
+        limits: ParseLimits,
+    ) -> Self {
         let persisted_id_variables = if persisted_id_variables.is_empty() {
             DEFAULT_PERSISTED_ID_VARIABLES.map(String::from).to_vec()
         } else {
@@ -153,6 +160,7 @@ impl GraphqlRoute {
         GraphqlRoute {
             path,
             persisted_id_variables,
+            scheme,
             limits,
             cache: PlanCache::new(CACHE_CAPACITY, CACHE_MAX_SHAPE),
         }
@@ -170,7 +178,7 @@ impl GraphqlRoute {
         &self,
         query: &str,
         cold: ColdParse,
-        out: &mut Vec<Id>,
+        out: &mut Vec<Token<'static>>,
     ) -> Result<(), GraphqlError> {
         let mut op = Operation::default();
         let mut variables = None;
@@ -201,7 +209,7 @@ impl GraphqlRoute {
         content_type: Option<&[u8]>,
         body: &[u8],
         cold: ColdParse,
-        out: &mut Vec<Id>,
+        out: &mut Vec<Token<'static>>,
     ) -> Result<(), GraphqlError> {
         if content_type.is_some_and(is_raw_document) {
             let text = std::str::from_utf8(body)
@@ -238,7 +246,7 @@ impl GraphqlRoute {
         &self,
         op: &Operation<'_>,
         budget: &mut ColdBudget,
-        out: &mut Vec<Id>,
+        out: &mut Vec<Token<'static>>,
     ) -> Result<(), GraphqlError> {
         let variables = match &op.variables {
             None | Some(Value::Null) => None,
@@ -260,7 +268,7 @@ impl GraphqlRoute {
             // configured variables say.
             for name in &self.persisted_id_variables {
                 if let Some(value) = variables.and_then(|v| v.get(name.as_str())) {
-                    push_value(value, out)?;
+                    push_value(value, self.scheme, out)?;
                 }
             }
             return Ok(());
@@ -285,13 +293,13 @@ impl GraphqlRoute {
                 .map_err(|e| GraphqlError::Invalid(e.to_string()))?;
             for source in plan.sources.iter() {
                 match source {
-                    IdSource::Literal(i) => push_literal(query, &literals, *i, out)?,
+                    IdSource::Literal(i) => push_literal(query, &literals, *i, self.scheme, out),
                     IdSource::Variable { name, default } => {
                         match variables.and_then(|v| v.get(&**name)) {
-                            Some(value) if !value.is_null() => push_value(value, out)?,
+                            Some(value) if !value.is_null() => push_value(value, self.scheme, out)?,
                             _ => {
                                 for i in default.iter() {
-                                    push_literal(query, &literals, *i, out)?;
+                                    push_literal(query, &literals, *i, self.scheme, out);
                                 }
                             }
                         }
@@ -333,29 +341,41 @@ fn push_literal(
     doc: &str,
     literals: &[Literal],
     index: u32,
-    out: &mut Vec<Id>,
-) -> Result<(), GraphqlError> {
-    let Some(l) = literals.get(index as usize) else {
-        return Ok(());
-    };
-    let text = &doc.as_bytes()[l.start as usize..l.end as usize];
-    out.push(Id::parse(text.trim_ascii()).map_err(GraphqlError::MalformedId)?);
-    Ok(())
+    scheme: Scheme,
+    out: &mut Vec<Token<'static>>,
+) {
+    if let Some(l) = literals.get(index as usize) {
+        let text = &doc.as_bytes()[l.start as usize..l.end as usize];
+        out.push(Token {
+            text: Cow::Owned(text.trim_ascii().to_vec()),
+            scheme,
+        });
+    }
 }
 
-/// A variable's value: an id string, or a list of them (`nodes(ids: $ids)`).
-fn push_value(value: &Value, out: &mut Vec<Id>) -> Result<(), GraphqlError> {
-    match value {
-        Value::String(s) => {
-            out.push(Id::parse(s.trim().as_bytes()).map_err(GraphqlError::MalformedId)?);
-            Ok(())
+/// A variable's value: an id (a string, or a number for schemes of integer ids), or a list
+/// of them (`nodes(ids: $ids)`).
+fn push_value(
+    value: &Value,
+    scheme: Scheme,
+    out: &mut Vec<Token<'static>>,
+) -> Result<(), GraphqlError> {
+    let text = match value {
+        Value::String(s) => s.trim().as_bytes().to_vec(),
+        Value::Number(n) => n.to_string().into_bytes(),
+        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, scheme, out)),
+        Value::Null => return Ok(()),
+        other => {
+            return Err(GraphqlError::Invalid(format!(
+                "a node id variable holds {other}, not an id"
+            )))
         }
-        Value::Array(items) => items.iter().try_for_each(|v| push_value(v, out)),
-        Value::Null => Ok(()),
-        other => Err(GraphqlError::Invalid(format!(
-            "a node id variable holds {other}, not an id string"
-        ))),
-    }
+    };
+    out.push(Token {
+        text: Cow::Owned(text),
+        scheme,
+    });
+    Ok(())
 }
 
 #[cfg(test)]
@@ -369,6 +389,7 @@ mod tests {
         GraphqlRoute::new(
             "/graphql".into(),
             Vec::new(),
+            Scheme::Iuid,
             ParseLimits {
                 tokens: 10_000,
                 depth: 64,
@@ -376,10 +397,19 @@ mod tests {
         )
     }
 
+    /// The ids a body names, parsed as the table would and written canonically; an id that
+    /// does not parse is written `malformed: <text>`.
     fn ids(route: &GraphqlRoute, body: &str) -> Result<Vec<String>, GraphqlError> {
         let mut out = Vec::new();
         route.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)?;
-        Ok(out.iter().map(ToString::to_string).collect())
+        Ok(out.iter().map(canonical).collect())
+    }
+
+    fn canonical(token: &Token) -> String {
+        match token.scheme.parse(&token.text) {
+            Ok(key) => key.to_string(),
+            Err(_) => format!("malformed: {}", String::from_utf8_lossy(&token.text)),
+        }
     }
 
     fn json(query: &str, variables: serde_json::Value) -> String {
@@ -464,10 +494,7 @@ mod tests {
             );
         }
         let bad_id = json(r#"{ node(id: "nope") { id } }"#, serde_json::Value::Null);
-        assert!(matches!(
-            ids(&r, &bad_id),
-            Err(GraphqlError::MalformedId(_))
-        ));
+        assert_eq!(ids(&r, &bad_id).expect("read"), vec!["malformed: nope"]);
     }
 
     #[test]
