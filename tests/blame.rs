@@ -12,17 +12,12 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, url, Router, Upstream};
-use iuid::Iuid;
+use common::{client, eventually, iuid_for, url, ConfigYaml, Router, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// An id of country 1, owned by the test's only region.
-fn id() -> String {
-    Iuid::from_fields(1_800_000_000_000, 1, 1, 7).to_string()
-}
-
-/// A table with one region, named after the test so its metrics are its own.
+/// A table with one region, named after the test so its metrics are its own; it owns country
+/// 1, so every test's id is `iuid_for(1)`.
 fn table(region: &str, upstreams: &[String]) -> String {
     let list: Vec<String> = upstreams.iter().map(|u| format!("\"{u}\"")).collect();
     format!(
@@ -31,10 +26,14 @@ fn table(region: &str, upstreams: &[String]) -> String {
     )
 }
 
-fn config(timeouts: &str, extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - graphql: /graphql\n  - path: /v1/orders/{{id}}\nreload: {{ watch: false }}\ntimeouts: {timeouts}\n{extra}"
-    )
+/// `/graphql` and `/v1/orders/{id}`, no file watch, 500 ms to connect, and the given
+/// response-headers and idle timeouts.
+fn config(response_headers_ms: u64, idle_ms: u64) -> ConfigYaml {
+    ConfigYaml::new()
+        .route_graphql("/graphql")
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .timeouts(500, response_headers_ms, idle_ms)
 }
 
 /// A response as read off the wire: status, head (lower-cased), body.
@@ -131,14 +130,11 @@ async fn abandoned_upload(router: SocketAddr, path: &str, declared: usize) {
 async fn twenty_bad_uploads_from_one_client_eject_no_upstream() {
     let (one, two) = (Upstream::start("one").await, Upstream::start("two").await);
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "",
-        ),
+        &config(2000, 5000).yaml(),
         &table("blame_eject", &[one.url(), two.url()]),
     )
     .await;
-    let path = format!("/v1/orders/{}", id());
+    let path = format!("/v1/orders/{}", iuid_for(1));
     for _ in 0..10 {
         let raw = exchange(router.addr, &malformed_chunked(&path)).await;
         assert_eq!(
@@ -235,10 +231,7 @@ async fn trickle_upload(router: SocketAddr, path: &str, chunks: usize, every: Du
 async fn a_slow_but_steady_30_s_upload_outlasts_response_headers_ms() {
     let up = counting_upstream().await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 1500 }",
-            "",
-        ),
+        &config(2000, 1500).yaml(),
         &table("blame_steady", &[url(up)]),
     )
     .await;
@@ -246,7 +239,7 @@ async fn a_slow_but_steady_30_s_upload_outlasts_response_headers_ms() {
     // 60 KiB over 30 s: a chunk every 0.5 s, each wait under idle_ms.
     let raw = trickle_upload(
         router.addr,
-        &format!("/v1/orders/{}", id()),
+        &format!("/v1/orders/{}", iuid_for(1)),
         60,
         Duration::from_millis(500),
     )
@@ -270,10 +263,7 @@ async fn a_slow_but_steady_30_s_upload_outlasts_response_headers_ms() {
 async fn an_upload_still_progressing_is_not_cut_at_response_headers_ms() {
     let up = counting_upstream().await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 1000, idle_ms: 2000 }",
-            "",
-        ),
+        &config(1000, 2000).yaml(),
         &table("blame_progress", &[url(up)]),
     )
     .await;
@@ -281,7 +271,7 @@ async fn an_upload_still_progressing_is_not_cut_at_response_headers_ms() {
     // The case: a 1 KiB chunk every 0.45 s, for 3.6 s, over a 1 s header timeout.
     let raw = trickle_upload(
         router.addr,
-        &format!("/v1/orders/{}", id()),
+        &format!("/v1/orders/{}", iuid_for(1)),
         8,
         Duration::from_millis(450),
     )
@@ -295,17 +285,14 @@ async fn an_upload_still_progressing_is_not_cut_at_response_headers_ms() {
 async fn a_stalled_upload_is_408_after_idle_ms_and_blames_no_upstream() {
     let up = counting_upstream().await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 5000, idle_ms: 1000 }",
-            "",
-        ),
+        &config(5000, 1000).yaml(),
         &table("blame_stall", &[url(up)]),
     )
     .await;
     let mut stream = TcpStream::connect(router.addr).await.expect("connect");
     let head = format!(
         "POST /v1/orders/{} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n400\r\n",
-        id()
+        iuid_for(1)
     );
     stream.write_all(head.as_bytes()).await.expect("head");
     stream.write_all(&[b'x'; 1024]).await.expect("chunk");
@@ -332,7 +319,7 @@ async fn a_stalled_upload_is_408_after_idle_ms_and_blames_no_upstream() {
     let mut stream = TcpStream::connect(router.addr).await.expect("connect");
     let head = format!(
         "PUT /v1/orders/{} HTTP/1.1\r\nHost: t\r\nContent-Length: 100\r\n\r\n0123456789",
-        id()
+        iuid_for(1)
     );
     stream.write_all(head.as_bytes()).await.expect("head");
     let started = Instant::now();
@@ -354,14 +341,7 @@ async fn a_stalled_upload_is_408_after_idle_ms_and_blames_no_upstream() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_graphql_body_is_408_after_idle_ms() {
     let up = Upstream::start("gql").await;
-    let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 5000, idle_ms: 1000 }",
-            "",
-        ),
-        &table("blame_gql", &[up.url()]),
-    )
-    .await;
+    let router = Router::start(&config(5000, 1000).yaml(), &table("blame_gql", &[up.url()])).await;
     let mut stream = TcpStream::connect(router.addr).await.expect("connect");
     let head = "POST /graphql HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
     stream.write_all(head.as_bytes()).await.expect("head");
@@ -438,10 +418,7 @@ impl Streaming {
 async fn a_client_that_stops_reading_is_closed_after_idle_ms_with_its_upstream() {
     let up = Streaming::start(100 << 20).await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 1000 }",
-            "",
-        ),
+        &config(2000, 1000).yaml(),
         &table("blame_reader", &[url(up.addr)]),
     )
     .await;
@@ -455,7 +432,7 @@ async fn a_client_that_stops_reading_is_closed_after_idle_ms_with_its_upstream()
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("rcvbuf");
     let mut stream = socket.connect(router.addr).await.expect("connect");
-    let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", id());
+    let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
     stream.write_all(request.as_bytes()).await.expect("send");
     let started = Instant::now();
     let closed = eventually(Duration::from_secs(5), || async {
@@ -540,16 +517,9 @@ async fn an_upstream_content_length_beside_chunked_is_removed() {
         b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
     )
     .await;
-    let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "",
-        ),
-        &table("blame_clte", &[url(up)]),
-    )
-    .await;
+    let router = Router::start(&config(2000, 5000).yaml(), &table("blame_clte", &[url(up)])).await;
     let resp = client()
-        .get(router.url(&format!("/v1/orders/{}", id())))
+        .get(router.url(&format!("/v1/orders/{}", iuid_for(1))))
         .send()
         .await
         .expect("response");
@@ -569,14 +539,11 @@ async fn an_upstream_content_length_beside_chunked_is_removed() {
 async fn a_missing_repeated_or_invalid_host_is_400_and_not_forwarded() {
     let up = Upstream::start("host").await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "",
-        ),
+        &config(2000, 5000).yaml(),
         &table("blame_host", &[up.url()]),
     )
     .await;
-    let path = format!("/v1/orders/{}", id());
+    let path = format!("/v1/orders/{}", iuid_for(1));
     let requests = [
         format!("GET {path} HTTP/1.1\r\n\r\n"),
         format!("GET {path} HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n"),
@@ -609,17 +576,10 @@ async fn a_missing_repeated_or_invalid_host_is_400_and_not_forwarded() {
 #[tokio::test]
 async fn a_transfer_coding_other_than_chunked_is_501_and_not_forwarded() {
     let up = Upstream::start("te").await;
-    let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "",
-        ),
-        &table("blame_te", &[up.url()]),
-    )
-    .await;
+    let router = Router::start(&config(2000, 5000).yaml(), &table("blame_te", &[up.url()])).await;
     let request = format!(
         "POST /v1/orders/{} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: gzip, chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
-        id()
+        iuid_for(1)
     );
     let raw = exchange(router.addr, request.as_bytes()).await;
     assert_eq!(raw.status, 501);
@@ -631,10 +591,7 @@ async fn a_transfer_coding_other_than_chunked_is_501_and_not_forwarded() {
 async fn connect_is_405_problem_json_and_not_forwarded() {
     let up = Upstream::start("connect").await;
     let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "unrouted: default_region\n",
-        ),
+        &config(2000, 5000).unrouted("default_region").yaml(),
         &table("blame_connect", &[up.url()]),
     )
     .await;
@@ -653,15 +610,8 @@ async fn connect_is_405_problem_json_and_not_forwarded() {
 #[tokio::test]
 async fn a_forged_request_id_is_replaced() {
     let up = Upstream::start("rid").await;
-    let router = Router::start(
-        &config(
-            "{ connect_ms: 500, response_headers_ms: 2000, idle_ms: 5000 }",
-            "",
-        ),
-        &table("blame_rid", &[up.url()]),
-    )
-    .await;
-    let url = router.url(&format!("/v1/orders/{}", id()));
+    let router = Router::start(&config(2000, 5000).yaml(), &table("blame_rid", &[up.url()])).await;
+    let url = router.url(&format!("/v1/orders/{}", iuid_for(1)));
     let forged = "../../etc/passwd%0d%0a";
     let resp = client()
         .get(&url)

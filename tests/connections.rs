@@ -8,8 +8,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
-use common::{client, Router, Upstream};
-use iuid::Iuid;
+use common::{client, iuid_for, ConfigYaml, Router, Upstream};
 
 fn table(upstream: &str) -> String {
     format!(
@@ -17,17 +16,16 @@ fn table(upstream: &str) -> String {
     )
 }
 
-/// Every router of this file has 3 workers, so that the thread names seen are theirs.
-const CONFIG: &str = "\
-listen: 127.0.0.1:0
-region: edge
-routing_table: routing-table.yaml
-routes:
-  - path: /o/{id}
-reload: { watch: false }
-limits: { header_read_timeout_ms: 500 }
-workers: 3
-";
+/// `/o/{id}`, no file watch, 500 ms to read a request head. Every router of this file has 3
+/// workers, so that the thread names seen are theirs.
+fn config() -> String {
+    ConfigYaml::new()
+        .route_path("/o/{id}")
+        .watch(false)
+        .limits("header_read_timeout_ms: 500")
+        .extra("workers: 3")
+        .yaml()
+}
 
 /// Writes `first` (maybe nothing), then waits for the router to close the connection;
 /// returns how long that took, or `None` if it was still open after 5 s.
@@ -48,7 +46,7 @@ fn closed_after(addr: SocketAddr, first: &'static [u8]) -> Option<Duration> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn silent_and_stalled_clients_are_cut_off_after_the_header_timeout() {
     let up = Upstream::start("up").await;
-    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let router = Router::start(&config(), &table(&up.url())).await;
     let addr = router.addr;
     for (what, first) in [
         ("a client that sends nothing", &b""[..]),
@@ -67,7 +65,7 @@ async fn silent_and_stalled_clients_are_cut_off_after_the_header_timeout() {
         );
     }
     // Meanwhile the router serves as usual.
-    let id = Iuid::from_fields(1_800_000_000_000, 1, 1, 7);
+    let id = iuid_for(1);
     let resp = client()
         .get(router.url(&format!("/o/{id}")))
         .send()
@@ -79,7 +77,7 @@ async fn silent_and_stalled_clients_are_cut_off_after_the_header_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_http2_preface_is_answered_with_settings() {
     let up = Upstream::start("up").await;
-    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let router = Router::start(&config(), &table(&up.url())).await;
     let addr = router.addr;
     let frame = tokio::task::spawn_blocking(move || {
         let mut s = TcpStream::connect(addr).expect("connect");
@@ -112,9 +110,9 @@ fn thread_names() -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_data_path_runs_on_the_configured_worker_threads() {
     let up = Upstream::start("up").await;
-    let router = Router::start(CONFIG, &table(&up.url())).await;
+    let router = Router::start(&config(), &table(&up.url())).await;
     let http = client();
-    let id = Iuid::from_fields(1_800_000_000_000, 1, 1, 7);
+    let id = iuid_for(1);
     // Several connections, so that every worker gets some.
     for _ in 0..6 {
         let fresh = reqwest::Client::builder()

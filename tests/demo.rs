@@ -1,17 +1,12 @@
 //! `iuid-router demo` as a newcomer runs it: start it, then run each printed `curl` line and
 //! check that the answer came from the region the comment above it promises.
 
+mod common;
+
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 
-struct Killed(Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{free_port, ChildGuard};
 
 /// One printed example: what it promises (`eu`, `404`, …), the URL, an optional header and
 /// an optional body (then it is a POST, as with curl's `-d`).
@@ -66,30 +61,21 @@ fn parse_curl(line: &str) -> (String, Option<(String, String)>) {
 
 #[tokio::test]
 async fn printed_curl_lines_reach_the_promised_region() {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let admin_port = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port();
-    let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-        .args([
-            "demo",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-listen",
-            &format!("127.0.0.1:{admin_port}"),
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start demo");
-    let mut child = Killed(child);
-    let stdout = child.0.stdout.take().expect("stdout");
+    let (listen, admin) = (free_port(), free_port());
+    let mut child = ChildGuard::spawn(
+        Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+            .args([
+                "demo",
+                "--listen",
+                &listen.to_string(),
+                "--admin-listen",
+                &admin.to_string(),
+            ])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null()),
+        "start demo",
+    );
+    let stdout = child.get_mut().stdout.take().expect("stdout");
 
     let examples = tokio::task::spawn_blocking(move || {
         let mut examples = Vec::new();

@@ -5,29 +5,27 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{
-    client, dead_addr, eventually, hanging_upstream, url, ws_echo_upstream, Router, Upstream,
+    client, eventually, free_port, hanging_upstream, iuid_for, url, ws_echo_upstream, ChildGuard,
+    ConfigYaml, Router, Upstream,
 };
-use iuid::Iuid;
 
-/// Country 1 → region `a`, 2 → `b`, 3 → `c`.
-fn id(country: u8) -> String {
-    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
-}
-
+/// Country 1 → region `a`, 2 → `b`, 3 → `c` (ids: [`iuid_for`]).
 fn table(a: &[String], b: &[String], c: &[String]) -> String {
     common::lettered_table("faults", &[a, b, c])
 }
 
-fn config(extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\ntimeouts: {{ connect_ms: 500, response_headers_ms: 500, idle_ms: 5000 }}\n{extra}"
-    )
+/// `/o/{id}`, no file watch, 500 ms to connect and to the response headers.
+fn config() -> ConfigYaml {
+    ConfigYaml::new()
+        .route_path("/o/{id}")
+        .watch(false)
+        .timeouts(500, 500, 5000)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -35,15 +33,15 @@ async fn one_closed_upstream_of_two_fails_no_request() {
     let live = Upstream::start("live").await;
     let others = Upstream::start("other").await;
     let router = Router::start(
-        &config(""),
+        &config().yaml(),
         &table(
-            &[live.url(), url(dead_addr())],
+            &[live.url(), url(free_port())],
             &[others.url()],
             &[others.url()],
         ),
     )
     .await;
-    let target = router.url(&format!("/o/{}", id(1)));
+    let target = router.url(&format!("/o/{}", iuid_for(1)));
     let http = client();
     for i in 0..500 {
         let resp = http.get(&target).send().await.expect("answer");
@@ -75,41 +73,31 @@ async fn one_closed_upstream_of_two_fails_no_request() {
 }
 
 /// An upstream in its own process (`iuid-router echo`), so it can be killed outright.
-struct EchoProcess(Child);
-
-impl EchoProcess {
-    async fn start(region: &str) -> (EchoProcess, SocketAddr) {
-        let addr = dead_addr();
-        let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+async fn start_echo(region: &str) -> (ChildGuard, SocketAddr) {
+    let addr = free_port();
+    let child = ChildGuard::spawn(
+        Command::new(env!("CARGO_BIN_EXE_iuid-router"))
             .args(["echo", "--region", region, "--listen", &addr.to_string()])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start echo");
-        let up = eventually(Duration::from_secs(10), || async {
-            reqwest::get(url(addr)).await.is_ok()
-        })
-        .await;
-        assert!(up.is_some(), "echo upstream did not start");
-        (EchoProcess(child), addr)
-    }
-}
-
-impl Drop for EchoProcess {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
+            .stderr(Stdio::null()),
+        "start echo",
+    );
+    let up = eventually(Duration::from_secs(10), || async {
+        reqwest::get(url(addr)).await.is_ok()
+    })
+    .await;
+    assert!(up.is_some(), "echo upstream did not start");
+    (child, addr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_killed_under_load_fails_no_idempotent_request() {
-    let (mut doomed, doomed_addr) = EchoProcess::start("a").await;
-    let (_survivor, survivor_addr) = EchoProcess::start("a").await;
+    let (mut doomed, doomed_addr) = start_echo("a").await;
+    let (_survivor, survivor_addr) = start_echo("a").await;
     let others = Upstream::start("other").await;
     let router = Arc::new(
         Router::start(
-            &config(""),
+            &config().yaml(),
             &table(
                 &[url(doomed_addr), url(survivor_addr)],
                 &[others.url()],
@@ -125,7 +113,7 @@ async fn an_upstream_killed_under_load_fails_no_idempotent_request() {
         let (router, stop, done) = (router.clone(), stop.clone(), done.clone());
         clients.push(tokio::spawn(async move {
             let http = client();
-            let target = router.url(&format!("/o/{}", id(1)));
+            let target = router.url(&format!("/o/{}", iuid_for(1)));
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match http.get(&target).send().await {
@@ -145,7 +133,7 @@ async fn an_upstream_killed_under_load_fails_no_idempotent_request() {
     })
     .await;
     assert!(warmed.is_some());
-    doomed.0.kill().expect("kill the upstream");
+    doomed.get_mut().kill().expect("kill the upstream");
     let at_kill = done.load(Ordering::Relaxed);
     let after = eventually(Duration::from_secs(10), || async {
         done.load(Ordering::Relaxed) > at_kill + 500
@@ -172,7 +160,7 @@ async fn a_hanging_upstream_is_504_within_the_timeout_plus_ten_percent() {
     // 1.5 s rather than the file's 500 ms: the +10 % window (150 ms) then leaves room for a
     // CI machine whose two cores run the other tests meanwhile.
     let router = Router::start(
-        &config("").replace("response_headers_ms: 500", "response_headers_ms: 1500"),
+        &config().timeouts(500, 1500, 5000).yaml(),
         &table(&[url(hung)], &[others.url()], &[others.url()]),
     )
     .await;
@@ -180,7 +168,7 @@ async fn a_hanging_upstream_is_504_within_the_timeout_plus_ten_percent() {
     for _ in 0..3 {
         let started = Instant::now();
         let resp = http
-            .get(router.url(&format!("/o/{}", id(1))))
+            .get(router.url(&format!("/o/{}", iuid_for(1))))
             .send()
             .await
             .expect("answer");
@@ -217,16 +205,18 @@ async fn a_dead_region_is_503_fast_and_other_regions_keep_their_latency() {
     let healthy = Upstream::start("healthy").await;
     let hung = hanging_upstream().await;
     let router = Router::start(
-        &config("health: { eject_after: 3, ejection_ms: 5000 }\n"),
-        &table(&[url(dead_addr())], &[healthy.url()], &[url(hung)]),
+        &config()
+            .extra("health: { eject_after: 3, ejection_ms: 5000 }")
+            .yaml(),
+        &table(&[url(free_port())], &[healthy.url()], &[url(hung)]),
     )
     .await;
     let http = client();
-    let healthy_target = router.url(&format!("/o/{}", id(2)));
+    let healthy_target = router.url(&format!("/o/{}", iuid_for(2)));
     let (base_median, base_max) = stats(latencies(&http, &healthy_target, 100).await);
 
     // Region a: every upstream refuses; after 3 failures (502) it is ejected.
-    let dead_target = router.url(&format!("/o/{}", id(1)));
+    let dead_target = router.url(&format!("/o/{}", iuid_for(1)));
     let mut statuses = Vec::new();
     for _ in 0..3 {
         statuses.push(
@@ -254,7 +244,7 @@ async fn a_dead_region_is_503_fast_and_other_regions_keep_their_latency() {
     }
 
     // Region c hangs: 64 requests sit on it while region b is measured again.
-    let hung_target = router.url(&format!("/o/{}", id(3)));
+    let hung_target = router.url(&format!("/o/{}", iuid_for(3)));
     let mut hanging = Vec::new();
     for _ in 0..64 {
         let (http, t) = (http.clone(), hung_target.clone());
@@ -284,12 +274,12 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
     let ws = ws_echo_upstream().await;
     let plain = Upstream::start("plain").await;
     let router = Router::start(
-        &config(""),
+        &config().yaml(),
         &table(&[url(ws)], &[plain.url()], &[plain.url()]),
     )
     .await;
     let (mut socket, resp) =
-        tokio_tungstenite::connect_async(format!("ws://{}/o/{}", router.addr, id(1)))
+        tokio_tungstenite::connect_async(format!("ws://{}/o/{}", router.addr, iuid_for(1)))
             .await
             .expect("upgrade through the router");
     assert_eq!(resp.status(), 101);
@@ -306,7 +296,7 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
     // untouched: no `Via` naming this router's region (`edge`), no `x-request-id`, and the
     // upstream's hop-by-hop `x-upstream-secret` still in it.
     let addr = router.addr;
-    let path = format!("/o/{}", id(2));
+    let path = format!("/o/{}", iuid_for(2));
     let raw = tokio::task::spawn_blocking(move || {
         let mut s = std::net::TcpStream::connect(addr).expect("connect");
         s.set_read_timeout(Some(Duration::from_secs(5)))
@@ -358,7 +348,7 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
 async fn a_slowloris_client_is_cut_off_while_others_are_served() {
     let up = Upstream::start("up").await;
     let router = Router::start(
-        &config("limits: { header_read_timeout_ms: 500 }\n"),
+        &config().limits("header_read_timeout_ms: 500").yaml(),
         &table(&[up.url()], &[up.url()], &[up.url()]),
     )
     .await;
@@ -389,7 +379,7 @@ async fn a_slowloris_client_is_cut_off_while_others_are_served() {
     let http = client();
     for _ in 0..20 {
         let resp = http
-            .get(router.url(&format!("/o/{}", id(1))))
+            .get(router.url(&format!("/o/{}", iuid_for(1))))
             .send()
             .await
             .expect("answer");
@@ -407,7 +397,9 @@ async fn active_health_checks_keep_a_hung_upstream_out_of_rotation() {
     let live = Upstream::start("live").await;
     let hung = hanging_upstream().await;
     let router = Router::start(
-        &config("health_check: { path: /healthz, interval_ms: 100, timeout_ms: 100 }\n"),
+        &config()
+            .extra("health_check: { path: /healthz, interval_ms: 100, timeout_ms: 100 }")
+            .yaml(),
         &table(&[url(hung), live.url()], &[live.url()], &[live.url()]),
     )
     .await;
@@ -425,7 +417,7 @@ async fn active_health_checks_keep_a_hung_upstream_out_of_rotation() {
     let http = client();
     for i in 0..20 {
         let resp = http
-            .get(router.url(&format!("/o/{}", id(1))))
+            .get(router.url(&format!("/o/{}", iuid_for(1))))
             .send()
             .await
             .expect("answer");

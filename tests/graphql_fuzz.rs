@@ -5,7 +5,7 @@ mod common;
 
 use std::sync::OnceLock;
 
-use common::{Router, Upstream};
+use common::{ConfigYaml, Router, Upstream};
 use proptest::prelude::*;
 
 struct Fixture {
@@ -29,8 +29,10 @@ fn fixture() -> &'static Fixture {
                 "version: f\nregions:\n  eu: {{ upstreams: [\"{}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n",
                 up.url()
             );
-            let config = "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - graphql: /graphql\nlimits: { graphql_body_bytes: 65536, max_hops: 3, graphql_max_tokens: 2000, graphql_max_depth: 32 }\n";
-            (Router::start(config, &table).await, up)
+            let config = ConfigYaml::new().route_graphql("/graphql").limits(
+                "graphql_body_bytes: 65536, max_hops: 3, graphql_max_tokens: 2000, graphql_max_depth: 32",
+            );
+            (Router::start(&config.yaml(), &table).await, up)
         });
         let url = router.url("/graphql");
         Fixture {

@@ -4,14 +4,13 @@
 
 mod common;
 
-use common::{client, Router, Upstream};
-use iuid::Iuid;
+use common::{client, relay_id, ConfigYaml, Router, Upstream};
 use serde_json::{json, Value};
 
-const TS: u64 = 1_800_000_000_000;
-
+/// An id of `country`: [`common::iuid_for`]'s fields but random bits 0xabc, the ids this
+/// file has always sent.
 fn id(country: u8) -> String {
-    Iuid::from_fields(TS, country, 1, 0xabc).to_string()
+    common::iuid(common::MINTED_MS, country, 1, 0xabc)
 }
 
 struct World {
@@ -34,20 +33,18 @@ countries:
 default_region: eu
 ";
 
-fn config(extra_route: &str, unrouted: &str) -> String {
-    format!(
-        "\
-listen: 127.0.0.1:0
-region: edge
-routing_table: routing-table.yaml
-routes:
-  - graphql: /graphql{extra_route}
-  - path: /v1/orders/{{id}}
-unrouted: {unrouted}
-limits: {{ graphql_body_bytes: 8192, max_hops: 3 }}
-"
-    )
+/// The GraphQL route `graphql_route` (a `routes:` item) and `/v1/orders/{id}`, the `unrouted`
+/// policy, GraphQL bodies up to 8 KiB and at most 3 hops.
+fn config(graphql_route: &str, unrouted: &str) -> ConfigYaml {
+    ConfigYaml::new()
+        .route(graphql_route)
+        .route_path("/v1/orders/{id}")
+        .unrouted(unrouted)
+        .limits("graphql_body_bytes: 8192, max_hops: 3")
 }
+
+/// The plain GraphQL route.
+const GRAPHQL: &str = "graphql: /graphql";
 
 impl World {
     async fn start_with(config: &str) -> World {
@@ -65,7 +62,7 @@ impl World {
     }
 
     async fn start() -> World {
-        World::start_with(&config("", "default_region")).await
+        World::start_with(&config(GRAPHQL, "default_region").yaml()).await
     }
 
     fn total(&self) -> usize {
@@ -191,29 +188,6 @@ async fn post_json_literals_variables_defaults_aliases_and_fragments() {
     assert_eq!(w.total(), 6);
 }
 
-/// Standard base64 of `Type:uuid`, written out here so the test does not lean on the codec.
-fn relay_id(type_name: &str, uuid: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let input = format!("{type_name}:{uuid}").into_bytes();
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn operation_name_chooses_and_ambiguity_is_400() {
     let w = World::start().await;
@@ -323,10 +297,13 @@ async fn persisted_queries_route_by_variable_names() {
     .await;
 
     // Configured names replace the defaults.
-    let custom = World::start_with(&config(
-        "\n    persisted_id_variables: [entityRef]",
-        "default_region",
-    ))
+    let custom = World::start_with(
+        &config(
+            "{ graphql: /graphql, persisted_id_variables: [entityRef] }",
+            "default_region",
+        )
+        .yaml(),
+    )
     .await;
     let body = persisted(json!({ "entityRef": id(1), "id": id(2) }));
     custom.post_reaches("application/json", &body, "ap").await;
@@ -375,7 +352,7 @@ async fn no_id_follows_the_unrouted_policy() {
         assert_eq!(w.eu.last().target, page);
     }
 
-    let strict = World::start_with(&config("", "reject")).await;
+    let strict = World::start_with(&config(GRAPHQL, "reject").yaml()).await;
     let (status, _, problem) = strict.post("application/json", &body).await;
     assert_eq!(status, 404);
     assert_eq!(problem["status"], 404);
@@ -478,11 +455,9 @@ async fn an_oversized_chunked_body_is_413_without_a_content_length() {
 
 #[tokio::test]
 async fn megabyte_pathological_documents_are_refused_by_the_limits() {
-    let config = config("", "default_region").replace(
-        "limits: { graphql_body_bytes: 8192, max_hops: 3 }",
-        "limits: { graphql_body_bytes: 2097152, max_hops: 3 }",
-    );
-    let w = World::start_with(&config).await;
+    let config =
+        config(GRAPHQL, "default_region").limits("graphql_body_bytes: 2097152, max_hops: 3");
+    let w = World::start_with(&config.yaml()).await;
     let deep = format!("{{{}{}}}", "a {".repeat(350_000), "}".repeat(350_000));
     let mut aliases = String::from("{ ");
     let mut i = 0;

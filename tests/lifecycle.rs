@@ -6,24 +6,12 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, url, Upstream};
-use iuid::Iuid;
-
-fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-}
-
-fn id(country: u8) -> String {
-    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
-}
+use common::{client, eventually, free_port, iuid_for, url, ChildGuard, ConfigYaml, Upstream};
 
 fn table(version: &str, up: &Upstream) -> String {
     eu_table(version, &[up.url()])
@@ -42,7 +30,7 @@ fn eu_table(version: &str, upstreams: &[String]) -> String {
 }
 
 struct Process {
-    child: Child,
+    child: ChildGuard,
     public: SocketAddr,
     admin: SocketAddr,
     dir: tempfile::TempDir,
@@ -58,13 +46,16 @@ impl Process {
         let dir = tempfile::tempdir().expect("tempdir");
         let (public, admin) = (free_port(), free_port());
         std::fs::write(dir.path().join("routing-table.yaml"), table).expect("write");
-        let config = format!(
-            "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
-             routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nshutdown: {{ drain_delay_ms: 0, grace_ms: 10000 }}\n\
-             access_log: true\nlog_format: json\nlimits: {{ listen_backlog: 777 }}\n"
-        );
+        let config = ConfigYaml::new()
+            .listen(public)
+            .admin_listen(admin)
+            .route_path("/o/{id}")
+            .watch(false)
+            .limits("listen_backlog: 777")
+            .extra("shutdown: { drain_delay_ms: 0, grace_ms: 10000 }")
+            .extra("access_log: true\nlog_format: json");
         let path = dir.path().join("router.yaml");
-        std::fs::write(&path, config).expect("write");
+        std::fs::write(&path, config.yaml()).expect("write");
         let mut command = Command::new(env!("CARGO_BIN_EXE_iuid-router"));
         command
             .args(["serve", "--config", path.to_str().expect("utf8")])
@@ -74,7 +65,7 @@ impl Process {
         if let Some(filter) = rust_log {
             command.env("RUST_LOG", filter);
         }
-        let child = command.spawn().expect("start router");
+        let child = ChildGuard::spawn(&mut command, "start router");
         let p = Process {
             child,
             public,
@@ -111,13 +102,6 @@ impl Process {
             .send()
             .await
             .unwrap_or_else(|e| panic!("GET {path}: {e}"))
-    }
-}
-
-impl Drop for Process {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
     }
 }
 
@@ -196,7 +180,7 @@ async fn metrics_parse_and_the_request_counter_grows() {
     };
     let before = counter_sum(&get_metrics().await, "iuid_router_requests_total");
     for _ in 0..5 {
-        let resp = p.get(&format!("/o/{}", id(3))).await;
+        let resp = p.get(&format!("/o/{}", iuid_for(3))).await;
         assert_eq!(resp.status(), 200);
     }
     let resp = client()
@@ -248,14 +232,14 @@ async fn sigterm_drains_then_exits_zero() {
     let mut idle = TcpStream::connect(p.public).expect("connect");
     idle.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
-    let head = format!("GET /o/{} HTTP/1.1\r\nHost: x\r\n\r\n", id(3));
+    let head = format!("GET /o/{} HTTP/1.1\r\nHost: x\r\n\r\n", iuid_for(3));
     idle.write_all(head.as_bytes()).expect("write");
     let mut buf = [0u8; 4096];
     let n = idle.read(&mut buf).expect("response");
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
 
     // A request in flight: the upstream takes 1.5 s to answer.
-    let url = format!("http://{}/o/{}", p.public, id(3));
+    let url = format!("http://{}/o/{}", p.public, iuid_for(3));
     let in_flight = tokio::spawn(async move {
         client()
             .get(url)
@@ -299,8 +283,8 @@ async fn sigterm_drains_then_exits_zero() {
     assert_eq!(n, 0, "the idle connection was closed");
 
     assert_eq!(in_flight.await.expect("join").expect("completed"), 200);
-    let mut stderr = p.child.stderr.take().expect("stderr");
-    let status = tokio::task::spawn_blocking(move || p.child.wait().expect("wait"))
+    let mut stderr = p.child.get_mut().stderr.take().expect("stderr");
+    let status = tokio::task::spawn_blocking(move || p.child.get_mut().wait().expect("wait"))
         .await
         .expect("join");
     assert_eq!(status.code(), Some(0));
@@ -331,14 +315,14 @@ async fn dead_upstream_logs(
     let dead = free_port();
     let table = eu_table("v1", &[url(dead)]);
     let mut p = Process::start_with(&table, rust_log).await;
-    let entity = id(3);
+    let entity = iuid_for(3);
     for _ in 0..requests {
         let status = p.get(&format!("/o/{entity}")).await.status();
         assert!(matches!(status.as_u16(), 502 | 503), "{status}");
     }
     p.signal("TERM");
-    let mut stderr = p.child.stderr.take().expect("stderr");
-    tokio::task::spawn_blocking(move || p.child.wait().expect("wait"))
+    let mut stderr = p.child.get_mut().stderr.take().expect("stderr");
+    tokio::task::spawn_blocking(move || p.child.get_mut().wait().expect("wait"))
         .await
         .expect("join");
     let mut logs = String::new();
@@ -437,7 +421,7 @@ async fn in_flight_until_the_response_body_ends() {
     let (up, _) = trickling_upstream(Duration::from_millis(1500)).await;
     let table = eu_table("v1", &[url(up)]);
     let p = Process::start_with(&table, None).await;
-    let resp = p.get(&format!("/o/{}?slow", id(3))).await;
+    let resp = p.get(&format!("/o/{}?slow", iuid_for(3))).await;
     assert_eq!(resp.status(), 200);
     // The head is in; the last chunk is still 1.5 s away.
     assert_eq!(in_flight(&p).await, Some(1.0));
@@ -458,14 +442,14 @@ async fn balancing_sees_a_download_until_it_ends() {
     let (b, b_count) = trickling_upstream(Duration::from_millis(2000)).await;
     let table = eu_table("v1", &[url(a), url(b)]);
     let p = Process::start_with(&table, None).await;
-    let slow = p.get(&format!("/o/{}?slow", id(3))).await;
+    let slow = p.get(&format!("/o/{}?slow", iuid_for(3))).await;
     let (busy, idle) = if a_count.load(Ordering::SeqCst) == 1 {
         (&a_count, &b_count)
     } else {
         (&b_count, &a_count)
     };
     for _ in 0..6 {
-        let r = p.get(&format!("/o/{}", id(3))).await;
+        let r = p.get(&format!("/o/{}", iuid_for(3))).await;
         assert_eq!(r.text().await.expect("body"), "ok");
     }
     assert_eq!(

@@ -9,24 +9,21 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, url, Router, Upstream};
-use iuid::Iuid;
+use common::{client, eventually, free_port, iuid_for, url, ConfigYaml, Router, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-/// Country 1 → region `a`, 2 → `b`.
-fn id(country: u8) -> String {
-    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
-}
-
+/// Country 1 → region `a`, 2 → `b` (ids: [`iuid_for`]).
 fn table(a: &[String], b: &[String]) -> String {
     common::lettered_table("limits", &[a, b])
 }
 
-fn config(idle_ms: u64, extra: &str) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\ntimeouts: {{ connect_ms: 500, response_headers_ms: 2000, idle_ms: {idle_ms} }}\n{extra}"
-    )
+/// `/o/{id}`, no file watch, 500 ms to connect, 2 s to the response headers, `idle_ms`.
+fn config(idle_ms: u64) -> ConfigYaml {
+    ConfigYaml::new()
+        .route_path("/o/{id}")
+        .watch(false)
+        .timeouts(500, 2000, idle_ms)
 }
 
 /// Reads from `stream` until the end of a request or response head; `None` on EOF or error
@@ -98,12 +95,12 @@ async fn a_reset_before_response_headers_is_retried_for_idempotent_methods_only(
     let (resetter, seen) = resetting_upstream().await;
     let healthy = Upstream::start("healthy").await;
     let router = Router::start(
-        &config(5000, RESET_CONFIG),
+        &config(5000).extra(RESET_CONFIG).yaml(),
         &table(&[url(resetter), healthy.url()], &[healthy.url()]),
     )
     .await;
     let http = client();
-    let path = |n: usize| format!("/o/{}?n={n}", id(1));
+    let path = |n: usize| format!("/o/{}?n={n}", iuid_for(1));
 
     // GET and PUT (idempotent): every request succeeds, whichever upstream it tried first.
     // Methods go in pairs (GET GET PUT PUT …) so that, with first attempts alternating
@@ -224,12 +221,12 @@ async fn a_stalled_response_body_is_cut_after_the_idle_timeout() {
     let (stalled, upstream_closed) = stalling_upstream().await;
     let healthy = Upstream::start("healthy").await;
     let router = Router::start(
-        &config(IDLE.as_millis() as u64, ""),
+        &config(IDLE.as_millis() as u64).yaml(),
         &table(&[url(stalled)], &[healthy.url()]),
     )
     .await;
     let http = client();
-    let target = router.url(&format!("/o/{}", id(1)));
+    let target = router.url(&format!("/o/{}", iuid_for(1)));
     let stalled_client = tokio::spawn({
         let http = http.clone();
         async move {
@@ -255,7 +252,7 @@ async fn a_stalled_response_body_is_cut_after_the_idle_timeout() {
     });
 
     // Meanwhile another region is served as usual.
-    let other = router.url(&format!("/o/{}", id(2)));
+    let other = router.url(&format!("/o/{}", iuid_for(2)));
     for _ in 0..10 {
         let resp = http.get(&other).send().await.expect("answer");
         assert_eq!(resp.status(), 200);
@@ -290,7 +287,7 @@ async fn a_stalled_response_body_is_cut_after_the_idle_timeout() {
 
     // And it still serves both regions' healthy paths.
     let resp = http
-        .get(router.url(&format!("/o/{}", id(2))))
+        .get(router.url(&format!("/o/{}", iuid_for(2))))
         .send()
         .await
         .expect("answer");
@@ -329,14 +326,13 @@ fn request(path: &str, extra_headers: &[(String, String)]) -> Vec<u8> {
 async fn too_many_or_too_large_request_headers_are_refused_before_any_upstream() {
     let up = Upstream::start("up").await;
     let router = Router::start(
-        &config(
-            5000,
-            "limits: { max_headers: 20, max_header_bytes: 8192 }\n",
-        ),
+        &config(5000)
+            .limits("max_headers: 20, max_header_bytes: 8192")
+            .yaml(),
         &table(&[up.url()], &[up.url()]),
     )
     .await;
-    let path = format!("/o/{}", id(1));
+    let path = format!("/o/{}", iuid_for(1));
     let headers = |n: usize, len: usize| -> Vec<(String, String)> {
         (0..n)
             .map(|i| (format!("x-extra-{i}"), "v".repeat(len)))
@@ -380,17 +376,16 @@ async fn too_many_or_too_large_request_headers_are_refused_before_any_upstream()
 async fn a_region_whose_upstreams_all_fail_answers_503_despite_the_ejection_cap() {
     let healthy = Upstream::start("healthy").await;
     // Two upstreams that refuse connections; the cap (50 %) alone would keep one in rotation.
-    let dead = [url(common::dead_addr()), url(common::dead_addr())];
+    let dead = [url(free_port()), url(free_port())];
     let router = Router::start(
-        &config(
-            5000,
-            "health: { eject_after: 2, ejection_ms: 5000, max_ejected_percent: 50 }\n",
-        ),
+        &config(5000)
+            .extra("health: { eject_after: 2, ejection_ms: 5000, max_ejected_percent: 50 }")
+            .yaml(),
         &table(&dead, &[healthy.url()]),
     )
     .await;
     let http = client();
-    let target = router.url(&format!("/o/{}", id(1)));
+    let target = router.url(&format!("/o/{}", iuid_for(1)));
     let mut statuses = Vec::new();
     for _ in 0..10 {
         statuses.push(
@@ -411,7 +406,7 @@ async fn a_region_whose_upstreams_all_fail_answers_503_despite_the_ejection_cap(
     assert!(last.headers().contains_key("retry-after"));
     // The other region is untouched.
     let other = http
-        .get(router.url(&format!("/o/{}", id(2))))
+        .get(router.url(&format!("/o/{}", iuid_for(2))))
         .send()
         .await
         .expect("answer");

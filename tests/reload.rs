@@ -7,12 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{client, eventually, write, Router, Upstream};
-use iuid::Iuid;
-
-fn id(country: u8) -> String {
-    Iuid::from_fields(1_800_000_000_000, country, 1, 7).to_string()
-}
+use common::{client, eventually, iuid_for, write, ConfigYaml, Router, Upstream};
 
 /// A table where country 2 belongs to `owner`.
 fn table(version: &str, us: &Upstream, ap: &Upstream, owner: &str) -> String {
@@ -40,10 +35,13 @@ fn table_with_eu(
     )
 }
 
+/// `/o/{id}`, the file watched (debounced 100 ms) or not.
 fn config(watch: bool) -> String {
-    format!(
-        "listen: 127.0.0.1:0\nregion: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /o/{{id}}\nreload: {{ watch: {watch}, debounce_ms: 100 }}\n"
-    )
+    ConfigYaml::new()
+        .route_path("/o/{id}")
+        .watch(watch)
+        .debounce_ms(100)
+        .yaml()
 }
 
 async fn admin_json(router: &Router, path: &str) -> serde_json::Value {
@@ -68,7 +66,7 @@ async fn post_reload(router: &Router) -> reqwest::Response {
 
 async fn served_by(router: &Router, country: u8) -> String {
     let resp = client()
-        .get(router.url(&format!("/o/{}", id(country))))
+        .get(router.url(&format!("/o/{}", iuid_for(country))))
         .send()
         .await
         .expect("answer");
@@ -272,7 +270,7 @@ async fn post_admin_reload_reloads_and_reports_errors() {
 async fn admin_resolve_health_and_readiness() {
     let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
     let router = Router::start(&config(false), &table("v1", &us, &ap, "ap")).await;
-    let v = admin_json(&router, &format!("/admin/resolve/{}", id(2))).await;
+    let v = admin_json(&router, &format!("/admin/resolve/{}", iuid_for(2))).await;
     assert_eq!(v["region"], "ap");
     assert_eq!(v["rule"]["kind"], "country");
     assert_eq!(v["upstreams"][0], ap.url());
@@ -284,7 +282,7 @@ async fn admin_resolve_health_and_readiness() {
         .expect("answer");
     assert_eq!(resp.status(), 400);
     let resp = client()
-        .get(router.admin_url(&format!("/admin/resolve/{}", id(99))))
+        .get(router.admin_url(&format!("/admin/resolve/{}", iuid_for(99))))
         .send()
         .await
         .expect("answer");
@@ -325,7 +323,7 @@ async fn twenty_rewrites_under_load_fail_no_request() {
         let (router, stop, sent) = (router.clone(), stop.clone(), sent.clone());
         clients.push(tokio::spawn(async move {
             let http = client();
-            let url = router.url(&format!("/o/{}", id(2)));
+            let url = router.url(&format!("/o/{}", iuid_for(2)));
             let mut failures = Vec::new();
             while !stop.load(Ordering::Relaxed) {
                 match http.get(&url).send().await {
@@ -388,7 +386,7 @@ async fn twenty_rewrites_under_load_fail_no_request() {
 async fn a_request_in_flight_finishes_on_the_table_it_started_with() {
     let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
     let router = Router::start(&config(false), &table("v1", &us, &ap, "us")).await;
-    let target = router.url(&format!("/o/{}", id(2)));
+    let target = router.url(&format!("/o/{}", iuid_for(2)));
     // The upstream holds this request for 1.5 s; the table changes meanwhile.
     let slow = tokio::spawn(async move {
         let resp = client()

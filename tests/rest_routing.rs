@@ -2,8 +2,7 @@
 
 mod common;
 
-use common::{client, Router, Upstream, CONFIG};
-use iuid::Iuid;
+use common::{client, free_port, orders_config, relay_id, Router, Upstream};
 use std::io::{Read, Write};
 
 /// 2026-06-01T00:00:00Z in ms: the migration cut-over of the table below.
@@ -51,7 +50,7 @@ default_region: eu
             us.url(),
             ap.url()
         );
-        let router = Router::start(CONFIG, &table).await;
+        let router = Router::start(&orders_config().yaml(), &table).await;
         World {
             eu1,
             eu2,
@@ -88,8 +87,9 @@ default_region: eu
     }
 }
 
+/// An id minted at `ts_ms` in `country` for `service`, with this file's random bits.
 fn id(ts_ms: u64, country: u8, service: u8) -> String {
-    Iuid::from_fields(ts_ms, country, service, 0x1234_5678_9abc).to_string()
+    common::iuid(ts_ms, country, service, 0x1234_5678_9abc)
 }
 
 const AFTER_CUTOVER: u64 = CUTOVER_MS + 86_400_000;
@@ -321,14 +321,11 @@ async fn a_request_that_already_passed_this_router_is_508() {
 #[tokio::test]
 async fn a_dead_upstream_is_502_problem_json() {
     // A port that was just free: nothing listens there.
-    let dead = std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr");
+    let dead = free_port();
     let table = format!(
         "version: t\nregions:\n  eu: {{ upstreams: [\"http://{dead}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
     );
-    let router = Router::start(CONFIG, &table).await;
+    let router = Router::start(&orders_config().yaml(), &table).await;
     let resp = client()
         .get(router.url(&format!("/v1/orders/{}", id(AFTER_CUTOVER, 3, 1))))
         .send()
@@ -346,10 +343,9 @@ async fn a_dead_upstream_is_502_problem_json() {
 #[tokio::test]
 async fn every_text_form_of_an_id_routes_the_same() {
     let w = World::start().await;
-    let us = Iuid::from_fields(AFTER_CUTOVER, 2, 1, 99);
-    let plain = us.to_string();
+    let plain = common::iuid(AFTER_CUTOVER, 2, 1, 99);
     // base64("Ride??:" + uuid) uses '/' in the standard alphabet, percent-encoded in a path.
-    let relay_std = relay("Ride??", &plain);
+    let relay_std = relay_id("Ride??", &plain);
     assert!(relay_std.contains('/'), "{relay_std}");
     let forms = [
         plain.to_uppercase(),
@@ -377,30 +373,6 @@ async fn every_text_form_of_an_id_routes_the_same() {
     assert_eq!(w.us.count(), forms.len() + 1);
 }
 
-/// Standard, padded base64 of `Type:uuid` (a Relay global id), written out here so the test
-/// does not lean on the codec it checks.
-fn relay(type_name: &str, uuid: &str) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let input = format!("{type_name}:{uuid}").into_bytes();
-    let mut out = String::new();
-    for chunk in input.chunks(3) {
-        let b = [
-            chunk[0],
-            *chunk.get(1).unwrap_or(&0),
-            *chunk.get(2).unwrap_or(&0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for i in 0..4 {
-            if i <= chunk.len() {
-                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
 #[tokio::test]
 async fn preserve_host_keeps_the_clients_host_and_reject_refuses_unrouted() {
     let us = Upstream::start("us-1").await;
@@ -408,11 +380,10 @@ async fn preserve_host_keeps_the_clients_host_and_reject_refuses_unrouted() {
         "version: t\nregions:\n  us: {{ upstreams: [\"{}\"] }}\ncountries:\n  2: us\ndefault_region: us\n",
         us.url()
     );
-    let config = CONFIG.replace(
-        "unrouted: default_region",
-        "unrouted: reject\npreserve_host: true",
-    );
-    let router = Router::start(&config, &table).await;
+    let config = orders_config()
+        .unrouted("reject")
+        .extra("preserve_host: true");
+    let router = Router::start(&config.yaml(), &table).await;
     let resp = client()
         .get(router.url(&format!("/v1/orders/{}", id(AFTER_CUTOVER, 2, 1))))
         .header("host", "api.example.com")

@@ -5,10 +5,12 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 
 use axum::body::Bytes;
 use axum::extract::Request;
+use iuid::Iuid;
 use iuid_router::app::App;
 use iuid_router::config::RouterConfig;
 use tokio::net::TcpListener;
@@ -193,19 +195,173 @@ pub fn write(dir: &tempfile::TempDir, name: &str, text: &str) -> PathBuf {
     path
 }
 
-/// The router config used by most tests.
-pub const CONFIG: &str = "\
-listen: 127.0.0.1:0
-region: edge
-routing_table: routing-table.yaml
-routes:
-  - path: /v1/orders/{id}
-  - path: /v1/orders/{id}/{*rest}
-  - header: x-entity-id
-unrouted: default_region
-timeouts: { connect_ms: 500, response_headers_ms: 2000, idle_ms: 10000 }
-reload: { watch: false }
-";
+/// A router config (YAML) for a test, so that each test spells out only the keys it is about.
+/// It always has `listen` (127.0.0.1:0 unless set; [`Router::start`] ignores it), `region:
+/// edge` and `routing_table: routing-table.yaml`; every other key appears only if a method
+/// sets it.
+#[derive(Debug, Clone)]
+pub struct ConfigYaml {
+    listen: String,
+    admin_listen: Option<SocketAddr>,
+    routes: Vec<String>,
+    unrouted: Option<String>,
+    timeouts: Option<(u64, u64, u64)>,
+    watch: Option<bool>,
+    debounce_ms: Option<u64>,
+    limits: Option<String>,
+    extra: String,
+}
+
+impl ConfigYaml {
+    /// `listen`, `region` and `routing_table` only; add routes and the rest.
+    pub fn new() -> ConfigYaml {
+        ConfigYaml {
+            listen: "127.0.0.1:0".to_owned(),
+            admin_listen: None,
+            routes: Vec::new(),
+            unrouted: None,
+            timeouts: None,
+            watch: None,
+            debounce_ms: None,
+            limits: None,
+            extra: String::new(),
+        }
+    }
+
+    /// `listen: <addr>`, for the real binary (which does bind it).
+    pub fn listen(mut self, addr: SocketAddr) -> ConfigYaml {
+        self.listen = addr.to_string();
+        self
+    }
+
+    /// `admin_listen: <addr>`.
+    pub fn admin_listen(mut self, addr: SocketAddr) -> ConfigYaml {
+        self.admin_listen = Some(addr);
+        self
+    }
+
+    /// One more `routes:` item, written as given (`path: /o/{id}`, or a flow map).
+    pub fn route(mut self, item: &str) -> ConfigYaml {
+        self.routes.push(item.to_owned());
+        self
+    }
+
+    /// One more `routes:` item `path: <pattern>`.
+    pub fn route_path(self, pattern: &str) -> ConfigYaml {
+        self.route(&format!("path: {pattern}"))
+    }
+
+    /// One more `routes:` item `graphql: <path>`.
+    pub fn route_graphql(self, path: &str) -> ConfigYaml {
+        self.route(&format!("graphql: {path}"))
+    }
+
+    /// One more `routes:` item `header: <name>`.
+    pub fn route_header(self, name: &str) -> ConfigYaml {
+        self.route(&format!("header: {name}"))
+    }
+
+    /// `unrouted: <policy>` (`default_region` or `reject`).
+    pub fn unrouted(mut self, policy: &str) -> ConfigYaml {
+        self.unrouted = Some(policy.to_owned());
+        self
+    }
+
+    /// `timeouts: { connect_ms, response_headers_ms, idle_ms }`; a second call replaces it.
+    pub fn timeouts(
+        mut self,
+        connect_ms: u64,
+        response_headers_ms: u64,
+        idle_ms: u64,
+    ) -> ConfigYaml {
+        self.timeouts = Some((connect_ms, response_headers_ms, idle_ms));
+        self
+    }
+
+    /// `reload: { watch: <watch> }` (with `debounce_ms` if that is set too).
+    pub fn watch(mut self, watch: bool) -> ConfigYaml {
+        self.watch = Some(watch);
+        self
+    }
+
+    /// `reload: { debounce_ms: <ms> }` (with `watch` if that is set too).
+    pub fn debounce_ms(mut self, ms: u64) -> ConfigYaml {
+        self.debounce_ms = Some(ms);
+        self
+    }
+
+    /// `limits: { <fields> }`, the fields written as given (`max_hops: 3, …`); a second call
+    /// replaces them.
+    pub fn limits(mut self, fields: &str) -> ConfigYaml {
+        self.limits = Some(fields.to_owned());
+        self
+    }
+
+    /// Any other top-level keys, as YAML lines appended verbatim.
+    pub fn extra(mut self, lines: &str) -> ConfigYaml {
+        self.extra.push_str(lines);
+        if !self.extra.is_empty() && !self.extra.ends_with('\n') {
+            self.extra.push('\n');
+        }
+        self
+    }
+
+    /// The YAML text, for [`Router::start`] or a file the binary reads.
+    pub fn yaml(&self) -> String {
+        let mut y = format!("listen: {}\n", self.listen);
+        if let Some(admin) = self.admin_listen {
+            y += &format!("admin_listen: {admin}\n");
+        }
+        y += "region: edge\nrouting_table: routing-table.yaml\n";
+        if !self.routes.is_empty() {
+            y += "routes:\n";
+            for item in &self.routes {
+                y += &format!("  - {item}\n");
+            }
+        }
+        if let Some(policy) = &self.unrouted {
+            y += &format!("unrouted: {policy}\n");
+        }
+        if let Some((connect, headers, idle)) = self.timeouts {
+            y += &format!(
+                "timeouts: {{ connect_ms: {connect}, response_headers_ms: {headers}, idle_ms: {idle} }}\n"
+            );
+        }
+        let reload: Vec<String> = [
+            self.watch.map(|w| format!("watch: {w}")),
+            self.debounce_ms.map(|ms| format!("debounce_ms: {ms}")),
+        ]
+        .into_iter()
+        .flatten()
+        .collect();
+        if !reload.is_empty() {
+            y += &format!("reload: {{ {} }}\n", reload.join(", "));
+        }
+        if let Some(fields) = &self.limits {
+            y += &format!("limits: {{ {fields} }}\n");
+        }
+        y + &self.extra
+    }
+}
+
+impl Default for ConfigYaml {
+    fn default() -> ConfigYaml {
+        ConfigYaml::new()
+    }
+}
+
+/// The config of the REST routing tests: `/v1/orders/{id}` (alone and with a rest), the
+/// `x-entity-id` header, unrouted requests to the default region, no file watch. A builder,
+/// so a test can change a key of it.
+pub fn orders_config() -> ConfigYaml {
+    ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .route_path("/v1/orders/{id}/{*rest}")
+        .route_header("x-entity-id")
+        .unrouted("default_region")
+        .timeouts(500, 2000, 10000)
+        .watch(false)
+}
 
 /// A client that neither follows redirects nor pools oddly: what a real API client does.
 pub fn client() -> reqwest::Client {
@@ -254,8 +410,9 @@ pub async fn ws_echo_upstream() -> SocketAddr {
     addr
 }
 
-/// A port where nothing listens (bound, then closed).
-pub fn dead_addr() -> SocketAddr {
+/// A loopback address where nothing listens (bound, then closed): for a router to listen on,
+/// or an upstream that refuses connections.
+pub fn free_port() -> SocketAddr {
     std::net::TcpListener::bind("127.0.0.1:0")
         .expect("bind")
         .local_addr()
@@ -297,4 +454,72 @@ fn letter(k: usize) -> char {
 /// `http://addr`.
 pub fn url(addr: SocketAddr) -> String {
     format!("http://{addr}")
+}
+
+/// When the tests' ids were minted, in Unix ms: a fixed instant (in 2027), so every run routes
+/// the same ids.
+pub const MINTED_MS: u64 = 1_800_000_000_000;
+
+/// The text of the iUID with these fields: for tests that route by creation time or service,
+/// or whose ids need other random bits than [`iuid_for`]'s.
+pub fn iuid(ts_ms: u64, country: u8, service: u8, rand: u64) -> String {
+    Iuid::from_fields(ts_ms, country, service, rand).to_string()
+}
+
+/// The text of an iUID of `country` (service 1, minted at [`MINTED_MS`], random bits 7): the
+/// id a test routes when only its country matters.
+pub fn iuid_for(country: u8) -> String {
+    iuid(MINTED_MS, country, 1, 7)
+}
+
+/// A Relay global id: standard, padded base64 of `Type:uuid`, written out here so the tests
+/// do not lean on the codec they check.
+pub fn relay_id(type_name: &str, uuid: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let input = format!("{type_name}:{uuid}").into_bytes();
+    let mut out = String::new();
+    for chunk in input.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+/// A child process (the real binary) that is killed and reaped when this guard drops, so a
+/// test that fails midway leaves no process behind.
+pub struct ChildGuard(Child);
+
+impl ChildGuard {
+    /// Spawns `command`; panics naming `what` if it cannot start.
+    pub fn spawn(command: &mut Command, what: &str) -> ChildGuard {
+        ChildGuard(command.spawn().unwrap_or_else(|e| panic!("{what}: {e}")))
+    }
+
+    /// The process id, e.g. to signal it.
+    pub fn id(&self) -> u32 {
+        self.0.id()
+    }
+
+    /// The process itself: to take its pipes, kill it or wait for it.
+    pub fn get_mut(&mut self) -> &mut Child {
+        &mut self.0
+    }
+}
+
+impl Drop for ChildGuard {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
