@@ -20,7 +20,8 @@ use axum::{Json, Router};
 use serde_json::json;
 
 use crate::inspect::{self, InspectError};
-use crate::table::{LiveTable, ReloadOutcome};
+use crate::problem::Problem;
+use crate::table::{LiveTable, ReloadOutcome, ResolveError};
 
 /// What the admin handlers share.
 #[derive(Clone, Debug)]
@@ -66,39 +67,20 @@ async fn routing_table(State(s): State<AdminState>) -> Response {
     Json(s.table.status()).into_response()
 }
 
-fn problem(status: StatusCode, title: &str, detail: String, extra: serde_json::Value) -> Response {
-    let mut body = json!({
-        "type": format!("urn:iuid-router:problem:{}", title.to_lowercase().replace(' ', "-")),
-        "title": title,
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    if let (Some(b), Some(e)) = (body.as_object_mut(), extra.as_object()) {
-        b.extend(e.clone());
-    }
-    (
-        status,
-        [(header::CONTENT_TYPE, "application/problem+json")],
-        body.to_string(),
-    )
-        .into_response()
+/// A problem+json response of the one renderer the data path uses too.
+fn problem(p: Problem) -> Response {
+    p.into_response().map(axum::body::Body::new)
 }
 
 async fn resolve(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
     match inspect::resolve_text(&id, &s.table.current()) {
         Ok(v) => Json(v).into_response(),
-        Err(e @ InspectError::Parse(_)) => problem(
-            StatusCode::BAD_REQUEST,
-            "Malformed entity id",
-            e.to_string(),
-            json!({}),
-        ),
-        Err(e @ InspectError::Resolve(_)) => problem(
-            StatusCode::NOT_FOUND,
-            "No region owns this id",
-            e.to_string(),
-            json!({}),
-        ),
+        Err(InspectError::Parse(e)) => problem(Problem::unresolved(
+            ResolveError::Malformed(e),
+            None,
+            id.as_bytes(),
+        )),
+        Err(InspectError::Resolve(e)) => problem(Problem::unresolved(e, None, id.as_bytes())),
     }
 }
 
@@ -112,14 +94,9 @@ async fn reload(State(s): State<AdminState>) -> Response {
             });
             Json(body).into_response()
         }
-        Err(errors) => problem(
-            StatusCode::UNPROCESSABLE_ENTITY,
-            "Invalid routing table",
-            format!(
-                "the table was not installed; version {} keeps serving",
-                s.table.current().version
-            ),
-            json!({ "errors": errors.0.iter().map(ToString::to_string).collect::<Vec<_>>() }),
-        ),
+        Err(errors) => problem(Problem::InvalidTable {
+            serving: s.table.current().version.clone(),
+            errors: errors.0.iter().map(ToString::to_string).collect(),
+        }),
     }
 }

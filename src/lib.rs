@@ -18,6 +18,7 @@ pub mod error;
 pub mod extract;
 pub mod inspect;
 pub mod metrics;
+pub mod problem;
 pub mod proxy;
 pub mod scheme;
 pub mod send_timeout;

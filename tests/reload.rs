@@ -424,3 +424,30 @@ async fn a_request_in_flight_finishes_on_the_table_it_started_with() {
         "the request in flight finished where the old table sent it"
     );
 }
+
+#[tokio::test]
+async fn the_data_path_and_the_admin_api_name_a_problem_alike() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(false), &table("v1", &us, &ap, "ap")).await;
+    for (id, status, urn) in [
+        (
+            "nope".to_owned(),
+            400,
+            "urn:iuid-router:problem:malformed-id",
+        ),
+        (iuid_for(99), 404, "urn:iuid-router:problem:unowned-country"),
+    ] {
+        for url in [
+            router.url(&format!("/o/{id}")),
+            router.admin_url(&format!("/admin/resolve/{id}")),
+        ] {
+            let resp = client().get(&url).send().await.expect("answer");
+            assert_eq!(resp.status(), status, "{url}");
+            assert_eq!(resp.headers()["content-type"], "application/problem+json");
+            let problem: serde_json::Value = resp.json().await.expect("json");
+            assert_eq!(problem["type"], urn, "{url}: {problem}");
+            assert_eq!(problem["status"], status);
+            assert!(!problem["detail"].as_str().expect("detail").is_empty());
+        }
+    }
+}

@@ -13,7 +13,7 @@ use http::header::{HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Method, Version};
 
-use super::problem::Problem;
+use crate::problem::Problem;
 
 /// Checks the method, transfer coding and `Host` of a request (each a header lookup; a
 /// request with nothing odd costs a few dozen instructions).

@@ -18,9 +18,9 @@ use http::Method;
 use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
-use super::problem::Problem;
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::Token;
+use crate::problem::Problem;
 use crate::upstream::body::IdleTimeout;
 
 /// Bodies larger than this are searched for ids on the blocking pool.

@@ -11,7 +11,6 @@
 mod admit;
 mod graphql;
 pub mod headers;
-pub mod problem;
 pub mod request_id;
 mod upgrade;
 
@@ -32,13 +31,13 @@ use crate::config::{RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
 use crate::extract::{Extraction, RouteKind, Token};
 use crate::metrics;
+use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable};
 use crate::upstream::body::{Guarded, IdleTimeout, Watched};
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
-use problem::Problem;
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
 /// timeout, or one of its own.
@@ -252,7 +251,7 @@ impl Proxy {
             Extraction::Id(token, kind) => {
                 let (key, decision) = table
                     .resolve_text(token.scheme, &token.text)
-                    .map_err(|e| Problem::unresolved(e, kind, &token.text))?;
+                    .map_err(|e| Problem::unresolved(e, Some(kind), &token.text))?;
                 span.record("id", tracing::field::display(&key));
                 Ok(decision)
             }
@@ -397,7 +396,7 @@ fn resolve_all(table: &RoutingTable, tokens: &[Token]) -> Result<Decision, Probl
     for token in tokens {
         let found = table
             .resolve_text(token.scheme, &token.text)
-            .map_err(|e| Problem::unresolved(e, RouteKind::Graphql, &token.text))?;
+            .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), &token.text))?;
         resolved.push(found);
     }
     let first = resolved[0].1;

@@ -1,7 +1,9 @@
 //! Error responses as `application/problem+json` (RFC 9457), with the statuses of SPEC §6.
 //!
-//! Every refusal the router makes itself goes through [`Problem`], so that clients get one
-//! shape: `{"type", "title", "status", "detail"}` and, where useful, extension members.
+//! Every refusal the router makes itself, on the data path and on the admin API alike, goes
+//! through [`Problem`], so that clients get one shape — `{"type", "title", "status",
+//! "detail"}` and, where useful, extension members — and one `type` URN per kind of problem,
+//! `urn:iuid-router:problem:<slug>` (README lists them).
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
@@ -21,8 +23,8 @@ pub enum Problem {
     MalformedId {
         /// Why the scheme refused it.
         error: ParseError,
-        /// The kind of route that found it.
-        kind: RouteKind,
+        /// The kind of route that found it (`None`: the admin API's path).
+        kind: Option<RouteKind>,
         /// The id as sent (at most 80 bytes of it), so the client sees which one.
         text: String,
     },
@@ -74,6 +76,13 @@ pub enum Problem {
     MethodNotAllowed,
     /// A transfer coding other than `chunked` (501, RFC 9112 §6.1).
     UnsupportedTransferCoding,
+    /// A routing table that failed validation was not installed (422, admin API).
+    InvalidTable {
+        /// The version that keeps serving.
+        serving: String,
+        /// Every error, as `file:line:column: message`.
+        errors: Vec<String>,
+    },
 }
 
 /// The methods a `405` lists in `Allow` (RFC 9110 §15.5.6): every one but `CONNECT`.
@@ -82,7 +91,7 @@ const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 impl Problem {
     /// The problem for an id (`text`, as sent) the table could not resolve: malformed (400,
     /// naming the id and the route kind) or owned by no region (404).
-    pub fn unresolved(e: ResolveError, kind: RouteKind, text: &[u8]) -> Problem {
+    pub fn unresolved(e: ResolveError, kind: Option<RouteKind>, text: &[u8]) -> Problem {
         match e {
             ResolveError::Malformed(error) => Problem::MalformedId {
                 error,
@@ -109,6 +118,7 @@ impl Problem {
             Problem::BadHost(_) => StatusCode::BAD_REQUEST,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
+            Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
         }
     }
 
@@ -137,15 +147,19 @@ impl Problem {
                 "unsupported-transfer-coding",
                 "Transfer coding not implemented",
             ),
+            Problem::InvalidTable { .. } => ("invalid-routing-table", "Invalid routing table"),
         }
     }
 
     fn detail(&self) -> String {
         match self {
-            Problem::MalformedId { error, kind, text } => format!(
-                "the id `{text}` in the request {} is not valid: {error}",
-                kind.as_str()
-            ),
+            Problem::MalformedId { error, kind, text } => match kind {
+                Some(kind) => format!(
+                    "the id `{text}` in the request {} is not valid: {error}",
+                    kind.as_str()
+                ),
+                None => format!("the id `{text}` is not valid: {error}"),
+            },
             Problem::Unowned(e) => e.to_string(),
             Problem::NoId => "no configured route found an id in this request, and \
                               unrouted requests are rejected"
@@ -189,6 +203,9 @@ impl Problem {
             Problem::UnsupportedTransferCoding => {
                 "only the chunked transfer coding is implemented (RFC 9112 §6.1)".to_owned()
             }
+            Problem::InvalidTable { serving, .. } => {
+                format!("the table was not installed; version {serving} keeps serving")
+            }
         }
     }
 
@@ -205,6 +222,9 @@ impl Problem {
         match &self {
             Problem::Unowned(ResolveError::UnownedCountry { country, .. }) => {
                 body["country"] = json!(country);
+            }
+            Problem::InvalidTable { errors, .. } => {
+                body["errors"] = json!(errors);
             }
             Problem::RegionConflict { ids } => {
                 let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
