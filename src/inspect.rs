@@ -1,12 +1,12 @@
 //! What an id is and where it goes, as JSON: shared by the `decode` and `resolve` commands
-//! (SPEC §3) and, later, the admin API's `/admin/resolve/{id}` (SPEC §8).
+//! (SPEC §3) and the admin API's `/admin/resolve/{id}` (SPEC §8).
 
 use iuid::{Iuid, ParseError};
 use serde_json::{json, Map, Value};
 
 use crate::scheme::iuid::IuidKey;
 use crate::scheme::{Key, Scheme};
-use crate::table::{ResolveError, RoutingTable};
+use crate::table::{rfc3339_ms, ResolveError, RoutingTable};
 
 /// Why an id cannot be decoded or resolved, for a command's exit 1.
 #[derive(Debug)]
@@ -24,18 +24,6 @@ impl std::fmt::Display for InspectError {
             InspectError::Resolve(e) => write!(f, "{e}"),
         }
     }
-}
-
-/// RFC 3339 text of a ms timestamp, e.g. `2022-02-22T19:25:00.016Z`.
-pub fn rfc3339_ms(unix_ts_ms: u64) -> String {
-    let ns = i128::from(unix_ts_ms) * 1_000_000;
-    time::OffsetDateTime::from_unix_timestamp_nanos(ns)
-        .ok()
-        .and_then(|t| {
-            t.format(&time::format_description::well_known::Rfc3339)
-                .ok()
-        })
-        .unwrap_or_default()
 }
 
 /// The fields of an iUID (SPEC §3 `decode`): `id`, `ts_ms`, `created_at`, `ver`, `ver1`,

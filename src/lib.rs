@@ -1,14 +1,18 @@
 //! iuid-router: an HTTP edge router that proxies each request to the region owning the iUID in
 //! it (SPEC §1).
 //!
-//! Where things are:
-//! - ids are decoded by the `iuid` crate (`crates/iuid`);
-//! - ids are read from requests in [`extract`];
-//! - the routing table (model, validation, compiled lookup) lives in [`table`];
-//! - forwarding — the request's life from loop check to response — is [`proxy`];
-//! - who is to blame for a failure on the data path is [`error`];
-//! - upstream connections are [`upstream`]; the listener is [`server`], and the threads it
-//!   hands connections to are [`workers`].
+//! Where things are (ARCHITECTURE.md has the request's path through them):
+//! - the iUID codec is the `iuid` crate (`crates/iuid`); id schemes, which turn an id's text
+//!   into what the table routes by, are [`scheme`];
+//! - ids are read from requests (scheme-neutral tokens) in [`extract`];
+//! - the routing table (model, validation, compiled lookup, reloads) lives in [`table`];
+//! - forwarding — the request's life from admission to response — is [`proxy`];
+//! - upstream runtime (pools, health, balancing, retries, per-region state) is [`upstream`];
+//! - who is to blame for a failure is [`error`]; refusals are rendered by [`problem`];
+//! - the listener is [`server`], the threads it hands connections to are [`workers`], and
+//!   [`app`] starts it all.
+
+#![warn(missing_docs)]
 
 pub mod admin;
 pub mod app;

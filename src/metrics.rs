@@ -115,8 +115,56 @@ const ROUTES: [Option<RouteKind>; 4] = [
 fn route_label(route: Option<RouteKind>) -> &'static str {
     route.map_or("none", RouteKind::as_str)
 }
-/// Label values of [`DECISIONS`]' `rule`.
-const RULES: [&str; 4] = ["override", "country", "default_region", "unrouted"];
+/// The kind of rule that made a routing decision: [`DECISIONS`]' `rule` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RuleLabel {
+    /// An override matched.
+    Override,
+    /// The country map decided.
+    Country,
+    /// An id without routing bits went to `default_region`.
+    DefaultRegion,
+    /// A request without an id went to `default_region` (`unrouted`).
+    Unrouted,
+}
+
+impl RuleLabel {
+    const ALL: [RuleLabel; 4] = [
+        RuleLabel::Override,
+        RuleLabel::Country,
+        RuleLabel::DefaultRegion,
+        RuleLabel::Unrouted,
+    ];
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RuleLabel::Override => "override",
+            RuleLabel::Country => "country",
+            RuleLabel::DefaultRegion => "default_region",
+            RuleLabel::Unrouted => "unrouted",
+        }
+    }
+}
+
+/// How a routing-table load or reload ended: [`RELOADS`]' `result` label.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReloadResult {
+    /// A table was installed.
+    Success,
+    /// The file was refused; the previous table keeps serving.
+    Failure,
+}
+
+impl ReloadResult {
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ReloadResult::Success => "success",
+            ReloadResult::Failure => "failure",
+        }
+    }
+}
 /// Status classes, `1xx` … `5xx`.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -129,11 +177,6 @@ fn class_index(status: u16) -> usize {
         400..=499 => 3,
         _ => 4,
     }
-}
-
-/// `2xx`, `4xx`, … for a status code.
-pub fn status_class(status: u16) -> &'static str {
-    CLASSES[class_index(status)]
 }
 
 /// The metric handles of one region (or of `none`, for requests refused before a region was
@@ -226,21 +269,22 @@ pub fn client_error(kind: ErrorKind) {
     }
 }
 
-/// Counts one routing decision by `rule` kind.
-pub fn decision(rule: &'static str) {
-    static HANDLES: [OnceLock<Counter>; 4] = [const { OnceLock::new() }; 4];
-    let i = RULES.iter().position(|k| *k == rule).unwrap_or(3);
+/// Counts one routing decision by the kind of rule that made it.
+pub fn decision(rule: RuleLabel) {
+    static HANDLES: [OnceLock<Counter>; RuleLabel::ALL.len()] =
+        [const { OnceLock::new() }; RuleLabel::ALL.len()];
+    let i = rule as usize;
     HANDLES[i]
         .get_or_init(|| {
             handle();
-            ::metrics::counter!(DECISIONS, "rule" => RULES[i])
+            ::metrics::counter!(DECISIONS, "rule" => rule.as_str())
         })
         .increment(1);
 }
 
 /// Counts one reload and, on success, moves the info gauge to the new version.
-pub fn reload(result: &'static str, old_version: Option<&str>, new_version: Option<&str>) {
-    ::metrics::counter!(RELOADS, "result" => result).increment(1);
+pub fn reload(result: ReloadResult, old_version: Option<&str>, new_version: Option<&str>) {
+    ::metrics::counter!(RELOADS, "result" => result.as_str()).increment(1);
     if let Some(new) = new_version {
         if let Some(old) = old_version.filter(|o| *o != new) {
             ::metrics::gauge!(TABLE_INFO, "version" => old.to_owned()).set(0.0);

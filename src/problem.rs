@@ -13,8 +13,16 @@ use serde_json::json;
 
 use crate::error::ErrorKind;
 use crate::extract::RouteKind;
-use crate::proxy::headers::LoopReason;
 use crate::table::ResolveError;
+
+/// Why a request is a routing loop (SPEC §6: 508).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoopReason {
+    /// `Via` already names this router's region.
+    SeenRegion,
+    /// `Via` lists this many entries, at least `max_hops`.
+    TooManyHops(usize),
+}
 
 /// A refusal of the router's own.
 #[derive(Debug)]

@@ -92,16 +92,6 @@ impl Workers {
         })
     }
 
-    /// How many workers run.
-    pub fn len(&self) -> usize {
-        self.workers.len()
-    }
-
-    /// Always false: there is at least one worker.
-    pub fn is_empty(&self) -> bool {
-        self.workers.is_empty()
-    }
-
     /// Runs `task` on the next worker, round-robin. `task` is started on the worker's
     /// thread, so sockets it creates or adopts (`TcpStream::from_std`) register with that
     /// worker's event loop.

@@ -13,6 +13,8 @@ use std::net::{IpAddr, SocketAddr};
 use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, HOST, UPGRADE, VIA};
 use http::{uri::Authority, Version};
 
+pub use crate::problem::LoopReason;
+
 /// Hop-by-hop fields of RFC 9110 §7.6.1, plus the pre-standard `Keep-Alive` and
 /// `Proxy-Connection` that clients still send.
 /// `Connection` comes first and `Upgrade` last: [`may_upgrade`] and [`strip_present`] rely on it.
@@ -129,15 +131,6 @@ fn strip_present(headers: &mut HeaderMap, present: u8) {
             headers.remove(name);
         }
     }
-}
-
-/// Why a request is a routing loop (SPEC §6: 508).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LoopReason {
-    /// `Via` already names this router's region.
-    SeenRegion,
-    /// `Via` lists this many entries, at least `max_hops`.
-    TooManyHops(usize),
 }
 
 /// Checks the request's `Via` lines (all of them, comma-separated entries) against this

@@ -211,7 +211,7 @@ impl Proxy {
         trail.route = found.route_kind();
         let routing = self.regions.current();
         let decision = self.resolve(&routing.table, found, &trail.span)?;
-        metrics::decision(decision.rule.kind());
+        metrics::decision(decision.rule.label());
         let metrics = &routing.region(decision.region).state.metrics;
         trail.span.record("region", &*metrics.label);
         trail.region = Some(metrics.clone());

@@ -20,6 +20,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use super::{load_source, RoutingTable};
+use crate::metrics::ReloadResult;
 use crate::source::{Source, SourceError, SourceErrors};
 
 /// Called with each table as it is installed.
@@ -86,7 +87,19 @@ fn now_rfc3339() -> String {
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
         .unwrap_or(0);
-    crate::inspect::rfc3339_ms(ms)
+    rfc3339_ms(ms)
+}
+
+/// RFC 3339 text of a ms timestamp, e.g. `2022-02-22T19:25:00.016Z`.
+pub fn rfc3339_ms(unix_ts_ms: u64) -> String {
+    let ns = i128::from(unix_ts_ms) * 1_000_000;
+    time::OffsetDateTime::from_unix_timestamp_nanos(ns)
+        .ok()
+        .and_then(|t| {
+            t.format(&time::format_description::well_known::Rfc3339)
+                .ok()
+        })
+        .unwrap_or_default()
 }
 
 fn sha256_hex(bytes: &[u8]) -> String {
@@ -116,7 +129,7 @@ impl LiveTable {
             reloads: 0,
             failed_reloads: 0,
         };
-        crate::metrics::reload("success", None, Some(&table.version));
+        crate::metrics::reload(ReloadResult::Success, None, Some(&table.version));
         Ok(LiveTable {
             current: ArcSwap::from_pointee(table),
             path: source.path.clone(),
@@ -192,7 +205,7 @@ impl LiveTable {
                 for hook in self.hooks.lock().unwrap_or_else(|p| p.into_inner()).iter() {
                     hook(&table);
                 }
-                crate::metrics::reload("success", Some(&old.version), Some(&version));
+                crate::metrics::reload(ReloadResult::Success, Some(&old.version), Some(&version));
                 tracing::info!(%version, sha256 = %hash, "routing table reloaded");
                 let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 st.version = version;
@@ -207,7 +220,7 @@ impl LiveTable {
     }
 
     fn refuse(&self, errors: SourceErrors) -> SourceErrors {
-        crate::metrics::reload("failure", None, None);
+        crate::metrics::reload(ReloadResult::Failure, None, None);
         tracing::error!(errors = %errors, "routing table reload refused; the previous table keeps serving");
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         st.last_reload_error = Some(ReloadError {

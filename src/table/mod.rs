@@ -20,10 +20,11 @@ use http::uri::Authority;
 use iuid::{Iuid, ParseError};
 use serde::Serialize;
 
+use crate::metrics::RuleLabel;
 use crate::scheme::iuid::IuidKey;
 use crate::scheme::{Key, Scheme};
 
-pub use live::{LiveTable, ReloadError, ReloadOutcome, TableStatus};
+pub use live::{rfc3339_ms, LiveTable, ReloadError, ReloadOutcome, TableStatus};
 pub use load::{load_file, load_source};
 
 /// Index of a region in [`RoutingTable::regions`].
@@ -53,13 +54,13 @@ pub enum Rule {
 }
 
 impl Rule {
-    /// The rule's kind as a metric label: `override`, `country`, `default_region`, `unrouted`.
-    pub fn kind(&self) -> &'static str {
+    /// The rule's kind, as `iuid_router_routing_decisions_total` labels it.
+    pub fn label(&self) -> RuleLabel {
         match self {
-            Rule::Override { .. } => "override",
-            Rule::Country { .. } => "country",
-            Rule::DefaultRegion => "default_region",
-            Rule::Unrouted => "unrouted",
+            Rule::Override { .. } => RuleLabel::Override,
+            Rule::Country { .. } => RuleLabel::Country,
+            Rule::DefaultRegion => RuleLabel::DefaultRegion,
+            Rule::Unrouted => RuleLabel::Unrouted,
         }
     }
 }

@@ -23,6 +23,8 @@
 //! This crate has no proxy dependencies (only `getrandom`), so services can mint and read ids
 //! with it alone.
 
+#![warn(missing_docs)]
+
 mod mint;
 mod parse;
 

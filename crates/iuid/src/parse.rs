@@ -128,7 +128,8 @@ const HEX: [u8; 256] = {
 /// Longest Relay global id accepted, in characters.
 const MAX_RELAY: usize = 256;
 
-/// Parses any accepted text form into 16 bytes; `offset` is added to reported positions.
+/// Parses any accepted text form into 16 bytes. Errors give 1-based positions in `input`
+/// (for a braced or `urn:uuid:` form too, counting the prefix).
 pub(crate) fn parse_bytes(input: &[u8]) -> Result<[u8; 16], ParseError> {
     match input.len() {
         0 => Err(ParseError::Empty),

@@ -25,15 +25,6 @@ pub struct Literal {
     pub end: u32,
 }
 
-/// The result of [`scan`].
-#[derive(Debug, Default)]
-pub struct Scan {
-    /// String literals in document order.
-    pub literals: Vec<Literal>,
-    /// Hash of the document's shape (text with literal contents masked).
-    pub shape_hash: u64,
-}
-
 /// Most literals recorded; a document with more is still hashed correctly but its later
 /// literals cannot hold ids (a plan refers to at most this many).
 pub const MAX_LITERALS: usize = 4096;

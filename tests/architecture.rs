@@ -1,0 +1,115 @@
+//! The module layout ARCHITECTURE.md describes, checked against the code: which top-level
+//! module of `src/` uses which (`crate::<module>` paths in code, comments left out), no import
+//! cycle between them, and the routing table and the config never reaching into upstream
+//! runtime (issue 13: routing yields a name; backend state lives elsewhere).
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+/// Every `.rs` file under `dir`.
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).expect("read src") {
+        let path = entry.expect("entry").path();
+        if path.is_dir() {
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// The top-level module a file of `src/` belongs to (`src/table/live.rs` → `table`).
+fn module_of(src: &Path, file: &Path) -> String {
+    let rel = file.strip_prefix(src).expect("under src");
+    let first = rel.components().next().expect("a component");
+    let name = first.as_os_str().to_string_lossy();
+    name.trim_end_matches(".rs").to_owned()
+}
+
+/// Module → the other top-level modules its code names as `crate::<module>`.
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in files {
+        let from = module_of(&src, &file);
+        if from == "main" || from == "lib" {
+            continue;
+        }
+        let text = std::fs::read_to_string(&file).expect("read file");
+        let uses = graph.entry(from.clone()).or_default();
+        for line in text.lines() {
+            // Comments (doc comments too) may name any module; only code counts.
+            let code = line.split("//").next().unwrap_or_default();
+            for (at, _) in code.match_indices("crate::") {
+                let rest = &code[at + "crate::".len()..];
+                let name: String = rest
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() && name != from {
+                    uses.insert(name);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// A cycle through `start`, if there is one (depth-first search).
+fn cycle_from(
+    graph: &BTreeMap<String, BTreeSet<String>>,
+    start: &str,
+    path: &mut Vec<String>,
+) -> Option<Vec<String>> {
+    for next in graph
+        .get(path.last().expect("non-empty"))
+        .into_iter()
+        .flatten()
+    {
+        if next == start {
+            let mut cycle = path.clone();
+            cycle.push(start.to_owned());
+            return Some(cycle);
+        }
+        if !path.contains(next) {
+            path.push(next.clone());
+            if let Some(c) = cycle_from(graph, start, path) {
+                return Some(c);
+            }
+            path.pop();
+        }
+    }
+    None
+}
+
+#[test]
+fn no_import_cycle_between_top_level_modules() {
+    let graph = graph();
+    assert!(graph.len() > 10, "found the modules: {graph:?}");
+    for module in graph.keys() {
+        let cycle = cycle_from(&graph, module, &mut vec![module.clone()]);
+        assert!(
+            cycle.is_none(),
+            "import cycle: {}",
+            cycle.unwrap_or_default().join(" → ")
+        );
+    }
+}
+
+#[test]
+fn the_table_and_the_config_use_nothing_of_upstream_runtime() {
+    let graph = graph();
+    for policy in ["table", "config", "scheme", "extract"] {
+        let uses = &graph[policy];
+        assert!(
+            !uses.contains("upstream"),
+            "{policy} uses upstream: {uses:?}"
+        );
+        assert!(!uses.contains("proxy"), "{policy} uses proxy: {uses:?}");
+    }
+    // The data path reads upstream runtime; upstream reads the table, not the other way.
+    assert!(graph["upstream"].contains("table"));
+    assert!(graph["proxy"].contains("upstream"));
+}
