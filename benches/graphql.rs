@@ -6,7 +6,6 @@ use std::hint::black_box;
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion};
 use iuid_router::extract::graphql::plan::ParseLimits;
 use iuid_router::extract::graphql::{ColdParse, GraphqlRoute};
-use iuid_router::scheme::Scheme;
 use serde_json::json;
 
 const LIMITS: ParseLimits = ParseLimits {
@@ -135,7 +134,7 @@ fn bench(c: &mut Criterion) {
         TYPICAL_QUERY.len(),
         typical.len()
     );
-    let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS);
+    let warm = GraphqlRoute::new("/graphql".into(), Vec::new(), "iuid".to_owned(), LIMITS);
     let mut ids = Vec::with_capacity(8);
     warm.ids_from_body(None, &typical, ColdParse::Here, &mut ids)
         .expect("ids");
@@ -149,7 +148,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("graphql/2KiB/cold", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), "iuid".to_owned(), LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route
@@ -162,7 +161,7 @@ fn bench(c: &mut Criterion) {
 
     let large = body(&large_query(), Some("Many"));
     println!("large body: {} bytes", large.len());
-    let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS);
+    let warm_large = GraphqlRoute::new("/graphql".into(), Vec::new(), "iuid".to_owned(), LIMITS);
     let mut large_ids = Vec::new();
     warm_large
         .ids_from_body(None, &large, ColdParse::Here, &mut large_ids)
@@ -175,7 +174,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("graphql/64KiB/cold", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), "iuid".to_owned(), LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route
@@ -197,7 +196,7 @@ fn bench(c: &mut Criterion) {
     let pathological = body(&aliases, None);
     c.bench_function("graphql/1MiB_aliases/refused", |b| {
         b.iter_batched(
-            || GraphqlRoute::new("/graphql".into(), Vec::new(), Scheme::Iuid, LIMITS),
+            || GraphqlRoute::new("/graphql".into(), Vec::new(), "iuid".to_owned(), LIMITS),
             |route| {
                 let mut ids = Vec::new();
                 route

@@ -92,7 +92,7 @@ fn bench(c: &mut Criterion) {
     c.bench_function("extract+resolve/path", |b| {
         b.iter(|| match routes.extract(black_box(&parts)) {
             iuid_router::extract::Extraction::Id(token, _) => {
-                table.resolve_text(token.scheme, &token.text).ok()
+                table.resolve_text(token.scheme, &token.text).ok().map(|(_, d)| d)
             }
             _ => None,
         })

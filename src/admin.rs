@@ -6,13 +6,13 @@
 //! | `GET /readyz` | 200 once a table is loaded; 503 once shutdown has begun |
 //! | `GET /metrics` | Prometheus text format 0.0.4 |
 //! | `GET /admin/routing-table` | version, loaded_at, source, content_sha256, last reload error |
-//! | `GET /admin/resolve/{id}` | the `resolve` command's JSON; problem+json 400/404 |
+//! | `GET /admin/resolve/{id}?scheme=NAME` | the `resolve` command's JSON (scheme default `iuid`); problem+json 400/404 |
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use axum::extract::{Path, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -72,15 +72,24 @@ fn problem(p: Problem) -> Response {
     p.into_response().map(axum::body::Body::new)
 }
 
-async fn resolve(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
-    match inspect::resolve_text(&id, &s.table.current()) {
+/// `?scheme=NAME` of `/admin/resolve/{id}` (default `iuid`).
+#[derive(Debug, serde::Deserialize)]
+struct SchemeQuery {
+    scheme: Option<String>,
+}
+
+async fn resolve(
+    State(s): State<AdminState>,
+    Path(id): Path<String>,
+    Query(q): Query<SchemeQuery>,
+) -> Response {
+    let scheme = q.scheme.as_deref().unwrap_or(crate::scheme::IUID);
+    let unresolved = |e| problem(Problem::unresolved(e, None, id.as_bytes()));
+    match inspect::resolve_text(scheme, &id, &s.table.current()) {
         Ok(v) => Json(v).into_response(),
-        Err(InspectError::Parse(e)) => problem(Problem::unresolved(
-            ResolveError::Malformed(e),
-            None,
-            id.as_bytes(),
-        )),
-        Err(InspectError::Resolve(e)) => problem(Problem::unresolved(e, None, id.as_bytes())),
+        Err(InspectError::Parse(e)) => unresolved(ResolveError::Malformed(e)),
+        Err(InspectError::Resolve(e)) => unresolved(e),
+        Err(InspectError::UnknownScheme(name)) => unresolved(ResolveError::UnknownScheme(name)),
     }
 }
 

@@ -65,6 +65,11 @@ impl App {
         // The recorder first, so that the first load is counted too.
         crate::metrics::handle();
         let table = Arc::new(LiveTable::load(&config.routing_table).map_err(StartError::Table)?);
+        // Routes name schemes the table declares; a table without one is never installed.
+        let uses = config.scheme_uses.clone();
+        table
+            .require(move |t| uses.check(&t.scheme_names()))
+            .map_err(StartError::Table)?;
         let registry = Arc::new(Registry::new(
             config.timeouts,
             config.health_check.clone(),

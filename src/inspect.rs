@@ -1,27 +1,35 @@
 //! What an id is and where it goes, as JSON: shared by the `decode` and `resolve` commands
 //! (SPEC §3) and the admin API's `/admin/resolve/{id}` (SPEC §8).
 
-use iuid::{Iuid, ParseError};
+use iuid::Iuid;
 use serde_json::{json, Map, Value};
 
 use crate::scheme::iuid::IuidKey;
-use crate::scheme::{Key, Scheme};
+use crate::scheme::{Key, Kind, SchemeError, IUID};
 use crate::table::{rfc3339_ms, ResolveError, RoutingTable};
 
 /// Why an id cannot be decoded or resolved, for a command's exit 1.
 #[derive(Debug)]
 pub enum InspectError {
-    /// Not a valid id text (or a UUID of another version, for `decode`).
-    Parse(ParseError),
-    /// A valid iUID that no region owns.
+    /// Not a valid id of its scheme (or, for `decode`, a UUID of another version).
+    Parse(SchemeError),
+    /// A valid id that no region owns.
     Resolve(ResolveError),
+    /// No scheme of that name (a table scheme needs `--config`).
+    UnknownScheme(String),
 }
 
 impl std::fmt::Display for InspectError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            InspectError::Parse(e) => write!(f, "not an iUID: {e}"),
+            InspectError::Parse(SchemeError::Iuid(e)) => write!(f, "not an iUID: {e}"),
+            InspectError::Parse(e) => write!(f, "not a valid id of its scheme: {e}"),
             InspectError::Resolve(e) => write!(f, "{e}"),
+            InspectError::UnknownScheme(name) => write!(
+                f,
+                "no scheme `{name}`: `iuid` is built in, others are declared in the routing \
+                 table (give --config)"
+            ),
         }
     }
 }
@@ -50,18 +58,54 @@ pub fn decode(id: &Iuid, table: Option<&RoutingTable>) -> Value {
     Value::Object(out)
 }
 
-/// Parses `text` as an iUID for `decode`: a UUID of another version is an error here.
-pub fn decode_text(text: &str, table: Option<&RoutingTable>) -> Result<Value, InspectError> {
-    let id = Iuid::parse(text.trim().as_bytes()).map_err(InspectError::Parse)?;
-    Ok(decode(&id, table))
+/// Parses `text` as an id of the scheme called `scheme` for `decode` (SPEC §10): its fields,
+/// creation time and canonical text. For `iuid`, a UUID of another version is an error here.
+pub fn decode_text(
+    scheme: &str,
+    text: &str,
+    table: Option<&RoutingTable>,
+) -> Result<Value, InspectError> {
+    let text = text.trim().as_bytes();
+    if scheme == IUID {
+        let id = Iuid::parse(text).map_err(|e| InspectError::Parse(SchemeError::Iuid(e)))?;
+        return Ok(decode(&id, table));
+    }
+    let kind = table
+        .and_then(|t| t.scheme(scheme))
+        .map(|(_, kind)| kind)
+        .ok_or_else(|| InspectError::UnknownScheme(scheme.to_owned()))?;
+    let key = kind.parse(text).map_err(InspectError::Parse)?;
+    Ok(describe(scheme, kind, &key))
 }
 
-/// The routing decision for `text` (SPEC §3 `resolve`): the decoded id, `region`,
-/// `upstreams` and the `rule` that matched (with the override's text when one did).
-pub fn resolve_text(text: &str, table: &RoutingTable) -> Result<Value, InspectError> {
-    let (key, decision) = match table.resolve_text(Scheme::Iuid, text.trim().as_bytes()) {
+/// An id of a table scheme as JSON: `id`, `scheme`, `kind`, its fields, `key` for a composite,
+/// and `ts_ms`/`created_at` where the kind carries a creation time.
+fn describe(scheme: &str, kind: &Kind, key: &Key) -> Value {
+    let mut out = Map::new();
+    out.insert("id".into(), json!(key.to_string()));
+    out.insert("scheme".into(), json!(scheme));
+    out.insert("kind".into(), json!(kind.name()));
+    for (i, name) in kind.fields().iter().enumerate() {
+        out.insert((*name).into(), json!(kind.field(key, i)));
+    }
+    if let Key::Composite(c) = key {
+        out.insert("key".into(), json!(String::from_utf8_lossy(c.key)));
+    }
+    if let Some(ms) = kind.created_ms(key) {
+        out.insert("ts_ms".into(), json!(ms));
+        out.insert("created_at".into(), json!(rfc3339_ms(ms)));
+    }
+    Value::Object(out)
+}
+
+/// The routing decision for `text`, an id of the scheme called `scheme` (SPEC §3 `resolve`):
+/// the decoded id, `region`, `upstreams` and the `rule` that matched (with the override's
+/// text when one did).
+pub fn resolve_text(scheme: &str, text: &str, table: &RoutingTable) -> Result<Value, InspectError> {
+    let (key, decision) = match table.resolve_text(scheme, text.trim().as_bytes()) {
         Ok(resolved) => resolved,
         Err(ResolveError::Malformed(e)) => return Err(InspectError::Parse(e)),
+        Err(ResolveError::UnknownScheme(name)) => return Err(InspectError::UnknownScheme(name)),
         Err(e) => return Err(InspectError::Resolve(e)),
     };
     let region = table.region(decision.region);
@@ -70,6 +114,10 @@ pub fn resolve_text(text: &str, table: &RoutingTable) -> Result<Value, InspectEr
         Key::Iuid(IuidKey::NoRoutingBits(uuid)) => {
             json!({ "id": uuid.to_string(), "ver": uuid.version() })
         }
+        other => match table.scheme(scheme) {
+            Some((_, kind)) => describe(scheme, kind, other),
+            None => json!({ "id": other.to_string() }),
+        },
     };
     out["region"] = json!(region.name);
     out["upstreams"] = json!(region.upstreams.iter().map(|u| &u.url).collect::<Vec<_>>());

@@ -7,6 +7,8 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use iuid_router::app::App;
 use iuid_router::config::{LogFormat, RouterConfig};
+use iuid_router::scheme::mint::MintSpec;
+use iuid_router::scheme::{Kind, IUID};
 use iuid_router::source::SourceErrors;
 use iuid_router::table::{load_file, RoutingTable};
 use iuid_router::{demo, inspect, server};
@@ -47,11 +49,14 @@ enum Command {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
-    /// Print an iUID's fields as JSON.
+    /// Print an id's fields and creation time as JSON.
     Decode {
         /// The id, in any accepted text form.
         id: String,
-        /// Also name the country and service from this config's routing table.
+        /// Its scheme: `iuid`, or one the routing table declares (then give --config).
+        #[arg(long, default_value = "iuid")]
+        scheme: String,
+        /// The config whose routing table names countries and services and declares schemes.
         #[arg(long)]
         config: Option<PathBuf>,
     },
@@ -62,6 +67,9 @@ enum Command {
         config: PathBuf,
         /// The id, in any accepted text form.
         id: String,
+        /// Its scheme: `iuid`, or one the routing table declares.
+        #[arg(long, default_value = "iuid")]
+        scheme: String,
     },
     /// Run one regional echo server (the upstreams of docker-compose.yml and the demo).
     Echo {
@@ -72,14 +80,32 @@ enum Command {
         #[arg(long, default_value = "0.0.0.0:8080")]
         listen: SocketAddr,
     },
-    /// Print fresh iUIDs, one a line, strictly increasing.
+    /// Print fresh, valid ids of a scheme, one a line (iUIDs strictly increasing).
     Mint {
-        /// Country id, 0–255.
+        /// The scheme: `iuid`, or one the routing table declares (then give --config).
+        #[arg(long, default_value = "iuid")]
+        scheme: String,
+        /// The config whose routing table declares the scheme.
         #[arg(long)]
+        config: Option<PathBuf>,
+        /// iuid: country id, 0–255.
+        #[arg(long, default_value_t = 0)]
         country: u8,
-        /// Service entity id, 0–255.
-        #[arg(long)]
+        /// iuid: service entity id, 0–255.
+        #[arg(long, default_value_t = 0)]
         service: u8,
+        /// guid_shard: the shard key (u32).
+        #[arg(long, default_value_t = 0)]
+        shard_key: u32,
+        /// uniqid_shard: the shard digit (below total_shards).
+        #[arg(long, default_value_t = 0)]
+        shard: u8,
+        /// composite: the key, e.g. a device id.
+        #[arg(long, default_value = "device-1")]
+        key: String,
+        /// snowflake: a field value, `NAME=VALUE` (repeat; `time` defaults to now).
+        #[arg(long = "field", value_parser = parse_field)]
+        fields: Vec<(String, u64)>,
         /// How many.
         #[arg(long, default_value_t = 1)]
         count: u64,
@@ -114,13 +140,30 @@ fn main() -> ExitCode {
             Ok(())
         }),
         Command::Check { config } => check(&config),
-        Command::Decode { id, config } => decode(&id, config.as_deref()),
-        Command::Resolve { config, id } => resolve(&config, &id),
+        Command::Decode { id, scheme, config } => decode(&scheme, &id, config.as_deref()),
+        Command::Resolve { config, id, scheme } => resolve(&config, &scheme, &id),
         Command::Mint {
+            scheme,
+            config,
             country,
             service,
+            shard_key,
+            shard,
+            key,
+            fields,
             count,
-        } => mint(country, service, count),
+        } => {
+            let spec = MintSpec {
+                country,
+                service,
+                shard_key,
+                shard,
+                key,
+                fields,
+                at_ms: None,
+            };
+            mint(&scheme, config.as_deref(), &spec, count)
+        }
     }
 }
 
@@ -173,6 +216,8 @@ fn load(config_path: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors
     match RouterConfig::load(config_path) {
         Ok(config) => {
             let table = load_file(&config.routing_table)?;
+            // Across the two files: every scheme a route names is declared in the table.
+            config.scheme_uses.check(&table.scheme_names())?;
             Ok((config, table))
         }
         Err(mut errors) => {
@@ -234,7 +279,18 @@ fn print_json(v: &serde_json::Value) -> ExitCode {
     }
 }
 
-fn decode(id: &str, config: Option<&Path>) -> ExitCode {
+/// `NAME=VALUE` of `mint --field`.
+fn parse_field(text: &str) -> Result<(String, u64), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}`: expected NAME=VALUE"))?;
+    let value = value
+        .parse()
+        .map_err(|e| format!("`{value}` is not a number: {e}"))?;
+    Ok((name.to_owned(), value))
+}
+
+fn decode(scheme: &str, id: &str, config: Option<&Path>) -> ExitCode {
     let table = match config.map(load).transpose() {
         Ok(loaded) => loaded.map(|(_, t)| t),
         Err(errors) => {
@@ -242,7 +298,7 @@ fn decode(id: &str, config: Option<&Path>) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match inspect::decode_text(id, table.as_ref()) {
+    match inspect::decode_text(scheme, id, table.as_ref()) {
         Ok(v) => print_json(&v),
         Err(e) => {
             eprintln!("error: {e}");
@@ -251,7 +307,7 @@ fn decode(id: &str, config: Option<&Path>) -> ExitCode {
     }
 }
 
-fn resolve(config: &Path, id: &str) -> ExitCode {
+fn resolve(config: &Path, scheme: &str, id: &str) -> ExitCode {
     let (_, table) = match load(config) {
         Ok(loaded) => loaded,
         Err(errors) => {
@@ -259,7 +315,7 @@ fn resolve(config: &Path, id: &str) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match inspect::resolve_text(id, &table) {
+    match inspect::resolve_text(scheme, id, &table) {
         Ok(v) => print_json(&v),
         Err(e) => {
             eprintln!("error: {e}");
@@ -268,12 +324,42 @@ fn resolve(config: &Path, id: &str) -> ExitCode {
     }
 }
 
-fn mint(country: u8, service: u8, count: u64) -> ExitCode {
+fn mint(scheme: &str, config: Option<&Path>, spec: &MintSpec, count: u64) -> ExitCode {
     use std::io::Write;
-    let generator = iuid::Generator::new(country, service);
+    let table = match config.map(load).transpose() {
+        Ok(loaded) => loaded.map(|(_, t)| t),
+        Err(errors) => {
+            eprintln!("{errors}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let kind = match (scheme, &table) {
+        (IUID, _) => Kind::Iuid,
+        (name, Some(t)) => match t.scheme(name) {
+            Some((_, kind)) => kind.clone(),
+            None => {
+                eprintln!(
+                    "error: the routing table declares no scheme `{name}` (schemes: {})",
+                    t.scheme_names().join(", ")
+                );
+                return ExitCode::FAILURE;
+            }
+        },
+        (name, None) => {
+            eprintln!("error: scheme `{name}` is declared in a routing table: give --config");
+            return ExitCode::FAILURE;
+        }
+    };
+    let ids = match iuid_router::scheme::mint::mint(&kind, spec, count) {
+        Ok(ids) => ids,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    for _ in 0..count {
-        if writeln!(out, "{}", generator.mint()).is_err() {
+    for id in ids {
+        if writeln!(out, "{id}").is_err() {
             // stdout closed (e.g. `| head`): not an error worth a message.
             return ExitCode::SUCCESS;
         }

@@ -25,7 +25,8 @@ pub const UPSTREAM_ERRORS: &str = "iuid_router_upstream_errors_total";
 /// Client-blamed failures by `kind` (`bad_framing`, `aborted`, `body_timeout`,
 /// `send_timeout`): never counted against an upstream (SPEC §6).
 pub const CLIENT_ERRORS: &str = "iuid_router_client_errors_total";
-/// Routing decisions by `rule` kind (`override`, `country`, `default_region`, `unrouted`).
+/// Routing decisions by `rule` kind (`override`, `country`, `default_region`, `unrouted`,
+/// `map`, `scheme_default`, `hash`) and `scheme` (`iuid`, a table scheme's name, `none`).
 pub const DECISIONS: &str = "iuid_router_routing_decisions_total";
 /// Routing-table reloads by `result` (`success`, `failure`).
 pub const RELOADS: &str = "iuid_router_table_reloads_total";
@@ -126,14 +127,23 @@ pub enum RuleLabel {
     DefaultRegion,
     /// A request without an id went to `default_region` (`unrouted`).
     Unrouted,
+    /// A scheme's map entry covered the value.
+    Map,
+    /// A scheme's `default` took a value no map entry covers.
+    SchemeDefault,
+    /// Rendezvous hashing placed a composite key.
+    Hash,
 }
 
 impl RuleLabel {
-    const ALL: [RuleLabel; 4] = [
+    const ALL: [RuleLabel; 7] = [
         RuleLabel::Override,
         RuleLabel::Country,
         RuleLabel::DefaultRegion,
         RuleLabel::Unrouted,
+        RuleLabel::Map,
+        RuleLabel::SchemeDefault,
+        RuleLabel::Hash,
     ];
 
     /// The label value.
@@ -143,6 +153,9 @@ impl RuleLabel {
             RuleLabel::Country => "country",
             RuleLabel::DefaultRegion => "default_region",
             RuleLabel::Unrouted => "unrouted",
+            RuleLabel::Map => "map",
+            RuleLabel::SchemeDefault => "scheme_default",
+            RuleLabel::Hash => "hash",
         }
     }
 }
@@ -269,17 +282,44 @@ pub fn client_error(kind: ErrorKind) {
     }
 }
 
-/// Counts one routing decision by the kind of rule that made it.
-pub fn decision(rule: RuleLabel) {
-    static HANDLES: [OnceLock<Counter>; RuleLabel::ALL.len()] =
-        [const { OnceLock::new() }; RuleLabel::ALL.len()];
-    let i = rule as usize;
-    HANDLES[i]
-        .get_or_init(|| {
-            handle();
-            ::metrics::counter!(DECISIONS, "rule" => rule.as_str())
-        })
-        .increment(1);
+/// The routing-decision counters of one scheme ([`DECISIONS`] with `scheme` and `rule`),
+/// each looked up on first use and then reused, as [`RegionMetrics`]' are.
+#[derive(Debug)]
+pub struct DecisionCounters {
+    scheme: SharedString,
+    handles: [OnceLock<Counter>; RuleLabel::ALL.len()],
+}
+
+impl DecisionCounters {
+    /// The counters of the scheme called `scheme` (`none` for requests without an id).
+    pub fn new(scheme: &str) -> DecisionCounters {
+        DecisionCounters {
+            scheme: SharedString::from(scheme.to_owned()),
+            handles: Default::default(),
+        }
+    }
+
+    /// The counters of the built-in `iuid` scheme, shared process-wide.
+    pub fn iuid() -> &'static DecisionCounters {
+        static IUID: OnceLock<DecisionCounters> = OnceLock::new();
+        IUID.get_or_init(|| DecisionCounters::new("iuid"))
+    }
+
+    /// The counters of requests without an id (`scheme="none"`), shared process-wide.
+    pub fn none() -> &'static DecisionCounters {
+        static NONE: OnceLock<DecisionCounters> = OnceLock::new();
+        NONE.get_or_init(|| DecisionCounters::new("none"))
+    }
+
+    /// Counts one decision made by a rule of this kind.
+    pub fn count(&self, rule: RuleLabel) {
+        self.handles[rule as usize]
+            .get_or_init(|| {
+                handle();
+                ::metrics::counter!(DECISIONS, "rule" => rule.as_str(), "scheme" => self.scheme.clone())
+            })
+            .increment(1);
+    }
 }
 
 /// Counts one reload and, on success, moves the info gauge to the new version.

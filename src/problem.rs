@@ -8,7 +8,6 @@
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
-use iuid::ParseError;
 use serde_json::json;
 
 use crate::error::ErrorKind;
@@ -30,7 +29,7 @@ pub enum Problem {
     /// A route matched but its id is malformed (400).
     MalformedId {
         /// Why the scheme refused it.
-        error: ParseError,
+        error: crate::scheme::SchemeError,
         /// The kind of route that found it (`None`: the admin API's path).
         kind: Option<RouteKind>,
         /// The id as sent (at most 80 bytes of it), so the client sees which one.
@@ -133,6 +132,12 @@ impl Problem {
     fn slug_and_title(&self) -> (&'static str, &'static str) {
         match self {
             Problem::MalformedId { .. } => ("malformed-id", "Malformed entity id"),
+            Problem::Unowned(ResolveError::Unmapped { .. }) => {
+                ("unmapped-value", "No region owns this id")
+            }
+            Problem::Unowned(ResolveError::UnknownScheme(_)) => {
+                ("unknown-scheme", "No such id scheme")
+            }
             Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
             Problem::NoId => ("no-id", "No entity id in the request"),
             Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),

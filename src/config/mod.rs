@@ -156,6 +156,53 @@ pub struct RouterConfig {
     /// Worker threads serving the data path, at least 1 (`workers: 0`, the default, is one
     /// per available core; see `crate::workers`).
     pub workers: usize,
+    /// Routes that name a scheme other than `iuid`, with where they name it: the routing
+    /// table must declare each (checked at start, by `check`, and before a reload installs).
+    pub scheme_uses: SchemeUses,
+}
+
+/// The schemes routes name, and where (see [`SchemeUses::check`]).
+#[derive(Debug, Clone, Default)]
+pub struct SchemeUses {
+    uses: Vec<SchemeUse>,
+    table: PathBuf,
+}
+
+/// A route's `scheme:` naming a scheme the routing table must declare.
+#[derive(Debug, Clone)]
+pub struct SchemeUse {
+    /// The scheme's name.
+    pub scheme: String,
+    /// Where the route names it (`router.yaml:line:column`), with an empty message.
+    pub at: SourceError,
+}
+
+impl SchemeUses {
+    /// Checks that the routing table declares every scheme the routes name; `defined` is the
+    /// table's scheme names (`iuid` included).
+    ///
+    /// Errors: one per route whose scheme is missing, at the route's `scheme:` in the config.
+    pub fn check(&self, defined: &[&str]) -> Result<(), SourceErrors> {
+        let missing: Vec<SourceError> = self
+            .uses
+            .iter()
+            .filter(|u| !defined.contains(&u.scheme.as_str()))
+            .map(|u| SourceError {
+                message: format!(
+                    "scheme `{}` is not declared in the routing table {} (schemes: {})",
+                    u.scheme,
+                    self.table.display(),
+                    defined.join(", ")
+                ),
+                ..u.at.clone()
+            })
+            .collect();
+        if missing.is_empty() {
+            Ok(())
+        } else {
+            Err(SourceErrors(missing))
+        }
+    }
 }
 
 impl RouterConfig {
@@ -237,6 +284,18 @@ impl RouterConfig {
             tokens: file.limits.graphql_max_tokens,
             depth: file.limits.graphql_max_depth,
         };
+        let uses = file
+            .routes
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let name = r.scheme.as_deref().filter(|s| *s != crate::scheme::IUID)?;
+                Some(SchemeUse {
+                    scheme: name.to_owned(),
+                    at: source.error_at(&[key("routes"), Seg::Index(i), key("scheme")], ""),
+                })
+            })
+            .collect();
         let routes = match Routes::new(&file.routes, parse_limits) {
             Ok(r) => Some(r),
             Err(bad) => {
@@ -257,7 +316,7 @@ impl RouterConfig {
                 listen,
                 admin_listen,
                 region: file.region,
-                routing_table,
+                routing_table: routing_table.clone(),
                 routes,
                 unrouted: file.unrouted,
                 timeouts: file.timeouts,
@@ -271,6 +330,10 @@ impl RouterConfig {
                 health_check: file.health_check,
                 retries: file.retries,
                 workers: crate::workers::resolve_count(file.workers),
+                scheme_uses: SchemeUses {
+                    uses,
+                    table: routing_table,
+                },
             }),
             _ => Err(SourceErrors(errors)),
         }

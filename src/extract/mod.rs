@@ -22,7 +22,7 @@ use http::header::HeaderName;
 use http::request::Parts;
 use serde::Deserialize;
 
-use crate::scheme::Scheme;
+use crate::scheme::IUID;
 
 /// One entry of `routes:`: exactly one of the keys.
 #[derive(Debug, Clone, Deserialize)]
@@ -47,14 +47,14 @@ pub struct RouteSpec {
     pub scheme: Option<String>,
 }
 
-/// An id as a route found it, not yet parsed: its text and the scheme to parse it with.
+/// An id as a route found it, not yet parsed: its text and the name of the scheme to parse
+/// it with (the live table knows the scheme).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Token<'q> {
-    /// The id's text: borrowed from the request, or decoded (a percent-encoded path segment,
-    /// an id from a GraphQL body).
+pub struct Token<'r, 'q> {
+    /// The id's text: borrowed from the request, or decoded (a percent-encoded path segment).
     pub text: Cow<'q, [u8]>,
-    /// The route's scheme.
-    pub scheme: Scheme,
+    /// The route's scheme name.
+    pub scheme: &'r str,
 }
 
 /// The kind of route an id was read from (for logs and metrics).
@@ -83,9 +83,10 @@ impl RouteKind {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Extraction<'r, 'q> {
     /// A route matched and found an id's token.
-    Id(Token<'q>, RouteKind),
-    /// The ids of a GraphQL request (possibly none), read from its body or query string.
-    Ids(Vec<Token<'static>>),
+    Id(Token<'r, 'q>, RouteKind),
+    /// The id texts of a GraphQL request (possibly none), read from its body or query
+    /// string, and the route's scheme name.
+    Ids(Vec<Vec<u8>>, &'r str),
     /// A GraphQL endpoint: the ids are in the body, which the caller reads and hands to the
     /// route.
     Graphql(&'r Arc<GraphqlRoute>),
@@ -98,7 +99,7 @@ impl Extraction<'_, '_> {
     pub fn route_kind(&self) -> Option<RouteKind> {
         match self {
             Extraction::Id(_, kind) => Some(*kind),
-            Extraction::Ids(_) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
+            Extraction::Ids(..) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
             Extraction::NoId => None,
         }
     }
@@ -107,7 +108,7 @@ impl Extraction<'_, '_> {
 #[derive(Debug)]
 enum Step {
     Paths,
-    Header(HeaderName, Scheme),
+    Header(HeaderName, String),
     Graphql(Arc<GraphqlRoute>),
 }
 
@@ -117,13 +118,15 @@ pub struct Routes {
     steps: Vec<Step>,
     paths: matchit::Router<PathId>,
     paths_len: usize,
+    /// `(index in routes:, scheme name)` of every route.
+    schemes: Vec<(usize, String)>,
 }
 
 /// A path template's `{id}`: where it is and the scheme of its ids.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct PathId {
     at: IdAt,
-    scheme: Scheme,
+    scheme: String,
 }
 
 /// A route that cannot be compiled.
@@ -168,26 +171,17 @@ impl Routes {
                 ));
                 continue;
             }
-            let scheme = match spec.scheme.as_deref() {
-                None => Scheme::default(),
-                Some(name) => match Scheme::from_name(name) {
-                    Some(scheme) => scheme,
-                    None => {
-                        let known: Vec<&str> = Scheme::ALL.iter().map(|s| s.name()).collect();
-                        errors.push(RouteError::new(
-                            i,
-                            "scheme",
-                            format!("unknown scheme `{name}` (known: {})", known.join(", ")),
-                        ));
-                        continue;
-                    }
-                },
-            };
+            // Whether the table defines it is checked against the table (it may reload).
+            let scheme = spec.scheme.clone().unwrap_or_else(|| IUID.to_owned());
+            if scheme.is_empty() {
+                errors.push(RouteError::new(i, "scheme", "the scheme name is empty"));
+                continue;
+            }
             match (&spec.path, &spec.graphql, &spec.header) {
                 (Some(p), None, None) => {
                     let id = PathId {
                         at: IdAt::of(p),
-                        scheme,
+                        scheme: scheme.clone(),
                     };
                     if !p.starts_with('/') {
                         errors.push(RouteError::new(
@@ -213,7 +207,7 @@ impl Routes {
                     }
                 }
                 (None, None, Some(h)) => match HeaderName::from_bytes(h.as_bytes()) {
-                    Ok(name) => steps.push(Step::Header(name, scheme)),
+                    Ok(name) => steps.push(Step::Header(name, scheme.clone())),
                     Err(_) => errors.push(RouteError::new(
                         i,
                         "header",
@@ -223,7 +217,7 @@ impl Routes {
                 (None, Some(p), None) => {
                     if p.starts_with('/') {
                         let vars = spec.persisted_id_variables.clone().unwrap_or_default();
-                        let route = GraphqlRoute::new(p.clone(), vars, scheme, limits);
+                        let route = GraphqlRoute::new(p.clone(), vars, scheme.clone(), limits);
                         steps.push(Step::Graphql(Arc::new(route)));
                     } else {
                         errors.push(RouteError::new(
@@ -242,10 +236,16 @@ impl Routes {
         }
         if errors.is_empty() {
             let paths_len = specs.iter().filter(|s| s.path.is_some()).count();
+            let schemes = specs
+                .iter()
+                .enumerate()
+                .map(|(i, s)| (i, s.scheme.clone().unwrap_or_else(|| IUID.to_owned())))
+                .collect();
             Ok(Routes {
                 steps,
                 paths,
                 paths_len,
+                schemes,
             })
         } else {
             Err(errors)
@@ -260,6 +260,11 @@ impl Routes {
     /// Whether no route is configured (every request is unrouted).
     pub fn is_empty(&self) -> bool {
         self.steps.is_empty()
+    }
+
+    /// The scheme names the routes use, with each route's index in `routes:`.
+    pub fn schemes(&self) -> &[(usize, String)] {
+        &self.schemes
     }
 
     /// Reads the id's token out of a request's head. Allocation-free unless a path segment is
@@ -280,7 +285,7 @@ impl Routes {
                     if let Some(v) = parts.headers.get(name) {
                         let token = Token {
                             text: Cow::Borrowed(v.as_bytes().trim_ascii()),
-                            scheme: *scheme,
+                            scheme,
                         };
                         return Extraction::Id(token, RouteKind::Header);
                     }
@@ -290,10 +295,10 @@ impl Routes {
         Extraction::NoId
     }
 
-    fn path_token<'q>(&self, path: &'q str) -> Option<Token<'q>> {
+    fn path_token<'q>(&self, path: &'q str) -> Option<Token<'_, 'q>> {
         let matched = self.paths.at(path).ok()?;
-        let PathId { at, scheme } = *matched.value;
-        let raw = match at {
+        let PathId { at, scheme } = matched.value;
+        let raw = match *at {
             IdAt::Offset(start) => segment_at(path, start)?,
             IdAt::Param => matched.params.get("id")?,
         };
@@ -340,7 +345,7 @@ fn segment_at(path: &str, start: usize) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::scheme::Key;
+    use crate::scheme::iuid::IuidKey;
     use iuid::ParseError;
 
     fn routes(specs: &[(&str, &str)]) -> Routes {
@@ -359,9 +364,12 @@ mod tests {
 
     /// What the route found, parsed as the table would: the id with its route kind, the
     /// parse error with its route kind, or nothing.
-    fn found(e: Extraction) -> Option<(Result<Key, ParseError>, RouteKind)> {
+    fn found(e: Extraction) -> Option<(Result<IuidKey, ParseError>, RouteKind)> {
         match e {
-            Extraction::Id(token, kind) => Some((token.scheme.parse(&token.text), kind)),
+            Extraction::Id(token, kind) => {
+                assert_eq!(token.scheme, "iuid");
+                Some((crate::scheme::iuid::parse(&token.text), kind))
+            }
             _ => None,
         }
     }
@@ -387,7 +395,7 @@ mod tests {
             ("path", "/v1/orders/{id}/{*rest}"),
             ("header", "x-entity-id"),
         ]);
-        let want = Scheme::Iuid.parse(ID.as_bytes()).expect("vector");
+        let want = crate::scheme::iuid::parse(ID.as_bytes()).expect("vector");
         let uri = format!("/v1/orders/{ID}/items?x=1");
         assert_eq!(
             found(r.extract(&parts(&uri, None))),
@@ -418,7 +426,7 @@ mod tests {
             ("path", "/v1/orders/{id}/{*rest}"),
             ("path", "/t/{tenant}/o/{id}"),
         ]);
-        let want = Scheme::Iuid.parse(ID.as_bytes()).expect("vector");
+        let want = crate::scheme::iuid::parse(ID.as_bytes()).expect("vector");
         let simple = ID.replace('-', "");
         for uri in [
             format!("/v1/orders/{ID}"),
@@ -473,7 +481,7 @@ mod tests {
                 .at(head.uri.path())
                 .ok()
                 .and_then(|m| m.params.get("id"))
-                .map(|raw| (Scheme::Iuid.parse(&path::decode_segment(raw)), RouteKind::Path));
+                .map(|raw| (crate::scheme::iuid::parse(&path::decode_segment(raw)), RouteKind::Path));
             proptest::prop_assert_eq!(found(r.extract(&head)), want);
         }
     }
@@ -516,8 +524,8 @@ mod tests {
                 path: Some("/b/{id}".into()),
                 graphql: None,
                 persisted_id_variables: None,
-                header: None,
-                scheme: Some("hotguid".into()),
+                header: Some("x".into()),
+                scheme: Some("offers".into()),
             },
         ];
         let errors = Routes::new(&specs, LIMITS).expect_err("invalid");
@@ -525,6 +533,6 @@ mod tests {
             errors.iter().map(|e| e.index).collect::<Vec<_>>(),
             vec![0, 1, 2, 3]
         );
-        assert_eq!(errors[3].key, "scheme");
+        assert_eq!(errors[3].key, "path");
     }
 }

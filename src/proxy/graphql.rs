@@ -19,7 +19,6 @@ use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use hyper::body::Incoming;
 
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
-use crate::extract::Token;
 use crate::problem::Problem;
 use crate::upstream::body::IdleTimeout;
 
@@ -35,7 +34,7 @@ pub async fn read_ids(
     body: Incoming,
     limit: usize,
     idle: Duration,
-) -> Result<(Vec<Token<'static>>, Either<Incoming, Bytes>), Problem> {
+) -> Result<(Vec<Vec<u8>>, Either<Incoming, Bytes>), Problem> {
     let mut ids = Vec::new();
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
@@ -93,9 +92,9 @@ pub async fn read_ids(
 }
 
 /// Runs an extraction on the blocking pool.
-async fn off_worker<F>(extract: F) -> Result<Vec<Token<'static>>, Problem>
+async fn off_worker<F>(extract: F) -> Result<Vec<Vec<u8>>, Problem>
 where
-    F: FnOnce(&mut Vec<Token<'static>>) -> Result<(), GraphqlError> + Send + 'static,
+    F: FnOnce(&mut Vec<Vec<u8>>) -> Result<(), GraphqlError> + Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
         let mut ids = Vec::new();

@@ -29,7 +29,7 @@ use tracing::Instrument;
 
 use crate::config::{RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
-use crate::extract::{Extraction, RouteKind, Token};
+use crate::extract::{Extraction, RouteKind};
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable};
@@ -211,7 +211,9 @@ impl Proxy {
         trail.route = found.route_kind();
         let routing = self.regions.current();
         let decision = self.resolve(&routing.table, found, &trail.span)?;
-        metrics::decision(decision.rule.label());
+        routing
+            .decisions(decision.scheme)
+            .count(decision.rule.label());
         let metrics = &routing.region(decision.region).state.metrics;
         trail.span.record("region", &*metrics.label);
         trail.region = Some(metrics.clone());
@@ -233,7 +235,7 @@ impl Proxy {
                 let limit = self.config.limits.graphql_body_bytes;
                 let idle = self.config.timeouts.idle();
                 let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
-                Ok((Extraction::Ids(ids), body))
+                Ok((Extraction::Ids(ids, route.scheme()), body))
             }
             found => Ok((found, Either::Left(body))),
         }
@@ -255,12 +257,15 @@ impl Proxy {
                 span.record("id", tracing::field::display(&key));
                 Ok(decision)
             }
-            Extraction::Ids(tokens) if !tokens.is_empty() => resolve_all(table, &tokens),
-            Extraction::NoId | Extraction::Ids(_) | Extraction::Graphql(_) => {
+            Extraction::Ids(texts, scheme) if !texts.is_empty() => {
+                resolve_all(table, scheme, &texts)
+            }
+            Extraction::NoId | Extraction::Ids(..) | Extraction::Graphql(_) => {
                 match self.config.unrouted {
                     Unrouted::DefaultRegion => Ok(Decision {
                         region: table.default_region,
                         rule: crate::table::Rule::Unrouted,
+                        scheme: crate::table::SchemeSlot::None,
                     }),
                     Unrouted::Reject => Err(Problem::NoId),
                 }
@@ -391,12 +396,12 @@ pub(crate) fn client_body_problem(e: &(dyn std::error::Error + 'static)) -> Prob
 
 /// The one region that owns every id of a GraphQL request; ids in several regions cannot be
 /// served by one upstream (SPEC §6: 400 naming the regions).
-fn resolve_all(table: &RoutingTable, tokens: &[Token]) -> Result<Decision, Problem> {
-    let mut resolved = Vec::with_capacity(tokens.len());
-    for token in tokens {
+fn resolve_all(table: &RoutingTable, scheme: &str, texts: &[Vec<u8>]) -> Result<Decision, Problem> {
+    let mut resolved = Vec::with_capacity(texts.len());
+    for text in texts {
         let found = table
-            .resolve_text(token.scheme, &token.text)
-            .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), &token.text))?;
+            .resolve_text(scheme, text)
+            .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), text))?;
         resolved.push(found);
     }
     let first = resolved[0].1;

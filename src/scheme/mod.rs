@@ -2,73 +2,157 @@
 //!
 //! A route names the scheme of its ids (`scheme:`, default `iuid`); a scheme is never guessed
 //! from the text, since a HotGuid is valid UUID text too. Extraction (`crate::extract`) only
-//! finds the raw token; the live routing table parses it with the route's scheme and resolves
-//! the key, so a scheme's settings can live in the table and reload with it.
+//! finds the raw token; the live routing table parses it with the scheme of that name and
+//! resolves the key, so schemes are declared in the table and reload with it.
 //!
-//! To add a scheme: a module here with its parser and its key, one arm in [`Scheme`] and
-//! [`Key`], and the table's mapping from that key to a region (`crate::table`).
+//! Each kind is a module with a parser that does not allocate, its fields, its creation time
+//! and a precise [`SchemeError`]:
+//!
+//! | kind | module | routed by |
+//! |---|---|---|
+//! | `iuid` | [`iuid`] | country, service entity (the table's country map and overrides) |
+//! | `guid_shard` | [`guid_shard`] | `shard_key` |
+//! | `uniqid_shard` | [`uniqid_shard`] | `shard` |
+//! | `composite` | [`composite`] | its key, by rendezvous hashing ([`hrw`]) |
+//! | `snowflake` | [`snowflake`] | a field of its layout |
+//!
+//! To add a kind: a module here with its parser, an arm in [`Kind`] and in [`Key`], and its
+//! `kind:` name in the table's scheme validation (`crate::table`).
 
+pub mod composite;
+pub mod error;
+pub mod guid_shard;
+pub mod hrw;
 pub mod iuid;
+pub mod mint;
+pub mod snowflake;
+pub mod uniqid_shard;
 
 use std::fmt;
 
-use ::iuid::ParseError;
+pub use error::SchemeError;
 
-/// The schemes a route may name. An enum at the edge picks the parser (as ripgrep's
-/// `PatternMatcher` picks the matcher): a match, not a virtual call, on the hot path.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default)]
-pub enum Scheme {
-    /// The iUID (SPEC §2): a UUIDv8 with country and service entity in its bits; other UUID
-    /// versions are accepted and carry no routing bits.
-    #[default]
+/// The name of the built-in iUID scheme, always available.
+pub const IUID: &str = "iuid";
+
+/// A scheme's kind with its settings: the enum at the edge that picks the parser (as
+/// ripgrep's `PatternMatcher` picks the matcher), a match rather than a virtual call on the
+/// hot path.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    /// The iUID (SPEC §2); UUIDs of other versions carry no routing bits.
     Iuid,
+    /// HotGuid: a GUID with a little-endian shard key in its last 4 bytes.
+    GuidShard,
+    /// PHP `uniqid()` with a shard digit in front.
+    UniqidShard {
+        /// Shards the digit is taken modulo (1–10).
+        total_shards: u8,
+    },
+    /// `<key><separator><t*>`.
+    Composite {
+        /// The byte between the key and the time.
+        separator: u8,
+    },
+    /// A 63-bit integer of bit fields.
+    Snowflake(snowflake::Layout),
 }
 
-impl Scheme {
-    /// Every scheme, for error messages.
-    pub const ALL: [Scheme; 1] = [Scheme::Iuid];
-
-    /// The scheme of a `scheme:` name, if there is one.
-    pub fn from_name(name: &str) -> Option<Scheme> {
-        Scheme::ALL.into_iter().find(|s| s.name() == name)
-    }
-
-    /// The name routes and the table use.
-    pub fn name(self) -> &'static str {
+impl Kind {
+    /// The `kind:` name.
+    pub fn name(&self) -> &'static str {
         match self {
-            Scheme::Iuid => "iuid",
+            Kind::Iuid => "iuid",
+            Kind::GuidShard => "guid_shard",
+            Kind::UniqidShard { .. } => "uniqid_shard",
+            Kind::Composite { .. } => "composite",
+            Kind::Snowflake(_) => "snowflake",
         }
     }
 
     /// Parses an id's text (already percent-decoded) into its key.
     ///
-    /// Errors: the text is not an id of this scheme ([`ParseError`] says where and why).
+    /// Errors: the text is not an id of this kind ([`SchemeError`] says where and why).
     #[inline]
-    pub fn parse(self, text: &[u8]) -> Result<Key, ParseError> {
+    pub fn parse<'t>(&self, text: &'t [u8]) -> Result<Key<'t>, SchemeError> {
         match self {
-            Scheme::Iuid => iuid::parse(text).map(Key::Iuid),
+            Kind::Iuid => iuid::parse(text).map(Key::Iuid).map_err(SchemeError::Iuid),
+            Kind::GuidShard => guid_shard::parse(text).map(Key::GuidShard),
+            Kind::UniqidShard { total_shards } => {
+                uniqid_shard::parse(text, *total_shards).map(Key::Uniqid)
+            }
+            Kind::Composite { separator } => composite::parse(text, *separator).map(Key::Composite),
+            Kind::Snowflake(_) => snowflake::parse(text).map(Key::Snowflake),
+        }
+    }
+
+    /// The names of the integer fields of this kind's ids (what `route_by` and override
+    /// predicates may name), in [`Kind::field`] order.
+    pub fn fields(&self) -> Vec<&str> {
+        match self {
+            Kind::Iuid => vec!["country", "service_entity", "ver1"],
+            Kind::GuidShard => guid_shard::FIELDS.to_vec(),
+            Kind::UniqidShard { .. } => uniqid_shard::FIELDS.to_vec(),
+            Kind::Composite { .. } => Vec::new(),
+            Kind::Snowflake(l) => l.fields.iter().map(|f| f.name.as_str()).collect(),
+        }
+    }
+
+    /// Field `i` of [`Kind::fields`] of `key` (0 for a key of another kind, or an id without
+    /// routing bits).
+    #[inline]
+    pub fn field(&self, key: &Key, i: usize) -> u64 {
+        match (self, key) {
+            (Kind::Iuid, Key::Iuid(iuid::IuidKey::Iuid(id))) => match i {
+                0 => u64::from(id.country()),
+                1 => u64::from(id.service_entity()),
+                _ => u64::from(id.ver1()),
+            },
+            (_, Key::GuidShard(g)) => g.field(i),
+            (_, Key::Uniqid(u)) => u.field(i),
+            (Kind::Snowflake(l), Key::Snowflake(s)) => l.field(*s, i),
+            _ => 0,
+        }
+    }
+
+    /// When the id was created, in ms since the Unix epoch, if its kind carries a time.
+    pub fn created_ms(&self, key: &Key) -> Option<u64> {
+        match (self, key) {
+            (_, Key::Iuid(iuid::IuidKey::Iuid(id))) => Some(id.unix_ts_ms()),
+            (_, Key::Iuid(iuid::IuidKey::NoRoutingBits(_))) => None,
+            (_, Key::GuidShard(g)) => Some(g.created_ms()),
+            (_, Key::Uniqid(u)) => Some(u.created_ms()),
+            (_, Key::Composite(c)) => Some(c.created_ms()),
+            (Kind::Snowflake(l), Key::Snowflake(s)) => l.created_ms(*s),
+            (_, Key::Snowflake(_)) => None,
         }
     }
 }
 
-impl fmt::Display for Scheme {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-/// A parsed id: what the routing table resolves.
+/// A parsed id: what the routing table resolves. Borrows the text only for a composite key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Key {
+pub enum Key<'t> {
     /// An id of the `iuid` scheme.
     Iuid(iuid::IuidKey),
+    /// A HotGuid.
+    GuidShard(guid_shard::Guid),
+    /// A shard-prefixed uniqid.
+    Uniqid(uniqid_shard::Uniqid),
+    /// A `<key, t*>` id.
+    Composite(composite::Composite<'t>),
+    /// A snowflake.
+    Snowflake(snowflake::Snowflake),
 }
 
-impl fmt::Display for Key {
+impl fmt::Display for Key<'_> {
     /// The id's canonical text, whatever form it was read from.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Key::Iuid(k) => k.fmt(f),
+            Key::GuidShard(g) => g.fmt(f),
+            Key::Uniqid(u) => u.fmt(f),
+            Key::Composite(c) => c.fmt(f),
+            Key::Snowflake(s) => s.fmt(f),
         }
     }
 }

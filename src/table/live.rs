@@ -26,6 +26,10 @@ use crate::source::{Source, SourceError, SourceErrors};
 /// Called with each table as it is installed.
 type InstallHook = Box<dyn Fn(&Arc<RoutingTable>) + Send + Sync>;
 
+/// Checks a table against what else relies on it (the config's routes) before it is
+/// installed.
+type Requirement = Box<dyn Fn(&RoutingTable) -> Result<(), SourceErrors> + Send + Sync>;
+
 /// What `/admin/routing-table` reports (SPEC §8).
 #[derive(Debug, Clone, Serialize)]
 pub struct TableStatus {
@@ -71,6 +75,7 @@ pub struct LiveTable {
     /// One reload at a time: a file event, `SIGHUP` and the admin API may ask together.
     reloading: tokio::sync::Mutex<()>,
     hooks: Mutex<Vec<InstallHook>>,
+    requirements: Mutex<Vec<Requirement>>,
 }
 
 impl std::fmt::Debug for LiveTable {
@@ -136,7 +141,24 @@ impl LiveTable {
             status: Mutex::new(status),
             reloading: tokio::sync::Mutex::new(()),
             hooks: Mutex::new(Vec::new()),
+            requirements: Mutex::new(Vec::new()),
         })
+    }
+
+    /// Makes `check` a condition of every later install (a reload whose table fails it is
+    /// refused, and the last good table keeps serving), and checks the serving table now.
+    ///
+    /// Errors: the serving table fails `check`.
+    pub fn require(
+        &self,
+        check: impl Fn(&RoutingTable) -> Result<(), SourceErrors> + Send + Sync + 'static,
+    ) -> Result<(), SourceErrors> {
+        check(&self.current.load())?;
+        self.requirements
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Box::new(check));
+        Ok(())
     }
 
     /// Calls `hook` with the serving table now and with every table installed later, in
@@ -199,6 +221,17 @@ impl LiveTable {
                 Ok(ReloadOutcome::Unchanged)
             }
             Some(Ok(table)) => {
+                let unmet: Vec<SourceError> = self
+                    .requirements
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .iter()
+                    .filter_map(|check| check(&table).err())
+                    .flat_map(|e| e.0)
+                    .collect();
+                if !unmet.is_empty() {
+                    return Err(self.refuse(SourceErrors(unmet)));
+                }
                 let version = table.version.clone();
                 let table = Arc::new(table);
                 let old = self.current.swap(table.clone());

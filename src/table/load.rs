@@ -11,7 +11,8 @@ use http::uri::{Scheme, Uri};
 
 use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
 use super::{
-    Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, TimedStep, UpstreamSpec,
+    Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, SchemeSlot, TimedStep,
+    UpstreamSpec,
 };
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 
@@ -34,12 +35,13 @@ pub fn load_source(source: &Source) -> Result<RoutingTable, SourceErrors> {
     }
 }
 
-struct Validator<'s> {
-    source: &'s Source,
+pub(super) struct Validator<'s> {
+    pub(super) source: &'s Source,
     errors: Vec<SourceError>,
 }
 
-fn key(s: impl Into<String>) -> Seg {
+/// The path segment of a mapping key.
+pub(super) fn key(s: impl Into<String>) -> Seg {
     Seg::Key(s.into())
 }
 
@@ -51,7 +53,7 @@ fn is_region_name(s: &str) -> bool {
 }
 
 impl Validator<'_> {
-    fn error(&mut self, path: &[Seg], message: impl Into<String>) {
+    pub(super) fn error(&mut self, path: &[Seg], message: impl Into<String>) {
         self.errors.push(self.source.error_at(path, message));
     }
 
@@ -128,11 +130,13 @@ impl Validator<'_> {
             service_names[usize::from(id)] = Some(name.clone());
         }
 
-        // Overrides.
+        // Schemes, then overrides (which may name them).
+        let mut schemes = self.schemes(&file.schemes.0, &mut region_of);
         let mut overrides = Vec::with_capacity(file.overrides.len());
         let mut override_regions = Vec::with_capacity(file.overrides.len());
         for (i, spec) in file.overrides.iter().enumerate() {
-            let (o, region) = self.override_rule(i, spec, &service_by_name, &mut region_of);
+            let (o, region) =
+                self.override_rule(i, spec, &service_by_name, &mut schemes, &mut region_of);
             overrides.push(o);
             override_regions.push(region);
         }
@@ -145,6 +149,7 @@ impl Validator<'_> {
         let table = compile(
             file.version,
             regions,
+            schemes,
             overrides,
             &override_regions,
             country_region,
@@ -224,9 +229,42 @@ impl Validator<'_> {
         i: usize,
         spec: &OverrideSpec,
         services: &HashMap<String, u8>,
+        schemes: &mut [super::TableScheme],
         region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
     ) -> (Override, Option<RegionId>) {
         let at = |field: &str| [key("overrides"), Seg::Index(i), key(field)];
+        if spec
+            .scheme
+            .as_deref()
+            .is_some_and(|s| s != crate::scheme::IUID)
+        {
+            let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
+            let after = self.instant(spec.created_after.as_deref(), &at("created_after"));
+            let region = region_of(self, &spec.region, &at("region"));
+            let fields = self.scheme_override(i, spec, schemes, region, (before, after));
+            return (
+                Override {
+                    service: None,
+                    country: None,
+                    created_before_ms: before,
+                    created_after_ms: after,
+                    scheme: spec.scheme.clone(),
+                    fields,
+                    region: spec.region.clone(),
+                },
+                // Compiled into its scheme: no part of the iUID plans.
+                None,
+            );
+        }
+        for (field, _) in &spec.fields.0 {
+            self.error(
+                &at(field),
+                format!(
+                    "unknown key `{field}` (an iUID override has service, country, \
+                     created_before, created_after; field predicates need `scheme:`)"
+                ),
+            );
+        }
         let service = match &spec.service {
             None => None,
             Some(NameOrId::Id(raw)) => self.byte_id("service", *raw, &at("service")),
@@ -272,6 +310,8 @@ impl Validator<'_> {
                 country,
                 created_before_ms: before,
                 created_after_ms: after,
+                scheme: None,
+                fields: Vec::new(),
                 region: spec.region.clone(),
             },
             region,
@@ -336,6 +376,7 @@ fn parse_upstream(url: &str) -> Result<UpstreamSpec, String> {
 fn compile(
     version: String,
     regions: Vec<Region>,
+    schemes: Vec<super::TableScheme>,
     overrides: Vec<Override>,
     override_regions: &[Option<RegionId>],
     country_region: [Option<RegionId>; 256],
@@ -370,6 +411,7 @@ fn compile(
         regions,
         overrides,
         default_region,
+        schemes,
         country_codes: Box::new([const { None }; 256]),
         country_owned,
         service_names: Box::new([const { None }; 256]),
@@ -394,6 +436,7 @@ fn plan_for(
         let decision = Decision {
             region,
             rule: Rule::Override { index },
+            scheme: SchemeSlot::Iuid,
         };
         if o.created_before_ms.is_none() && o.created_after_ms.is_none() {
             return Plan {
@@ -412,6 +455,7 @@ fn plan_for(
         otherwise: country_region[usize::from(country)].map(|region| Decision {
             region,
             rule: Rule::Country { country },
+            scheme: SchemeSlot::Iuid,
         }),
     }
 }

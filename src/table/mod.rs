@@ -14,15 +14,18 @@
 mod live;
 mod load;
 pub mod model;
+mod schemes;
 pub mod watch;
 
 use http::uri::Authority;
-use iuid::{Iuid, ParseError};
+use iuid::Iuid;
 use serde::Serialize;
 
 use crate::metrics::RuleLabel;
 use crate::scheme::iuid::IuidKey;
-use crate::scheme::{Key, Scheme};
+use crate::scheme::{Key, Kind, SchemeError, IUID};
+
+pub use schemes::TableScheme;
 
 pub use live::{rfc3339_ms, LiveTable, ReloadError, ReloadOutcome, TableStatus};
 pub use load::{load_file, load_source};
@@ -51,6 +54,18 @@ pub enum Rule {
     DefaultRegion,
     /// The request carried no id and `unrouted: default_region` sent it to the default.
     Unrouted,
+    /// A scheme's `map` entry covering this value of its `route_by` field.
+    Map {
+        /// The value routed by (after `shift`/`bits`).
+        value: u64,
+    },
+    /// A scheme's `default`: no `map` entry covers the value.
+    SchemeDefault {
+        /// The value routed by.
+        value: u64,
+    },
+    /// A composite key placed by rendezvous hashing.
+    Hash,
 }
 
 impl Rule {
@@ -61,8 +76,22 @@ impl Rule {
             Rule::Country { .. } => RuleLabel::Country,
             Rule::DefaultRegion => RuleLabel::DefaultRegion,
             Rule::Unrouted => RuleLabel::Unrouted,
+            Rule::Map { .. } => RuleLabel::Map,
+            Rule::SchemeDefault { .. } => RuleLabel::SchemeDefault,
+            Rule::Hash => RuleLabel::Hash,
         }
     }
+}
+
+/// Which scheme a decision was made for: the metric label of the decision.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum SchemeSlot {
+    /// No id (an unrouted request).
+    None,
+    /// The built-in `iuid` scheme.
+    Iuid,
+    /// `schemes[i]` of the table.
+    Table(u16),
 }
 
 /// The outcome of [`RoutingTable::resolve`]: where to send the request, and why.
@@ -72,13 +101,28 @@ pub struct Decision {
     pub region: RegionId,
     /// The rule that matched.
     pub rule: Rule,
+    /// The scheme of the id it was made for.
+    pub scheme: SchemeSlot,
 }
 
 /// Why an id has no region.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResolveError {
     /// The text is not an id of the route's scheme (SPEC §6: 400).
-    Malformed(ParseError),
+    Malformed(SchemeError),
+    /// A value of a scheme's `route_by` field that no `map` entry covers, and the scheme has
+    /// no `default` (404).
+    Unmapped {
+        /// The scheme's name.
+        scheme: String,
+        /// The field routed by.
+        field: String,
+        /// Its value (after `shift`/`bits`).
+        value: u64,
+    },
+    /// A route names a scheme the table does not define (404; `check` and reloads refuse
+    /// such tables, so only a table loaded without the config's routes meets it).
+    UnknownScheme(String),
     /// A well-formed iUID whose country no region owns and no override covers (SPEC §6: 404).
     UnownedCountry {
         /// The iUID country id.
@@ -92,6 +136,18 @@ impl std::fmt::Display for ResolveError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ResolveError::Malformed(e) => write!(f, "not a valid id: {e}"),
+            ResolveError::Unmapped {
+                scheme,
+                field,
+                value,
+            } => write!(
+                f,
+                "no region owns {field} {value} of scheme `{scheme}`: no map entry covers it \
+                 and the scheme has no default"
+            ),
+            ResolveError::UnknownScheme(name) => {
+                write!(f, "the routing table defines no scheme `{name}`")
+            }
             ResolveError::UnownedCountry {
                 country,
                 service_entity,
@@ -139,6 +195,12 @@ pub struct Override {
     /// Matches ids whose `unix_ts_ms` is at or above this (ms since the epoch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_after_ms: Option<u64>,
+    /// The scheme it applies to (`None`: `iuid`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub scheme: Option<String>,
+    /// Field predicates of a table scheme: `(field, value)`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub fields: Vec<(String, u64)>,
     /// Target region name.
     pub region: String,
 }
@@ -169,6 +231,8 @@ pub struct RoutingTable {
     pub overrides: Vec<Override>,
     /// Region for ids without routing bits and for unrouted requests.
     pub default_region: RegionId,
+    /// Declared schemes (SPEC §10) in file order; [`SchemeSlot::Table`] indexes this.
+    pub schemes: Vec<TableScheme>,
     country_codes: Box<[Option<String>; 256]>,
     country_owned: [bool; 256],
     service_names: Box<[Option<String>; 256]>,
@@ -178,22 +242,52 @@ pub struct RoutingTable {
 }
 
 impl RoutingTable {
-    /// Parses an id's text with `scheme` and resolves it: the id's key and the decision.
-    ///
-    /// Errors: [`ResolveError::Malformed`] when the text is not an id of the scheme, else as
-    /// [`RoutingTable::resolve`].
-    #[inline]
-    pub fn resolve_text(
-        &self,
-        scheme: Scheme,
-        text: &[u8],
-    ) -> Result<(Key, Decision), ResolveError> {
-        let key = scheme.parse(text).map_err(ResolveError::Malformed)?;
-        self.resolve(&key).map(|decision| (key, decision))
+    /// The scheme called `name`: the built-in `iuid`, or one the table declares.
+    pub fn scheme(&self, name: &str) -> Option<(SchemeSlot, &Kind)> {
+        static IUID_KIND: Kind = Kind::Iuid;
+        if name == IUID {
+            return Some((SchemeSlot::Iuid, &IUID_KIND));
+        }
+        self.schemes
+            .iter()
+            .position(|s| s.name == name)
+            .map(|i| (SchemeSlot::Table(i as u16), &self.schemes[i].kind))
     }
 
-    /// The region that owns the id of `key` and the rule that said so. O(1): two array reads,
-    /// plus one comparison per time-conditional override that names this country/service.
+    /// Every scheme name a route may use: `iuid`, then the declared ones.
+    pub fn scheme_names(&self) -> Vec<&str> {
+        std::iter::once(IUID)
+            .chain(self.schemes.iter().map(|s| s.name.as_str()))
+            .collect()
+    }
+
+    /// Parses an id's text with the scheme called `scheme` and resolves it: the id's key and
+    /// the decision. O(1), or O(log n) over a scheme's map ranges.
+    ///
+    /// Errors: [`ResolveError::Malformed`] when the text is not an id of the scheme,
+    /// [`ResolveError::UnknownScheme`], else as [`RoutingTable::resolve_in`].
+    #[inline]
+    pub fn resolve_text<'t>(
+        &self,
+        scheme: &str,
+        text: &'t [u8],
+    ) -> Result<(Key<'t>, Decision), ResolveError> {
+        if scheme == IUID {
+            let key = crate::scheme::iuid::parse(text)
+                .map_err(|e| ResolveError::Malformed(SchemeError::Iuid(e)))?;
+            let key = Key::Iuid(key);
+            return self.resolve(&key).map(|decision| (key, decision));
+        }
+        let (slot, kind) = self
+            .scheme(scheme)
+            .ok_or_else(|| ResolveError::UnknownScheme(scheme.to_owned()))?;
+        let key = kind.parse(text).map_err(ResolveError::Malformed)?;
+        self.resolve_in(slot, &key).map(|decision| (key, decision))
+    }
+
+    /// The region that owns the iUID of `key` and the rule that said so. O(1): two array
+    /// reads, plus one comparison per time-conditional override that names this
+    /// country/service. A key of another scheme is resolved by [`RoutingTable::resolve_in`].
     #[inline]
     pub fn resolve(&self, key: &Key) -> Result<Decision, ResolveError> {
         match key {
@@ -201,7 +295,22 @@ impl RoutingTable {
             Key::Iuid(IuidKey::NoRoutingBits(_)) => Ok(Decision {
                 region: self.default_region,
                 rule: Rule::DefaultRegion,
+                scheme: SchemeSlot::Iuid,
             }),
+            _ => Err(ResolveError::UnknownScheme(
+                "a table scheme's id resolved as an iUID".to_owned(),
+            )),
+        }
+    }
+
+    /// The region that owns `key`, an id of the scheme in `slot`: its overrides (first match
+    /// wins), then its map or hash.
+    ///
+    /// Errors: [`ResolveError::Unmapped`], or as [`RoutingTable::resolve`] for `iuid`.
+    pub fn resolve_in(&self, slot: SchemeSlot, key: &Key) -> Result<Decision, ResolveError> {
+        match slot {
+            SchemeSlot::Table(i) => self.schemes[usize::from(i)].resolve(i, key),
+            SchemeSlot::Iuid | SchemeSlot::None => self.resolve(key),
         }
     }
 

@@ -23,7 +23,10 @@ pub struct TableFile {
     /// iUID service_entity id → name, in file order.
     #[serde(default)]
     pub services: Entries<i64, String>,
-    /// Rules checked before the country map, first match wins.
+    /// Id schemes besides `iuid` (SPEC §10), by name, in file order.
+    #[serde(default)]
+    pub schemes: Entries<String, SchemeSpec>,
+    /// Rules checked before the country map (or a scheme's map), first match wins.
     #[serde(default)]
     pub overrides: Vec<OverrideSpec>,
     /// Region for ids without routing bits (UUIDv4/v7) and for unrouted requests.
@@ -81,10 +84,112 @@ impl<'de> Deserialize<'de> for CountrySpec {
     }
 }
 
-/// One override rule; every predicate given must hold (SPEC §5).
+/// One declared scheme (SPEC §10). Which keys apply depends on `kind`; validation says which
+/// are missing or out of place.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct SchemeSpec {
+    /// `guid_shard`, `uniqid_shard`, `composite` or `snowflake`.
+    pub kind: String,
+    /// The field (and optionally the bit slice of it) that `map` is keyed by.
+    #[serde(default)]
+    pub route_by: Option<RouteBySpec>,
+    /// Field value or inclusive range `"a-b"` → region, in file order.
+    #[serde(default)]
+    pub map: Option<Entries<MapKey, String>>,
+    /// The region of values no `map` entry covers (else 404).
+    #[serde(default)]
+    pub default: Option<String>,
+    /// Rendezvous hashing of a composite key over weighted regions.
+    #[serde(default)]
+    pub hash: Option<HashSpec>,
+    /// `uniqid_shard`: shards the digit is taken modulo (1–10).
+    #[serde(default)]
+    pub total_shards: Option<i64>,
+    /// `composite`: the character between the key and `t*`.
+    #[serde(default)]
+    pub separator: Option<String>,
+    /// `snowflake`: a preset (`twitter`, `instagram`, `sonyflake`, `discord`).
+    #[serde(default)]
+    pub layout: Option<String>,
+    /// `snowflake`: a custom layout, fields from the most significant bit.
+    #[serde(default)]
+    pub fields: Option<Vec<FieldSpec>>,
+}
+
+/// `route_by: { field, shift, bits }`: the value routed by is
+/// `(field >> shift) & ((1 << bits) - 1)`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RouteBySpec {
+    /// A field of the scheme's ids.
+    pub field: String,
+    /// Low bits dropped first.
+    #[serde(default)]
+    pub shift: Option<u32>,
+    /// Bits kept after the shift.
+    #[serde(default)]
+    pub bits: Option<u32>,
+}
+
+/// `hash: { weights: { region: weight } }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HashSpec {
+    /// Region → weight (> 0), in file order.
+    pub weights: Entries<String, f64>,
+}
+
+/// One field of a custom snowflake layout.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FieldSpec {
+    /// Its name; `time` is the creation time.
+    pub name: String,
+    /// Its width in bits.
+    pub bits: u32,
+    /// `time` only: ms per unit (default 1).
+    #[serde(default)]
+    pub unit_ms: Option<u64>,
+    /// `time` only: ms since the Unix epoch at 0 (default 0).
+    #[serde(default)]
+    pub epoch_ms: Option<u64>,
+}
+
+/// A `map:` key as written: a number, or text (`"150"`, `"0-3"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapKey(pub String);
+
+impl<'de> Deserialize<'de> for MapKey {
+    fn deserialize<D: de::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = MapKey;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a value or a range \"a-b\"")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<MapKey, E> {
+                Ok(MapKey(v.to_owned()))
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<MapKey, E> {
+                Ok(MapKey(v.to_string()))
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<MapKey, E> {
+                Ok(MapKey(v.to_string()))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// One override rule; every predicate given must hold (SPEC §5, §10). Keys other than the
+/// ones below are predicates over the fields of `scheme`'s ids (`shard: 17`); validation
+/// refuses them for a scheme without such a field, which is how a typo is still an error.
+#[derive(Debug, Deserialize)]
 pub struct OverrideSpec {
+    /// The scheme of the ids it applies to (default `iuid`).
+    #[serde(default)]
+    pub scheme: Option<String>,
     /// Service entity, by name from `services` or by id.
     #[serde(default)]
     pub service: Option<NameOrId>,
@@ -99,6 +204,9 @@ pub struct OverrideSpec {
     pub created_after: Option<String>,
     /// Where matching ids go.
     pub region: String,
+    /// Field predicates: field name → value.
+    #[serde(flatten)]
+    pub fields: Entries<String, i64>,
 }
 
 /// A service given by name (`WalletAccount`) or by numeric id (`2`).

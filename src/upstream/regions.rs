@@ -21,8 +21,8 @@ use http::uri::Authority;
 
 use super::budget::RetryBudget;
 use super::{Registry, UpstreamState};
-use crate::metrics::RegionMetrics;
-use crate::table::{LiveTable, RegionId, RoutingTable};
+use crate::metrics::{DecisionCounters, RegionMetrics};
+use crate::table::{LiveTable, RegionId, RoutingTable, SchemeSlot};
 
 /// One upstream of a region at run time.
 #[derive(Debug, Clone)]
@@ -55,12 +55,15 @@ pub struct RegionRuntime {
     pub state: Arc<RegionState>,
 }
 
-/// The serving table and its regions' runtime, indexed alike by [`RegionId`].
+/// The serving table and its regions' runtime, indexed alike by [`RegionId`], with the
+/// decision counters of its schemes.
 #[derive(Debug)]
 pub struct Routing {
     /// The routing table these regions belong to.
     pub table: Arc<RoutingTable>,
     regions: Box<[RegionRuntime]>,
+    /// Decision counters of `table.schemes`, index for index.
+    schemes: Box<[DecisionCounters]>,
 }
 
 impl Routing {
@@ -68,6 +71,16 @@ impl Routing {
     #[inline]
     pub fn region(&self, id: RegionId) -> &RegionRuntime {
         &self.regions[usize::from(id.0)]
+    }
+
+    /// The decision counters of the scheme a decision was made for.
+    #[inline]
+    pub fn decisions(&self, scheme: SchemeSlot) -> &DecisionCounters {
+        match scheme {
+            SchemeSlot::Iuid => DecisionCounters::iuid(),
+            SchemeSlot::None => DecisionCounters::none(),
+            SchemeSlot::Table(i) => &self.schemes[usize::from(i)],
+        }
     }
 }
 
@@ -155,6 +168,11 @@ fn reconcile(
     Routing {
         table: table.clone(),
         regions,
+        schemes: table
+            .schemes
+            .iter()
+            .map(|s| DecisionCounters::new(&s.name))
+            .collect(),
     }
 }
 

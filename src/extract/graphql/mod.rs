@@ -23,9 +23,6 @@ use cache::PlanCache;
 use plan::{IdSource, ParseLimits};
 use scan::Literal;
 
-use super::Token;
-use crate::scheme::Scheme;
-
 /// Variables read from a persisted query (sent by hash only) when none are configured.
 pub const DEFAULT_PERSISTED_ID_VARIABLES: [&str; 3] = ["id", "ids", "nodeId"];
 
@@ -110,8 +107,8 @@ pub struct GraphqlRoute {
     /// The endpoint path, matched exactly (e.g. `/graphql`).
     pub path: String,
     persisted_id_variables: Vec<String>,
-    /// The scheme of the route's ids.
-    scheme: Scheme,
+    /// The scheme name of the route's ids.
+    scheme: String,
     limits: ParseLimits,
     cache: PlanCache,
 }
@@ -144,12 +141,17 @@ thread_local! {
 }
 
 impl GraphqlRoute {
-    /// A route for `path` whose ids are of `scheme`; `persisted_id_variables` empty means the
+    /// The scheme name of the route's ids.
+    pub fn scheme(&self) -> &str {
+        &self.scheme
+    }
+
+    /// A route for `path` whose ids are of the scheme called `scheme`; `persisted_id_variables` empty means the
     /// defaults.
     pub fn new(
         path: String,
         persisted_id_variables: Vec<String>,
-        scheme: Scheme,
+        scheme: String,
         limits: ParseLimits,
     ) -> Self {
         let persisted_id_variables = if persisted_id_variables.is_empty() {
@@ -178,7 +180,7 @@ impl GraphqlRoute {
         &self,
         query: &str,
         cold: ColdParse,
-        out: &mut Vec<Token<'static>>,
+        out: &mut Vec<Vec<u8>>,
     ) -> Result<(), GraphqlError> {
         let mut op = Operation::default();
         let mut variables = None;
@@ -209,7 +211,7 @@ impl GraphqlRoute {
         content_type: Option<&[u8]>,
         body: &[u8],
         cold: ColdParse,
-        out: &mut Vec<Token<'static>>,
+        out: &mut Vec<Vec<u8>>,
     ) -> Result<(), GraphqlError> {
         if content_type.is_some_and(is_raw_document) {
             let text = std::str::from_utf8(body)
@@ -246,7 +248,7 @@ impl GraphqlRoute {
         &self,
         op: &Operation<'_>,
         budget: &mut ColdBudget,
-        out: &mut Vec<Token<'static>>,
+        out: &mut Vec<Vec<u8>>,
     ) -> Result<(), GraphqlError> {
         let variables = match &op.variables {
             None | Some(Value::Null) => None,
@@ -268,7 +270,7 @@ impl GraphqlRoute {
             // configured variables say.
             for name in &self.persisted_id_variables {
                 if let Some(value) = variables.and_then(|v| v.get(name.as_str())) {
-                    push_value(value, self.scheme, out)?;
+                    push_value(value, out)?;
                 }
             }
             return Ok(());
@@ -293,13 +295,13 @@ impl GraphqlRoute {
                 .map_err(|e| GraphqlError::Invalid(e.to_string()))?;
             for source in plan.sources.iter() {
                 match source {
-                    IdSource::Literal(i) => push_literal(query, &literals, *i, self.scheme, out),
+                    IdSource::Literal(i) => push_literal(query, &literals, *i, out),
                     IdSource::Variable { name, default } => {
                         match variables.and_then(|v| v.get(&**name)) {
-                            Some(value) if !value.is_null() => push_value(value, self.scheme, out)?,
+                            Some(value) if !value.is_null() => push_value(value, out)?,
                             _ => {
                                 for i in default.iter() {
-                                    push_literal(query, &literals, *i, self.scheme, out);
+                                    push_literal(query, &literals, *i, out);
                                 }
                             }
                         }
@@ -337,33 +339,20 @@ fn json_param(name: &str, text: Option<Cow<'_, str>>) -> Result<Option<Value>, G
     }
 }
 
-fn push_literal(
-    doc: &str,
-    literals: &[Literal],
-    index: u32,
-    scheme: Scheme,
-    out: &mut Vec<Token<'static>>,
-) {
+fn push_literal(doc: &str, literals: &[Literal], index: u32, out: &mut Vec<Vec<u8>>) {
     if let Some(l) = literals.get(index as usize) {
         let text = &doc.as_bytes()[l.start as usize..l.end as usize];
-        out.push(Token {
-            text: Cow::Owned(text.trim_ascii().to_vec()),
-            scheme,
-        });
+        out.push(text.trim_ascii().to_vec());
     }
 }
 
-/// A variable's value: an id (a string, or a number for schemes of integer ids), or a list
-/// of them (`nodes(ids: $ids)`).
-fn push_value(
-    value: &Value,
-    scheme: Scheme,
-    out: &mut Vec<Token<'static>>,
-) -> Result<(), GraphqlError> {
+/// A variable's value: an id (a string, or a number for schemes of integer ids such as
+/// snowflakes), or a list of them (`nodes(ids: $ids)`).
+fn push_value(value: &Value, out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
     let text = match value {
         Value::String(s) => s.trim().as_bytes().to_vec(),
         Value::Number(n) => n.to_string().into_bytes(),
-        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, scheme, out)),
+        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, out)),
         Value::Null => return Ok(()),
         other => {
             return Err(GraphqlError::Invalid(format!(
@@ -371,10 +360,7 @@ fn push_value(
             )))
         }
     };
-    out.push(Token {
-        text: Cow::Owned(text),
-        scheme,
-    });
+    out.push(text);
     Ok(())
 }
 
@@ -389,7 +375,7 @@ mod tests {
         GraphqlRoute::new(
             "/graphql".into(),
             Vec::new(),
-            Scheme::Iuid,
+            "iuid".to_owned(),
             ParseLimits {
                 tokens: 10_000,
                 depth: 64,
@@ -402,13 +388,13 @@ mod tests {
     fn ids(route: &GraphqlRoute, body: &str) -> Result<Vec<String>, GraphqlError> {
         let mut out = Vec::new();
         route.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)?;
-        Ok(out.iter().map(canonical).collect())
+        Ok(out.iter().map(|t| canonical(t)).collect())
     }
 
-    fn canonical(token: &Token) -> String {
-        match token.scheme.parse(&token.text) {
+    fn canonical(text: &[u8]) -> String {
+        match crate::scheme::iuid::parse(text) {
             Ok(key) => key.to_string(),
-            Err(_) => format!("malformed: {}", String::from_utf8_lossy(&token.text)),
+            Err(_) => format!("malformed: {}", String::from_utf8_lossy(text)),
         }
     }
 

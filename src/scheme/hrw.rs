@@ -1,0 +1,198 @@
+//! Weighted rendezvous (highest random weight) hashing, fixed by SPEC §10 so that services in
+//! any language place a key where the router does:
+//!
+//! for each region `r`: `h = xxHash64(seed 0)` of the bytes `r ‖ 0x00 ‖ key`,
+//! `u = (h + 0.5) / 2^64`, `score = −weight / ln(u)` (in f64); the highest score wins, a tie
+//! goes to the smaller region name.
+//!
+//! Adding or removing a region moves only the keys it gains or loses (about `weight / total`
+//! of them), since every other region's score for a key is unchanged.
+
+use xxhash_rust::xxh64::xxh64;
+
+/// Longest `region ‖ 0 ‖ key` hashed from a stack buffer; longer ones (never with valid
+/// names and keys) go through the heap.
+const STACK: usize = 320;
+
+/// The score of `region` (with `weight`) for `key`.
+#[inline]
+pub fn score(region: &[u8], weight: f64, key: &[u8]) -> f64 {
+    let len = region.len() + 1 + key.len();
+    let h = if len <= STACK {
+        let mut buf = [0u8; STACK];
+        buf[..region.len()].copy_from_slice(region);
+        buf[region.len() + 1..len].copy_from_slice(key);
+        xxh64(&buf[..len], 0)
+    } else {
+        let mut buf = Vec::with_capacity(len);
+        buf.extend_from_slice(region);
+        buf.push(0);
+        buf.extend_from_slice(key);
+        xxh64(&buf, 0)
+    };
+    let u = (h as f64 + 0.5) / 18_446_744_073_709_551_616.0;
+    -weight / u.ln()
+}
+
+/// The index in `regions` (`(name, weight)`, weights > 0) that `key` is placed in; `None`
+/// when `regions` is empty.
+pub fn place<N: AsRef<[u8]>>(regions: &[(N, f64)], key: &[u8]) -> Option<usize> {
+    let mut best: Option<(usize, f64)> = None;
+    for (i, (name, weight)) in regions.iter().enumerate() {
+        let s = score(name.as_ref(), *weight, key);
+        best = match best {
+            None => Some((i, s)),
+            Some((b, bs)) => {
+                let better = s > bs || (s == bs && name.as_ref() < regions[b].0.as_ref());
+                Some(if better { (i, s) } else { (b, bs) })
+            }
+        };
+    }
+    best.map(|(i, _)| i)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// xxHash64 written out from its specification (Yann Collet's XXH64), independent of the
+    /// crate the router uses, to check the placement against.
+    fn reference_xxh64(input: &[u8], seed: u64) -> u64 {
+        const P1: u64 = 0x9E37_79B1_85EB_CA87;
+        const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+        const P3: u64 = 0x1656_67B1_9E37_79F9;
+        const P4: u64 = 0x85EB_CA77_C2B2_AE63;
+        const P5: u64 = 0x27D4_EB2F_1656_67C5;
+        let round = |acc: u64, lane: u64| {
+            acc.wrapping_add(lane.wrapping_mul(P2))
+                .rotate_left(31)
+                .wrapping_mul(P1)
+        };
+        let merge = |acc: u64, v: u64| (acc ^ round(0, v)).wrapping_mul(P1).wrapping_add(P4);
+        let word = |b: &[u8]| u64::from_le_bytes(b[..8].try_into().expect("8 bytes"));
+        let mut p = input;
+        let mut h = if input.len() >= 32 {
+            let mut v = [
+                seed.wrapping_add(P1).wrapping_add(P2),
+                seed.wrapping_add(P2),
+                seed,
+                seed.wrapping_sub(P1),
+            ];
+            while p.len() >= 32 {
+                for (i, lane) in v.iter_mut().enumerate() {
+                    *lane = round(*lane, word(&p[i * 8..]));
+                }
+                p = &p[32..];
+            }
+            let mut h = v[0]
+                .rotate_left(1)
+                .wrapping_add(v[1].rotate_left(7))
+                .wrapping_add(v[2].rotate_left(12))
+                .wrapping_add(v[3].rotate_left(18));
+            for lane in v {
+                h = merge(h, lane);
+            }
+            h
+        } else {
+            seed.wrapping_add(P5)
+        };
+        h = h.wrapping_add(input.len() as u64);
+        while p.len() >= 8 {
+            h = (h ^ round(0, word(p)))
+                .rotate_left(27)
+                .wrapping_mul(P1)
+                .wrapping_add(P4);
+            p = &p[8..];
+        }
+        if p.len() >= 4 {
+            let w = u64::from(u32::from_le_bytes(p[..4].try_into().expect("4 bytes")));
+            h = (h ^ w.wrapping_mul(P1))
+                .rotate_left(23)
+                .wrapping_mul(P2)
+                .wrapping_add(P3);
+            p = &p[4..];
+        }
+        for &b in p {
+            h = (h ^ u64::from(b).wrapping_mul(P5))
+                .rotate_left(11)
+                .wrapping_mul(P1);
+        }
+        h ^= h >> 33;
+        h = h.wrapping_mul(P2);
+        h ^= h >> 29;
+        h = h.wrapping_mul(P3);
+        h ^ (h >> 32)
+    }
+
+    /// SPEC §10's function, written with the reference hash.
+    fn reference_place(regions: &[(&str, f64)], key: &str) -> &'static str {
+        let mut best: Option<(&str, f64)> = None;
+        for (name, weight) in regions {
+            let mut bytes = name.as_bytes().to_vec();
+            bytes.push(0);
+            bytes.extend_from_slice(key.as_bytes());
+            let u = (reference_xxh64(&bytes, 0) as f64 + 0.5) / 2f64.powi(64);
+            let s = -weight / u.ln();
+            let better = match best {
+                None => true,
+                Some((b, bs)) => s > bs || (s == bs && *name < b),
+            };
+            if better {
+                best = Some((name, s));
+            }
+        }
+        match best.map(|(n, _)| n) {
+            Some("eu") => "eu",
+            Some("us") => "us",
+            Some("ap") => "ap",
+            Some("sa") => "sa",
+            _ => "?",
+        }
+    }
+
+    #[test]
+    fn the_reference_hash_has_the_published_empty_input_value() {
+        assert_eq!(reference_xxh64(b"", 0), 0xEF46_DB37_51D8_E999);
+        assert_eq!(xxh64(b"", 0), 0xEF46_DB37_51D8_E999);
+        // Inputs of every tail length and over the 32-byte stripe agree with the crate.
+        let text: Vec<u8> = (0u8..100).collect();
+        for n in 0..text.len() {
+            assert_eq!(reference_xxh64(&text[..n], 0), xxh64(&text[..n], 0), "{n}");
+        }
+    }
+
+    #[test]
+    fn placement_matches_an_independent_implementation_for_1000_keys() {
+        let regions = [("eu", 2.0), ("us", 1.0), ("ap", 1.0)];
+        let mut counts = [0usize; 3];
+        for k in 0..1000 {
+            let key = format!("device-{k:04}");
+            let got = place(&regions, key.as_bytes()).expect("a region");
+            assert_eq!(regions[got].0, reference_place(&regions, &key), "{key}");
+            counts[got] += 1;
+        }
+        // Weights 2:1:1 → about 500/250/250.
+        assert!((430..570).contains(&counts[0]), "{counts:?}");
+        assert!((190..310).contains(&counts[1]), "{counts:?}");
+    }
+
+    #[test]
+    fn adding_a_region_moves_only_keys_to_it() {
+        let before = [("eu", 2.0), ("us", 1.0), ("ap", 1.0)];
+        let after = [("eu", 2.0), ("us", 1.0), ("ap", 1.0), ("sa", 1.0)];
+        let mut moved = 0;
+        for k in 0..1000 {
+            let key = format!("device-{k:04}");
+            let (a, b) = (
+                place(&before, key.as_bytes()).expect("a region"),
+                place(&after, key.as_bytes()).expect("a region"),
+            );
+            if before[a].0 != after[b].0 {
+                assert_eq!(after[b].0, "sa", "{key} moved between old regions");
+                moved += 1;
+            }
+        }
+        // sa's share is 1/5 of the weight: about 200 keys.
+        assert!((140..260).contains(&moved), "{moved}");
+    }
+}

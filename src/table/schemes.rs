@@ -1,0 +1,559 @@
+//! Declared schemes (SPEC §10): `schemes:` validated with file:line:column and compiled into
+//! what resolves their ids — overrides first, then a map over a field (sorted, disjoint
+//! ranges, binary search) or weighted rendezvous hashing of a composite key.
+
+use std::collections::HashMap;
+
+use super::load::{key, Validator};
+use super::model::{FieldSpec, MapKey, OverrideSpec, SchemeSpec};
+use super::{Decision, RegionId, ResolveError, Rule, SchemeSlot};
+use crate::scheme::snowflake::Layout;
+use crate::scheme::{hrw, Key, Kind, IUID};
+use crate::source::{locate, Seg};
+
+/// A compiled scheme of the table.
+#[derive(Debug)]
+pub struct TableScheme {
+    /// Its name, as routes and overrides give it.
+    pub name: String,
+    /// Its kind and settings (the parser).
+    pub kind: Kind,
+    routing: KeyRouting,
+    overrides: Vec<SchemeOverride>,
+}
+
+#[derive(Debug)]
+enum KeyRouting {
+    /// `(field >> shift) & mask` looked up in disjoint inclusive ranges sorted by start.
+    Map {
+        field: usize,
+        field_name: String,
+        shift: u32,
+        mask: u64,
+        ranges: Vec<(u64, u64, RegionId)>,
+        default: Option<RegionId>,
+    },
+    /// Rendezvous hashing over `(region name, weight, region)`.
+    Hash(Vec<(String, f64, RegionId)>),
+}
+
+/// An override of this scheme: every field predicate and the time window must hold.
+#[derive(Debug)]
+struct SchemeOverride {
+    index: usize,
+    fields: Vec<(usize, u64)>,
+    after_ms: u64,
+    before_ms: u64,
+    region: RegionId,
+}
+
+impl TableScheme {
+    /// Resolves `key` (an id of this scheme, `schemes[slot]`).
+    pub(super) fn resolve(&self, slot: u16, key: &Key) -> Result<Decision, ResolveError> {
+        let scheme = SchemeSlot::Table(slot);
+        if !self.overrides.is_empty() {
+            let created = self.kind.created_ms(key);
+            for o in &self.overrides {
+                let fields_hold = o.fields.iter().all(|&(f, v)| self.kind.field(key, f) == v);
+                let time_holds = (o.after_ms == 0 && o.before_ms == u64::MAX)
+                    || created.is_some_and(|t| o.after_ms <= t && t < o.before_ms);
+                if fields_hold && time_holds {
+                    return Ok(Decision {
+                        region: o.region,
+                        rule: Rule::Override { index: o.index },
+                        scheme,
+                    });
+                }
+            }
+        }
+        match &self.routing {
+            KeyRouting::Map {
+                field,
+                field_name,
+                shift,
+                mask,
+                ranges,
+                default,
+            } => {
+                let value = (self.kind.field(key, *field) >> shift) & mask;
+                let i = ranges.partition_point(|r| r.0 <= value);
+                if let Some(&(_, end, region)) = i.checked_sub(1).map(|i| &ranges[i]) {
+                    if value <= end {
+                        return Ok(Decision {
+                            region,
+                            rule: Rule::Map { value },
+                            scheme,
+                        });
+                    }
+                }
+                match default {
+                    Some(region) => Ok(Decision {
+                        region: *region,
+                        rule: Rule::SchemeDefault { value },
+                        scheme,
+                    }),
+                    None => Err(ResolveError::Unmapped {
+                        scheme: self.name.clone(),
+                        field: field_name.clone(),
+                        value,
+                    }),
+                }
+            }
+            KeyRouting::Hash(regions) => {
+                let bytes = match key {
+                    Key::Composite(c) => c.key,
+                    _ => &[],
+                };
+                let weights: &[(String, f64, RegionId)] = regions;
+                let winner = place(weights, bytes);
+                Ok(Decision {
+                    region: weights[winner].2,
+                    rule: Rule::Hash,
+                    scheme,
+                })
+            }
+        }
+    }
+
+    /// Field names of the scheme's ids, for the admin API and `decode`.
+    pub fn field_names(&self) -> Vec<&str> {
+        self.kind.fields()
+    }
+}
+
+/// [`hrw::place`] over `(name, weight, region)` (validated non-empty).
+fn place(regions: &[(String, f64, RegionId)], key: &[u8]) -> usize {
+    let mut best = 0;
+    let mut best_score = f64::NEG_INFINITY;
+    for (i, (name, weight, _)) in regions.iter().enumerate() {
+        let s = hrw::score(name.as_bytes(), *weight, key);
+        if s > best_score || (s == best_score && *name < regions[best].0) {
+            best = i;
+            best_score = s;
+        }
+    }
+    best
+}
+
+/// A map key: a value `"150"` or an inclusive range `"0-3"`.
+fn parse_range(text: &str) -> Option<(u64, u64)> {
+    let text = text.trim();
+    match text.split_once('-') {
+        Some((a, b)) => {
+            let (a, b) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+            (a <= b).then_some((a, b))
+        }
+        None => text.parse().ok().map(|v| (v, v)),
+    }
+}
+
+impl Validator<'_> {
+    /// Validates and compiles `schemes:`; `region_of` names the region of a region name
+    /// (recording an error if there is none).
+    pub(super) fn schemes(
+        &mut self,
+        specs: &[(String, SchemeSpec)],
+        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
+    ) -> Vec<TableScheme> {
+        let mut out = Vec::new();
+        let mut seen: HashMap<&str, usize> = HashMap::new();
+        for (name, spec) in specs {
+            let nth = seen.entry(name).and_modify(|n| *n += 1).or_insert(0);
+            let name_path = [key("schemes"), Seg::KeyName(name.clone(), *nth)];
+            if *nth > 0 {
+                self.error(&name_path, format!("scheme `{name}` is defined twice"));
+                continue;
+            }
+            if name == IUID {
+                self.error(
+                    &name_path,
+                    "`iuid` is built in and cannot be redefined; name the scheme otherwise",
+                );
+                continue;
+            }
+            if let Some(s) = self.scheme(name, spec, region_of) {
+                out.push(s);
+            }
+        }
+        out
+    }
+
+    fn scheme(
+        &mut self,
+        name: &str,
+        spec: &SchemeSpec,
+        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
+    ) -> Option<TableScheme> {
+        let at = |k: &str| vec![key("schemes"), key(name), key(k)];
+        let kind = self.kind(name, spec)?;
+        // Keys that belong to other kinds: a typo or a misunderstanding, never ignored.
+        let misplaced: [(&str, bool, bool); 4] = [
+            (
+                "total_shards",
+                spec.total_shards.is_some(),
+                matches!(kind, Kind::UniqidShard { .. }),
+            ),
+            (
+                "separator",
+                spec.separator.is_some(),
+                matches!(kind, Kind::Composite { .. }),
+            ),
+            (
+                "layout",
+                spec.layout.is_some(),
+                matches!(kind, Kind::Snowflake(_)),
+            ),
+            (
+                "fields",
+                spec.fields.is_some(),
+                matches!(kind, Kind::Snowflake(_)),
+            ),
+        ];
+        for (k, given, belongs) in misplaced {
+            if given && !belongs {
+                self.error(
+                    &at(k),
+                    format!("`{k}` does not apply to kind `{}`", kind.name()),
+                );
+            }
+        }
+        let routing = if matches!(kind, Kind::Composite { .. }) {
+            for (k, given) in [
+                ("map", spec.map.is_some()),
+                ("route_by", spec.route_by.is_some()),
+                ("default", spec.default.is_some()),
+            ] {
+                if given {
+                    self.error(
+                        &at(k),
+                        format!("a composite key is placed by `hash`, not `{k}`"),
+                    );
+                }
+            }
+            self.hash(name, spec, region_of)?
+        } else {
+            if spec.hash.is_some() {
+                self.error(
+                    &at("hash"),
+                    "`hash` places composite keys; this kind routes by `map`",
+                );
+            }
+            self.map(name, spec, &kind, region_of)?
+        };
+        Some(TableScheme {
+            name: name.to_owned(),
+            kind,
+            routing,
+            overrides: Vec::new(),
+        })
+    }
+
+    fn kind(&mut self, name: &str, spec: &SchemeSpec) -> Option<Kind> {
+        let at = |k: &str| vec![key("schemes"), key(name), key(k)];
+        match spec.kind.as_str() {
+            "guid_shard" => Some(Kind::GuidShard),
+            "uniqid_shard" => match spec.total_shards {
+                Some(n @ 1..=10) => Some(Kind::UniqidShard {
+                    total_shards: n as u8,
+                }),
+                Some(n) => {
+                    self.error(
+                        &at("total_shards"),
+                        format!("total_shards {n}: the shard is one decimal digit, so 1-10"),
+                    );
+                    None
+                }
+                None => {
+                    self.error(&at("kind"), "a uniqid_shard scheme needs `total_shards`");
+                    None
+                }
+            },
+            "composite" => {
+                let sep = spec.separator.as_deref().unwrap_or(":");
+                match sep.as_bytes() {
+                    [b] if b.is_ascii_graphic() && !b.is_ascii_digit() => {
+                        Some(Kind::Composite { separator: *b })
+                    }
+                    _ => {
+                        self.error(
+                            &at("separator"),
+                            format!("separator `{sep}`: one visible ASCII character, not a digit"),
+                        );
+                        None
+                    }
+                }
+            }
+            "snowflake" => {
+                let layout = match (&spec.layout, &spec.fields) {
+                    (Some(preset), None) => Layout::preset(preset).map_err(|e| (at("layout"), e)),
+                    (None, Some(fields)) => custom_layout(fields).map_err(|e| (at("fields"), e)),
+                    _ => {
+                        self.error(
+                            &at("kind"),
+                            "a snowflake scheme needs exactly one of `layout` and `fields`",
+                        );
+                        return None;
+                    }
+                };
+                match layout {
+                    Ok(l) => Some(Kind::Snowflake(l)),
+                    Err((path, e)) => {
+                        self.error(&path, e.to_string());
+                        None
+                    }
+                }
+            }
+            other => {
+                self.error(
+                    &at("kind"),
+                    format!(
+                        "unknown kind `{other}` (kinds: guid_shard, uniqid_shard, composite, \
+                         snowflake; iuid is built in)"
+                    ),
+                );
+                None
+            }
+        }
+    }
+
+    fn hash(
+        &mut self,
+        name: &str,
+        spec: &SchemeSpec,
+        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
+    ) -> Option<KeyRouting> {
+        let Some(hash) = &spec.hash else {
+            self.error(
+                &[key("schemes"), key(name), key("kind")],
+                "a composite scheme needs `hash: { weights: { region: weight } }`",
+            );
+            return None;
+        };
+        let mut regions = Vec::new();
+        for (region, weight) in &hash.weights.0 {
+            let path = [
+                key("schemes"),
+                key(name),
+                key("hash"),
+                key("weights"),
+                key(region.clone()),
+            ];
+            if !(weight.is_finite() && *weight > 0.0) {
+                self.error(
+                    &path,
+                    format!("weight {weight} of `{region}`: weights are > 0"),
+                );
+                continue;
+            }
+            if let Some(id) = region_of(self, region, &path) {
+                regions.push((region.clone(), *weight, id));
+            }
+        }
+        if hash.weights.0.is_empty() {
+            self.error(
+                &[key("schemes"), key(name), key("hash"), key("weights")],
+                "no region to place keys in",
+            );
+        }
+        (!regions.is_empty()).then_some(KeyRouting::Hash(regions))
+    }
+
+    fn map(
+        &mut self,
+        name: &str,
+        spec: &SchemeSpec,
+        kind: &Kind,
+        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
+    ) -> Option<KeyRouting> {
+        let at = |k: &str| vec![key("schemes"), key(name), key(k)];
+        let fields = kind.fields();
+        let (field_name, shift, bits) = match &spec.route_by {
+            Some(r) => (r.field.clone(), r.shift.unwrap_or(0), r.bits),
+            None if fields.len() == 1 => (fields[0].to_owned(), 0, None),
+            None => {
+                self.error(
+                    &at("kind"),
+                    format!(
+                        "this scheme has several fields ({}): name one in `route_by: {{ field }}`",
+                        fields.join(", ")
+                    ),
+                );
+                return None;
+            }
+        };
+        let Some(field) = fields.iter().position(|f| *f == field_name) else {
+            self.error(
+                &[key("schemes"), key(name), key("route_by"), key("field")],
+                format!(
+                    "`{field_name}` is not a field of this scheme (fields: {})",
+                    fields.join(", ")
+                ),
+            );
+            return None;
+        };
+        if shift > 63 || bits.is_some_and(|b| b == 0 || b > 64) {
+            self.error(&at("route_by"), "shift is 0-63 and bits 1-64");
+            return None;
+        }
+        let mask = match bits {
+            Some(64) | None => u64::MAX,
+            Some(b) => (1u64 << b) - 1,
+        };
+        let default = match &spec.default {
+            Some(region) => Some(region_of(self, region, &at("default"))?),
+            None => None,
+        };
+        let Some(map) = &spec.map else {
+            self.error(
+                &at("kind"),
+                "this scheme needs a `map` of values to regions",
+            );
+            return None;
+        };
+        let mut ranges: Vec<(u64, u64, RegionId, usize)> = Vec::new();
+        let mut seen_keys: HashMap<&str, usize> = HashMap::new();
+        for (i, (MapKey(text), region)) in map.0.iter().enumerate() {
+            let nth = seen_keys
+                .entry(text.as_str())
+                .and_modify(|n| *n += 1)
+                .or_insert(0);
+            let key_path = vec![
+                key("schemes"),
+                key(name),
+                key("map"),
+                Seg::KeyName(text.clone(), *nth),
+            ];
+            let Some((a, b)) = parse_range(text) else {
+                self.error(
+                    &key_path,
+                    format!("`{text}` is not a value or an inclusive range `a-b` (a <= b)"),
+                );
+                continue;
+            };
+            let value_path = [key("schemes"), key(name), key("map"), key(text.clone())];
+            if let Some(id) = region_of(self, region, &value_path) {
+                ranges.push((a, b, id, i));
+            }
+        }
+        ranges.sort_by_key(|r| (r.0, r.1));
+        for pair in ranges.windows(2) {
+            let (x, y) = (pair[0], pair[1]);
+            if y.0 <= x.1 {
+                let key_of = |i: usize| map.0[i].0 .0.clone();
+                let (kx, ky) = (key_of(x.3), key_of(y.3));
+                let other_line = locate(
+                    &self.source.text,
+                    &[
+                        key("schemes"),
+                        key(name),
+                        key("map"),
+                        Seg::KeyName(kx.clone(), 0),
+                    ],
+                )
+                .map_or(String::new(), |(line, _)| format!(" (line {line})"));
+                self.error(
+                    &[
+                        key("schemes"),
+                        key(name),
+                        key("map"),
+                        Seg::KeyName(ky.clone(), 0),
+                    ],
+                    format!("map entry `{ky}` overlaps `{kx}`{other_line}"),
+                );
+            }
+        }
+        Some(KeyRouting::Map {
+            field,
+            field_name,
+            shift,
+            mask,
+            ranges: ranges.into_iter().map(|(a, b, r, _)| (a, b, r)).collect(),
+            default,
+        })
+    }
+
+    /// Compiles an override that names a table scheme into that scheme; errors for field
+    /// predicates the scheme does not have, and for the iUID's own predicates.
+    pub(super) fn scheme_override(
+        &mut self,
+        index: usize,
+        spec: &OverrideSpec,
+        schemes: &mut [TableScheme],
+        region: Option<RegionId>,
+        window: (Option<u64>, Option<u64>),
+    ) -> Vec<(String, u64)> {
+        let at = |k: &str| [key("overrides"), Seg::Index(index), key(k)];
+        let name = spec.scheme.as_deref().unwrap_or(IUID);
+        let Some(scheme) = schemes.iter_mut().find(|s| s.name == name) else {
+            self.error(
+                &at("scheme"),
+                format!("scheme `{name}` is not defined under `schemes`"),
+            );
+            return Vec::new();
+        };
+        for (k, given) in [
+            ("service", spec.service.is_some()),
+            ("country", spec.country.is_some()),
+        ] {
+            if given {
+                self.error(
+                    &at(k),
+                    format!("`{k}` is an iUID field; scheme `{name}` has none"),
+                );
+            }
+        }
+        let names = scheme.kind.fields();
+        let mut fields = Vec::new();
+        let mut reported = Vec::new();
+        for (field, value) in &spec.fields.0 {
+            match (names.iter().position(|n| n == field), u64::try_from(*value)) {
+                (Some(i), Ok(v)) => {
+                    fields.push((i, v));
+                    reported.push((field.clone(), v));
+                }
+                (None, _) => self.error(
+                    &at(field),
+                    format!(
+                        "unknown key `{field}`: not a field of scheme `{name}` (fields: {})",
+                        names.join(", ")
+                    ),
+                ),
+                (_, Err(_)) => self.error(&at(field), format!("{field} {value} is negative")),
+            }
+        }
+        if fields.is_empty() && window == (None, None) {
+            self.error(
+                &[key("overrides"), Seg::Index(index)],
+                "override has no condition (a field, created_before, created_after)",
+            );
+        }
+        if window != (None, None) && matches!(&scheme.kind, Kind::Snowflake(l) if l.time.is_none())
+        {
+            self.error(
+                &at("scheme"),
+                format!("scheme `{name}` has no `time` field for created_before/created_after"),
+            );
+        }
+        if let Some(region) = region {
+            scheme.overrides.push(SchemeOverride {
+                index,
+                fields,
+                after_ms: window.1.unwrap_or(0),
+                before_ms: window.0.unwrap_or(u64::MAX),
+                region,
+            });
+        }
+        reported
+    }
+}
+
+/// A custom snowflake layout from `fields:`.
+fn custom_layout(fields: &[FieldSpec]) -> Result<Layout, crate::scheme::snowflake::LayoutError> {
+    let named: Vec<(&str, u32)> = fields.iter().map(|f| (f.name.as_str(), f.bits)).collect();
+    let time = fields.iter().find(|f| f.name == "time");
+    Layout::new(
+        &named,
+        time.and_then(|f| f.unit_ms).unwrap_or(1),
+        time.and_then(|f| f.epoch_ms).unwrap_or(0),
+    )
+}
