@@ -91,12 +91,76 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("extract+resolve/path", |b| {
         b.iter(|| match routes.extract(black_box(&parts)) {
-            iuid_router::extract::Extraction::Id(token, _) => {
-                table.resolve_text(token.scheme, &token.text).ok().map(|(_, d)| d)
-            }
+            iuid_router::extract::Extraction::Id(token, _) => table
+                .resolve_text(token.scheme, &token.text)
+                .ok()
+                .map(|(_, d)| d),
             _ => None,
         })
     });
+}
+
+/// Parse + resolve of one id of each scheme of SPEC §10 (target: 60 ns each), on the
+/// shipped routing table's schemes.
+fn schemes(c: &mut Criterion) {
+    use iuid_router::scheme::mint::{mint, MintSpec};
+    let path = PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/routing-table.yaml"));
+    let table = iuid_router::table::load_file(&path).expect("shipped table");
+    let cases = [
+        (
+            "iuid",
+            MintSpec {
+                country: 2,
+                service: 1,
+                ..MintSpec::default()
+            },
+        ),
+        (
+            "offers",
+            MintSpec {
+                shard_key: 142 << 22,
+                ..MintSpec::default()
+            },
+        ),
+        (
+            "legacy_orders",
+            MintSpec {
+                shard: 5,
+                ..MintSpec::default()
+            },
+        ),
+        (
+            "trips",
+            MintSpec {
+                key: "dashcam-7".into(),
+                ..MintSpec::default()
+            },
+        ),
+        (
+            "posts",
+            MintSpec {
+                fields: vec![("shard".into(), 5000)],
+                ..MintSpec::default()
+            },
+        ),
+    ];
+    // SPEC §10's fixed function alone: per region one xxHash64 and one ln (perf: they are
+    // two thirds of it).
+    let placer = iuid_router::scheme::hrw::Placer::new(&[("eu", 2.0), ("us", 1.0), ("ap", 1.0)]);
+    c.bench_function("hrw/place_3_regions", |b| {
+        b.iter(|| placer.place(black_box(b"dashcam-7")))
+    });
+    for (name, spec) in cases {
+        let (_, kind) = table.scheme(name).expect("scheme");
+        let id = mint(kind, &spec, 1).expect("mint").remove(0);
+        c.bench_function(&format!("scheme/{name}"), |b| {
+            b.iter(|| {
+                table
+                    .resolve_text(black_box(name), black_box(id.as_bytes()))
+                    .map(|(_, d)| d)
+            })
+        });
+    }
 }
 
 /// SPEC §6 header rules on a typical browser-ish request and an upstream's response.
@@ -172,7 +236,7 @@ fn headers(c: &mut Criterion) {
     });
 }
 
-criterion_group!(benches, bench, headers);
+criterion_group!(benches, bench, headers, schemes);
 criterion_main!(benches, more);
 
 /// matchit's lookup alone, for the same templates and path as `extract+resolve/path`: how

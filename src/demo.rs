@@ -20,6 +20,8 @@ use tokio::net::TcpListener;
 
 use crate::app::App;
 use crate::config::RouterConfig;
+use crate::scheme::hrw;
+use crate::scheme::mint::{mint, MintSpec};
 use crate::table::RoutingTable;
 
 /// The demo's router config; `{listen}` and `{admin}` are filled in.
@@ -33,6 +35,11 @@ routes:
   - path: /v1/orders/{id}/{*rest}
   - header: x-entity-id
   - graphql: /graphql
+  - { path: \"/v1/offers/{id}\", scheme: offers }
+  - { path: \"/v1/legacy-orders/{id}\", scheme: legacy_orders }
+  - { path: \"/v1/trips/{id}\", scheme: trips }
+  - { path: \"/v1/posts/{id}\", scheme: posts }
+  - { graphql: /graphql/posts, scheme: posts }
 unrouted: default_region
 ";
 
@@ -51,6 +58,11 @@ countries:
 services:
   1: AyanOrder
   2: WalletAccount
+schemes:
+  offers: { kind: guid_shard, route_by: { field: shard_key, shift: 22, bits: 10 }, map: { \"150\": eu, \"19\": us, \"142\": ap } }
+  legacy_orders: { kind: uniqid_shard, total_shards: 8, map: { \"0-3\": eu, \"4-5\": us, \"6-7\": ap } }
+  trips: { kind: composite, separator: \":\", hash: { weights: { eu: 2, us: 1, ap: 1 } } }
+  posts: { kind: snowflake, layout: instagram, route_by: { field: shard }, map: { \"0-4095\": eu, \"4096-6143\": us, \"6144-8191\": ap }, default: eu }
 overrides:
   - { service: WalletAccount, region: eu }
 default_region: eu
@@ -225,6 +237,68 @@ fn tour(
         "400",
         "a malformed id (problem+json)",
         format!("curl -s {base}/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398"),
+    );
+    // Ids of the other schemes (SPEC §10), minted for the demo table's schemes.
+    let minted = |name: &str, spec: MintSpec| {
+        table
+            .scheme(name)
+            .and_then(|(_, kind)| mint(kind, &spec, 1).ok())
+            .and_then(|mut ids| ids.pop())
+            .unwrap_or_default()
+    };
+    let offer = minted(
+        "offers",
+        MintSpec {
+            shard_key: 142 << 22,
+            ..MintSpec::default()
+        },
+    );
+    line(
+        "ap",
+        "a HotGuid offer: its shard key's top 10 bits are UN M.49 region 142 (Asia)",
+        format!("curl -s {base}/v1/offers/{offer}"),
+    );
+    let legacy = minted(
+        "legacy_orders",
+        MintSpec {
+            shard: 5,
+            ..MintSpec::default()
+        },
+    );
+    line(
+        "us",
+        "a PHP uniqid with shard digit 5 (shards 4-5 live in us)",
+        format!("curl -s {base}/v1/legacy-orders/{legacy}"),
+    );
+    let weights = [("eu", 2.0), ("us", 1.0), ("ap", 1.0)];
+    let trip_region = hrw::place(&weights, b"dashcam-7").map_or("eu", |i| weights[i].0);
+    line(
+        trip_region,
+        "a <device id>:<t*> trip id, its device placed by rendezvous hashing",
+        format!("curl -s {base}/v1/trips/dashcam-7:1764000000000"),
+    );
+    let post = |shard: u64| {
+        minted(
+            "posts",
+            MintSpec {
+                fields: vec![("shard".into(), shard)],
+                ..MintSpec::default()
+            },
+        )
+    };
+    line(
+        "us",
+        "an Instagram snowflake of shard 5000",
+        format!("curl -s {base}/v1/posts/{}", post(5000)),
+    );
+    line(
+        "ap",
+        "GraphQL: a snowflake of shard 7000 as a JSON number",
+        format!(
+            "curl -s {base}/graphql/posts -H 'content-type: application/json' \
+             -d '{{\"query\":\"query($id: ID!) {{ node(id: $id) {{ id }} }}\",\"variables\":{{\"id\":{}}}}}'",
+            post(7000)
+        ),
     );
     let kz = order(1);
     line(

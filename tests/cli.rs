@@ -213,3 +213,86 @@ fn check_reports_config_and_table_errors_in_one_run() {
     assert!(err.contains("t.yaml:5:6:") && err.contains("mars"), "{err}");
     assert!(err.contains("2 error(s)"), "{err}");
 }
+
+/// `mint`, `decode` and `resolve --scheme` for every kind of the shipped table: each minted
+/// id decodes with its fields and creation time and resolves to the region its map or hash
+/// gives.
+#[test]
+fn every_scheme_of_the_shipped_table_mints_decodes_and_resolves() {
+    let config = concat!(env!("CARGO_MANIFEST_DIR"), "/config/router.yaml");
+    let cases: [(&str, &[&str], &str, &str); 5] = [
+        (
+            "iuid",
+            &["--country", "2", "--service", "1"],
+            "country",
+            "us",
+        ),
+        ("offers", &["--shard-key", "595591168"], "shard_key", "ap"), // 142 << 22
+        ("legacy_orders", &["--shard", "5"], "shard", "us"),
+        ("posts", &["--field", "shard=7000"], "shard", "ap"),
+        ("trips", &["--key", "dev-42"], "key", ""),
+    ];
+    for (scheme, flags, field, region) in cases {
+        let mut args = vec![
+            "mint", "--scheme", scheme, "--config", config, "--count", "3",
+        ];
+        args.extend_from_slice(flags);
+        let o = run(&args);
+        assert!(o.status.success(), "{scheme}: {}", stderr(&o));
+        let ids: Vec<String> = stdout(&o).lines().map(str::to_owned).collect();
+        assert_eq!(ids.len(), 3, "{scheme}");
+        for id in &ids {
+            let o = run(&["decode", "--scheme", scheme, "--config", config, id]);
+            assert!(o.status.success(), "{scheme} {id}: {}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+            assert!(!v[field].is_null(), "{scheme}: no {field} in {v}");
+            assert!(v["created_at"].as_str().is_some(), "{scheme}: {v}");
+            let o = run(&["resolve", "--config", config, "--scheme", scheme, id]);
+            assert!(o.status.success(), "{scheme} {id}: {}", stderr(&o));
+            let v: serde_json::Value = serde_json::from_slice(&o.stdout).expect("json");
+            if !region.is_empty() {
+                assert_eq!(v["region"], region, "{scheme} {id}: {v}");
+            } else {
+                assert_eq!(v["rule"]["kind"], "hash", "{v}");
+            }
+        }
+    }
+    // A table scheme without --config, and a bad id of a scheme: exit 1 with the reason.
+    let o = run(&["mint", "--scheme", "posts"]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("--config"), "{}", stderr(&o));
+    let o = run(&[
+        "decode",
+        "--scheme",
+        "legacy_orders",
+        "--config",
+        config,
+        "312345678901234567",
+    ]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(stderr(&o).contains("shard digit"), "{}", stderr(&o));
+}
+
+#[test]
+fn check_refuses_a_route_whose_scheme_the_table_does_not_declare() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - path: /o/{id}\n  - { path: \"/p/{id}\", scheme: posts }\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    assert!(
+        stderr(&o).contains("router.yaml:6:")
+            && stderr(&o).contains("scheme `posts` is not declared"),
+        "{}",
+        stderr(&o)
+    );
+}

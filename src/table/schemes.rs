@@ -33,8 +33,8 @@ enum KeyRouting {
         ranges: Vec<(u64, u64, RegionId)>,
         default: Option<RegionId>,
     },
-    /// Rendezvous hashing over `(region name, weight, region)`.
-    Hash(Vec<(String, f64, RegionId)>),
+    /// Rendezvous hashing over the regions named, index for index.
+    Hash(hrw::Placer, Vec<RegionId>),
 }
 
 /// An override of this scheme: every field predicate and the time window must hold.
@@ -99,15 +99,15 @@ impl TableScheme {
                     }),
                 }
             }
-            KeyRouting::Hash(regions) => {
+            KeyRouting::Hash(placer, regions) => {
                 let bytes = match key {
                     Key::Composite(c) => c.key,
                     _ => &[],
                 };
-                let weights: &[(String, f64, RegionId)] = regions;
-                let winner = place(weights, bytes);
+                // Validation leaves at least one region.
+                let winner = placer.place(bytes).unwrap_or(0);
                 Ok(Decision {
-                    region: weights[winner].2,
+                    region: regions[winner],
                     rule: Rule::Hash,
                     scheme,
                 })
@@ -119,20 +119,6 @@ impl TableScheme {
     pub fn field_names(&self) -> Vec<&str> {
         self.kind.fields()
     }
-}
-
-/// [`hrw::place`] over `(name, weight, region)` (validated non-empty).
-fn place(regions: &[(String, f64, RegionId)], key: &[u8]) -> usize {
-    let mut best = 0;
-    let mut best_score = f64::NEG_INFINITY;
-    for (i, (name, weight, _)) in regions.iter().enumerate() {
-        let s = hrw::score(name.as_bytes(), *weight, key);
-        if s > best_score || (s == best_score && *name < regions[best].0) {
-            best = i;
-            best_score = s;
-        }
-    }
-    best
 }
 
 /// A map key: a value `"150"` or an inclusive range `"0-3"`.
@@ -355,7 +341,9 @@ impl Validator<'_> {
                 "no region to place keys in",
             );
         }
-        (!regions.is_empty()).then_some(KeyRouting::Hash(regions))
+        let weights: Vec<(&str, f64)> = regions.iter().map(|(n, w, _)| (n.as_str(), *w)).collect();
+        let ids = regions.iter().map(|(_, _, id)| *id).collect();
+        (!regions.is_empty()).then(|| KeyRouting::Hash(hrw::Placer::new(&weights), ids))
     }
 
     fn map(
@@ -556,4 +544,94 @@ fn custom_layout(fields: &[FieldSpec]) -> Result<Layout, crate::scheme::snowflak
         time.and_then(|f| f.unit_ms).unwrap_or(1),
         time.and_then(|f| f.epoch_ms).unwrap_or(0),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use crate::source::Source;
+    use crate::table::load_source;
+
+    const HEAD: &str = "version: t\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  us: { upstreams: [\"http://127.0.0.1:2\"] }\ndefault_region: eu\n";
+
+    /// Every error of a table with `rest` after the regions, as `line:column: message`.
+    fn errors(rest: &str) -> Vec<String> {
+        let source = Source {
+            path: PathBuf::from("t.yaml"),
+            text: format!("{HEAD}{rest}"),
+        };
+        match load_source(&source) {
+            Ok(_) => Vec::new(),
+            Err(e) => {
+                e.0.iter()
+                    .map(|e| e.to_string().trim_start_matches("t.yaml:").to_owned())
+                    .collect()
+            }
+        }
+    }
+
+    #[test]
+    fn overlapping_ranges_are_named_with_both_lines() {
+        let got = errors(
+            "schemes:\n  legacy:\n    kind: uniqid_shard\n    total_shards: 8\n    map:\n      \"0-3\": eu\n      \"3-5\": us\n",
+        );
+        assert_eq!(got.len(), 1, "{got:?}");
+        assert!(got[0].starts_with("12:7:"), "{got:?}");
+        assert!(got[0].contains("`3-5` overlaps `0-3` (line 11)"), "{got:?}");
+    }
+
+    #[test]
+    fn each_bad_scheme_is_reported_where_it_is() {
+        let cases = [
+            ("schemes:\n  s:\n    kind: snowflake\n    fields: [{ name: time, bits: 41 }, { name: node, bits: 10 }]\n    route_by: { field: node }\n    map: { \"0\": eu }\n", "9:13:", "sum to 51"),
+            ("schemes:\n  t:\n    kind: composite\n    hash: { weights: { eu: 0 } }\n", "9:28:", "weights are > 0"),
+            ("schemes:\n  t:\n    kind: composite\n    hash: { weights: { mars: 1 } }\n", "9:30:", "region `mars` is not defined"),
+            ("schemes:\n  o:\n    kind: guid_shard\n    map: { \"1\": eu }\n    total_shards: 3\n", "10:19:", "`total_shards` does not apply"),
+            ("schemes:\n  o:\n    kind: hotguid\n", "8:11:", "unknown kind `hotguid`"),
+            ("schemes:\n  p:\n    kind: snowflake\n    layout: twitter\n    map: { \"0\": eu }\n", "8:11:", "name one in `route_by"),
+            ("schemes:\n  iuid:\n    kind: guid_shard\n", "7:3:", "built in"),
+            ("schemes:\n  o:\n    kind: guid_shard\n    map: { \"1\": eu }\noverrides:\n  - { scheme: o, shrad_key: 1, region: us }\n", "11:29:", "unknown key `shrad_key`"),
+            ("overrides:\n  - { country: 1, shard: 1, region: us }\n", "7:26:", "unknown key `shard`"),
+            ("schemes:\n  o:\n    kind: guid_shard\n    map: { \"1\": eu }\n    colour: red\n", "10:5:", "unknown field `colour`"),
+        ];
+        for (rest, at, words) in cases {
+            let got = errors(rest);
+            assert!(
+                got.iter().any(|e| e.starts_with(at) && e.contains(words)),
+                "{words:?} at {at} not in {got:?}\n{rest}"
+            );
+        }
+    }
+
+    #[test]
+    fn maps_ranges_defaults_and_overrides_resolve() {
+        let source = Source {
+            path: PathBuf::from("t.yaml"),
+            text: format!(
+                "{HEAD}schemes:\n  posts:\n    kind: snowflake\n    layout: instagram\n    route_by: {{ field: shard, shift: 4, bits: 8 }}\n    map: {{ \"0-9\": eu, 20: us }}\n    default: us\noverrides:\n  - {{ scheme: posts, shard: 17, region: us }}\n"
+            ),
+        };
+        let table = load_source(&source).expect("valid");
+        let layout = crate::scheme::snowflake::Layout::preset("instagram").expect("preset");
+        let resolve = |shard: u64| {
+            let id = layout
+                .compose(&[("time", 5), ("shard", shard)])
+                .expect("id");
+            let (_, d) = table
+                .resolve_text("posts", id.to_string().as_bytes())
+                .expect("resolves");
+            (table.region(d.region).name.clone(), d.rule)
+        };
+        use crate::table::Rule;
+        // shard >> 4 & 0xff is the value routed by.
+        assert_eq!(resolve(9 << 4), ("eu".into(), Rule::Map { value: 9 }));
+        assert_eq!(resolve(20 << 4), ("us".into(), Rule::Map { value: 20 }));
+        assert_eq!(
+            resolve(15 << 4),
+            ("us".into(), Rule::SchemeDefault { value: 15 })
+        );
+        assert_eq!(resolve(17), ("us".into(), Rule::Override { index: 0 }));
+        assert_eq!(resolve(1), ("eu".into(), Rule::Map { value: 0 }));
+    }
 }
