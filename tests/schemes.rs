@@ -56,18 +56,34 @@ default_region: eu
     )
 }
 
+/// For each scheme a path route, a header route and a GraphQL route:
+/// `/<s>/{id}`, `x-<s>-id`, `/graphql/<s>`.
 fn config(with_trips: bool) -> String {
-    let mut c = ConfigYaml::new()
-        .route("{ path: \"/offers/{id}\", scheme: offers }")
-        .route("{ header: x-offer-id, scheme: offers }")
-        .route("{ path: \"/legacy/{id}\", scheme: legacy_orders }")
-        .route("{ path: \"/posts/{id}\", scheme: posts }")
-        .route("{ header: x-post-id, scheme: posts }")
-        .route("{ graphql: /graphql, scheme: posts }");
+    let mut c = ConfigYaml::new();
+    let mut schemes = vec![
+        ("offers", "offers"),
+        ("legacy", "legacy_orders"),
+        ("posts", "posts"),
+    ];
     if with_trips {
-        c = c.route("{ path: \"/trips/{id}\", scheme: trips }");
+        schemes.push(("trips", "trips"));
+    }
+    for (short, scheme) in schemes {
+        c = c
+            .route(&format!(
+                "{{ path: \"/{short}/{{id}}\", scheme: {scheme} }}"
+            ))
+            .route(&format!("{{ header: x-{short}-id, scheme: {scheme} }}"))
+            .route(&format!(
+                "{{ graphql: /graphql/{short}, scheme: {scheme} }}"
+            ));
     }
     c.watch(false).yaml()
+}
+
+/// GraphQL `node(id: $id)` with `id` as given (a string, or a number).
+fn node_query(id: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({ "query": "query($id: ID!) { node(id: $id) { id } }", "variables": { "id": id } })
 }
 
 fn one(kind: &Kind, spec: &MintSpec) -> String {
@@ -119,18 +135,28 @@ async fn ids_of_every_scheme_reach_their_region_by_path_header_and_graphql() {
     let (eu, us, ap) = three().await;
     let router = Router::start(&config(true), &table(&eu, &us, &ap, "eu", true)).await;
     let http = client();
-    let get = |path: String| http.get(router.url(&path));
+    // Each id by its path route, its header route and its GraphQL route (as a string).
+    let by_all_routes = |short: &'static str, id: String, want: &'static str| {
+        let http = http.clone();
+        let (path, header_url, gql) = (
+            router.url(&format!("/{short}/{id}")),
+            router.url("/any"),
+            router.url(&format!("/graphql/{short}")),
+        );
+        async move {
+            let got = served_by(http.get(&path)).await;
+            assert_eq!(got, (200, want.into()), "{path}");
+            let header = http.get(&header_url).header(format!("x-{short}-id"), &id);
+            assert_eq!(served_by(header).await, (200, want.into()), "header {id}");
+            let body = node_query(serde_json::Value::String(id.clone()));
+            let got = served_by(http.post(&gql).json(&body)).await;
+            assert_eq!(got, (200, want.into()), "graphql {id}");
+        }
+    };
 
     // guid_shard: the top 10 bits of the shard key are the UN M.49 region code.
     for (code, want) in [(150, "eu"), (19, "us"), (142, "ap")] {
-        assert_eq!(
-            served_by(get(format!("/offers/{}", offer(code)))).await,
-            (200, want.into())
-        );
-        let header = http
-            .get(router.url("/any"))
-            .header("x-offer-id", offer(code));
-        assert_eq!(served_by(header).await, (200, want.into()), "header {code}");
+        by_all_routes("offers", offer(code), want).await;
     }
     // uniqid_shard: ranges of the shard digit.
     for (shard, want) in [
@@ -141,8 +167,7 @@ async fn ids_of_every_scheme_reach_their_region_by_path_header_and_graphql() {
         (6, "ap"),
         (7, "ap"),
     ] {
-        let got = served_by(get(format!("/legacy/{}", legacy(shard)))).await;
-        assert_eq!(got, (200, want.into()), "shard {shard}");
+        by_all_routes("legacy", legacy(shard), want).await;
     }
     // composite: rendezvous hashing of the key, as SPEC §10's function places it.
     let weights = [("eu", 2.0), ("us", 1.0), ("ap", 1.0)];
@@ -150,30 +175,26 @@ async fn ids_of_every_scheme_reach_their_region_by_path_header_and_graphql() {
     for device in 0..12 {
         let key = format!("device-{device}");
         let want = weights[hrw::place(&weights, key.as_bytes()).expect("a region")].0;
-        let got = served_by(get(format!("/trips/{key}:1764000000000"))).await;
-        assert_eq!(got, (200, want.into()), "{key}");
+        by_all_routes("trips", format!("{key}:1764000000000"), want).await;
         seen.insert(want);
     }
     assert!(seen.len() >= 2, "keys spread over regions: {seen:?}");
     // snowflake: the shard field, an override for shard 17, a default past the map.
     for (shard, want) in [(5, "eu"), (17, "ap"), (5000, "us"), (7000, "ap")] {
-        assert_eq!(
-            served_by(get(format!("/posts/{}", post(shard)))).await,
-            (200, want.into())
-        );
-        let header = http.get(router.url("/x")).header("x-post-id", post(shard));
-        assert_eq!(served_by(header).await, (200, want.into()));
+        by_all_routes("posts", post(shard), want).await;
     }
-    // GraphQL: a snowflake as a JSON number and as a string, in variables and in a literal.
+    // GraphQL: a snowflake as a JSON number and as a string, in variables, in a literal, in
+    // a list, and in a persisted query sent by hash only.
     let id = post(5000);
     let number: u64 = id.parse().expect("decimal");
     for body in [
-        serde_json::json!({ "query": "query($id: ID!) { node(id: $id) { id } }", "variables": { "id": number } }),
-        serde_json::json!({ "query": "query($id: ID!) { node(id: $id) { id } }", "variables": { "id": id } }),
+        node_query(serde_json::json!(number)),
+        node_query(serde_json::json!(id)),
         serde_json::json!({ "query": format!("{{ node(id: \"{id}\") {{ id }} }}") }),
         serde_json::json!({ "query": "query($ids: [ID!]!) { nodes(ids: $ids) { id } }", "variables": { "ids": [number, post(6000)] } }),
+        serde_json::json!({ "variables": { "id": number }, "extensions": { "persistedQuery": { "version": 1, "sha256Hash": "ab" } } }),
     ] {
-        let req = http.post(router.url("/graphql")).json(&body);
+        let req = http.post(router.url("/graphql/posts")).json(&body);
         assert_eq!(served_by(req).await, (200, "us".into()), "{body}");
     }
     // The decision counter is labelled by scheme.
@@ -234,6 +255,17 @@ async fn bad_ids_are_400_and_ids_no_region_covers_are_404() {
             "{path}"
         );
     }
+    // Snowflakes of different regions in one GraphQL request: 400 naming both.
+    let body = serde_json::json!({ "query": "query($ids: [ID!]!) { nodes(ids: $ids) { id } }", "variables": { "ids": [post(5), post(5000)] } });
+    let resp = client()
+        .post(router.url("/graphql/posts"))
+        .json(&body)
+        .send()
+        .await
+        .expect("answer");
+    assert_eq!(resp.status(), 400);
+    let problem: serde_json::Value = resp.json().await.expect("json");
+    assert_eq!(problem["regions"], serde_json::json!(["eu", "us"]));
     assert_eq!(eu.count() + us.count() + ap.count(), 0, "nothing forwarded");
 }
 

@@ -609,14 +609,15 @@ mod tests {
         let source = Source {
             path: PathBuf::from("t.yaml"),
             text: format!(
-                "{HEAD}schemes:\n  posts:\n    kind: snowflake\n    layout: instagram\n    route_by: {{ field: shard, shift: 4, bits: 8 }}\n    map: {{ \"0-9\": eu, 20: us }}\n    default: us\noverrides:\n  - {{ scheme: posts, shard: 17, region: us }}\n"
+                "{HEAD}schemes:\n  posts:\n    kind: snowflake\n    layout: instagram\n    route_by: {{ field: shard, shift: 4, bits: 8 }}\n    map: {{ \"0-9\": eu, 20: us }}\n    default: us\noverrides:\n  - {{ scheme: posts, shard: 17, region: us }}\n  - {{ scheme: posts, created_before: \"2015-01-01T00:00:00Z\", region: us }}\n"
             ),
         };
         let table = load_source(&source).expect("valid");
         let layout = crate::scheme::snowflake::Layout::preset("instagram").expect("preset");
         let resolve = |shard: u64| {
             let id = layout
-                .compose(&[("time", 5), ("shard", shard)])
+                // 200e9 ms after Instagram's epoch: 2017, after the time override's 2015.
+                .compose(&[("time", 200_000_000_000), ("shard", shard)])
                 .expect("id");
             let (_, d) = table
                 .resolve_text("posts", id.to_string().as_bytes())
@@ -633,5 +634,20 @@ mod tests {
         );
         assert_eq!(resolve(17), ("us".into(), Rule::Override { index: 0 }));
         assert_eq!(resolve(1), ("eu".into(), Rule::Map { value: 0 }));
+        // The time override: Instagram's epoch is 2011-08-24, so time 5 ms is before 2015.
+        let old = layout
+            .compose(&[("time", 5), ("shard", 9 << 4)])
+            .expect("id");
+        let late = layout
+            .compose(&[("time", 200_000_000_000), ("shard", 9 << 4)])
+            .expect("id");
+        let region_of = |id: crate::scheme::snowflake::Snowflake| {
+            let (_, d) = table
+                .resolve_text("posts", id.to_string().as_bytes())
+                .expect("resolves");
+            (table.region(d.region).name.clone(), d.rule)
+        };
+        assert_eq!(region_of(old), ("us".into(), Rule::Override { index: 1 }));
+        assert_eq!(region_of(late), ("eu".into(), Rule::Map { value: 9 }));
     }
 }
