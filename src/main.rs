@@ -279,6 +279,17 @@ fn print_json(v: &serde_json::Value) -> ExitCode {
     }
 }
 
+/// The routing table of `config`, if one is given; errors are printed (exit 1).
+fn load_table_of(config: Option<&Path>) -> Result<Option<RoutingTable>, ExitCode> {
+    match config.map(load).transpose() {
+        Ok(loaded) => Ok(loaded.map(|(_, t)| t)),
+        Err(errors) => {
+            eprintln!("{errors}");
+            Err(ExitCode::FAILURE)
+        }
+    }
+}
+
 /// `NAME=VALUE` of `mint --field`.
 fn parse_field(text: &str) -> Result<(String, u64), String> {
     let (name, value) = text
@@ -291,12 +302,9 @@ fn parse_field(text: &str) -> Result<(String, u64), String> {
 }
 
 fn decode(scheme: &str, id: &str, config: Option<&Path>) -> ExitCode {
-    let table = match config.map(load).transpose() {
-        Ok(loaded) => loaded.map(|(_, t)| t),
-        Err(errors) => {
-            eprintln!("{errors}");
-            return ExitCode::FAILURE;
-        }
+    let table = match load_table_of(config) {
+        Ok(table) => table,
+        Err(code) => return code,
     };
     match inspect::decode_text(scheme, id, table.as_ref()) {
         Ok(v) => print_json(&v),
@@ -326,12 +334,9 @@ fn resolve(config: &Path, scheme: &str, id: &str) -> ExitCode {
 
 fn mint(scheme: &str, config: Option<&Path>, spec: &MintSpec, count: u64) -> ExitCode {
     use std::io::Write;
-    let table = match config.map(load).transpose() {
-        Ok(loaded) => loaded.map(|(_, t)| t),
-        Err(errors) => {
-            eprintln!("{errors}");
-            return ExitCode::FAILURE;
-        }
+    let table = match load_table_of(config) {
+        Ok(table) => table,
+        Err(code) => return code,
     };
     let kind = match (scheme, &table) {
         (IUID, _) => Kind::Iuid,
