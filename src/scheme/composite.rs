@@ -13,6 +13,18 @@ use super::error::{decimal_u64, SchemeError};
 /// Longest key, in bytes.
 pub const MAX_KEY: usize = 128;
 
+/// Which bytes a key may hold: `[A-Za-z0-9._-]` (a table: one load a byte).
+static KEY_BYTE: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut b = 0;
+    while b < 256 {
+        let c = b as u8;
+        t[b] = c.is_ascii_alphanumeric() || c == b'.' || c == b'_' || c == b'-';
+        b += 1;
+    }
+    t
+};
+
 /// A composite id, borrowing its key from the text.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Composite<'t> {
@@ -34,10 +46,7 @@ pub fn parse(text: &[u8], separator: u8) -> Result<Composite<'_>, SchemeError> {
             expected: "a key of 1-128 characters before the separator",
         });
     }
-    if let Some(i) = key
-        .iter()
-        .position(|&b| !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-')))
-    {
+    if let Some(i) = key.iter().position(|&b| !KEY_BYTE[usize::from(b)]) {
         return Err(SchemeError::InvalidChar {
             pos: i + 1,
             found: key[i],

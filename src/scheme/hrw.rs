@@ -51,18 +51,15 @@ pub fn place<N: AsRef<[u8]>>(regions: &[(N, f64)], key: &[u8]) -> Option<usize> 
     best.map(|(i, _)| i)
 }
 
-/// [`place`] for a fixed set of regions, made for the data path: the key is copied once into
-/// a stack buffer and each region's `r ‖ 0x00` written just before it, so every region's
-/// input is one contiguous slice for the one-shot hash (measured: the streaming hash, or a
-/// buffer filled whole per region, cost 35-40 ns a region; this is a few).
+/// [`place`] for a fixed set of regions, made for the data path: each region's `r ‖ 0x00` is
+/// kept ready, the hashes read the prefix and the key where they are ([`xxh64_short`]), and
+/// `ln` is computed only for regions that may still win (see [`Placer::place`]). Measured
+/// on 3 regions: 107 ns with a buffer filled per region, 36 ns so.
 #[derive(Debug, Clone)]
 pub struct Placer {
     /// `(r ‖ 0x00, weight)` per region.
     regions: Vec<(Box<[u8]>, f64)>,
 }
-
-/// Room for the longest key and region prefix placed from the stack.
-const PLACE_BUF: usize = 256;
 
 impl Placer {
     /// A placer over `(name, weight)` regions (weights > 0).
@@ -78,12 +75,22 @@ impl Placer {
         Placer { regions }
     }
 
-    /// The index of the region `key` is placed in, as [`place`] computes it; `None` when
-    /// there is no region.
+    /// The index of the region `key` is placed in, exactly as [`place`] computes it; `None`
+    /// when there is no region.
+    ///
+    /// The hashes are computed first, all of them (independent, so the CPU overlaps them);
+    /// then `ln` — the costly part — only where it can matter: since
+    /// `1 − u ≤ −ln u ≤ (1 − u) / u`, each score lies in `[w·u / (1 − u), w / (1 − u)]`, and a
+    /// region whose upper bound is below another's lower bound (by a margin far above any
+    /// rounding) cannot win. Regions that may still win get SPEC §10's exact score and
+    /// comparison, so the result is the same as [`place`]'s.
     #[inline]
     pub fn place(&self, key: &[u8]) -> Option<usize> {
-        let longest = self.regions.iter().map(|(p, _)| p.len()).max()?;
-        if key.len() + longest > PLACE_BUF {
+        let n = self.regions.len();
+        if n == 0 {
+            return None;
+        }
+        if n > MAX_REGIONS {
             let named: Vec<(&[u8], f64)> = self
                 .regions
                 .iter()
@@ -91,16 +98,36 @@ impl Placer {
                 .collect();
             return place(&named, key);
         }
-        let mut buf = [0u8; PLACE_BUF];
-        let key_at = PLACE_BUF - key.len();
-        buf[key_at..].copy_from_slice(key);
+        let mut u = [0f64; MAX_REGIONS];
+        for (i, (prefix, _)) in self.regions.iter().enumerate() {
+            let h = if prefix.len() + key.len() < 32 {
+                xxh64_short(prefix, key)
+            } else {
+                let mut buf = Vec::with_capacity(prefix.len() + key.len());
+                buf.extend_from_slice(prefix);
+                buf.extend_from_slice(key);
+                xxh64(&buf, 0)
+            };
+            u[i] = (h as f64 + 0.5) / 18_446_744_073_709_551_616.0;
+        }
+        // Each score's bounds, `[w·u / (1 − u), w / (1 − u)]`; the best lower bound is a
+        // floor no winner is below. (`u` is 1.0 only for the top 2^10 hash values, rounded
+        // up: its score is −∞.)
+        let mut upper = [f64::NEG_INFINITY; MAX_REGIONS];
+        let mut floor = f64::NEG_INFINITY;
+        for (i, (_, w)) in self.regions.iter().enumerate() {
+            if u[i] < 1.0 {
+                let r = w / (1.0 - u[i]);
+                upper[i] = r;
+                floor = floor.max(r * u[i]);
+            }
+        }
         let mut best: Option<(usize, f64)> = None;
         for (i, (prefix, weight)) in self.regions.iter().enumerate() {
-            let start = key_at - prefix.len();
-            buf[start..key_at].copy_from_slice(prefix);
-            let h = xxh64(&buf[start..], 0);
-            let u = (h as f64 + 0.5) / 18_446_744_073_709_551_616.0;
-            let s = -weight / u.ln();
+            if floor > 0.0 && upper[i] < floor * (1.0 - 1e-9) {
+                continue;
+            }
+            let s = -weight / u[i].ln();
             best = match best {
                 Some((b, bs)) if !(s > bs || (s == bs && **prefix < *self.regions[b].0)) => {
                     Some((b, bs))
@@ -111,6 +138,68 @@ impl Placer {
         best.map(|(i, _)| i)
     }
 }
+
+/// XXH64 with seed 0 of `a ‖ b`, together shorter than 32 bytes (the algorithm's path
+/// without stripes), reading the two slices where they are: writing them into one buffer
+/// first made every lane's load wait for the store that had just filled it (perf: a third
+/// of the placement stalled on it). Inlined, so that a placement's hashes, which do not
+/// depend on one another, overlap in the CPU. `tests` check it against `xxhash-rust` for
+/// every length and split.
+#[inline(always)]
+fn xxh64_short(a: &[u8], b: &[u8]) -> u64 {
+    const P1: u64 = 0x9E37_79B1_85EB_CA87;
+    const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+    const P3: u64 = 0x1656_67B1_9E37_79F9;
+    const P4: u64 = 0x85EB_CA77_C2B2_AE63;
+    const P5: u64 = 0x27D4_EB2F_1656_67C5;
+    let len = a.len() + b.len();
+    let byte = |i: usize| -> u64 {
+        match a.get(i) {
+            Some(&x) => u64::from(x),
+            None => b.get(i - a.len()).map_or(0, |&x| u64::from(x)),
+        }
+    };
+    // `n` little-endian bytes from offset `at` of `a ‖ b`.
+    let word = |at: usize, n: usize| -> u64 {
+        if at + n <= a.len() {
+            (0..n).fold(0, |v, j| v | u64::from(a[at + j]) << (8 * j))
+        } else if at >= a.len() {
+            let at = at - a.len();
+            (0..n).fold(0, |v, j| v | u64::from(b[at + j]) << (8 * j))
+        } else {
+            (0..n).fold(0, |v, j| v | byte(at + j) << (8 * j))
+        }
+    };
+    let mut h = P5.wrapping_add(len as u64);
+    let mut at = 0;
+    while at + 8 <= len {
+        let k = word(at, 8)
+            .wrapping_mul(P2)
+            .rotate_left(31)
+            .wrapping_mul(P1);
+        h = (h ^ k).rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
+        at += 8;
+    }
+    if at + 4 <= len {
+        let k = word(at, 4).wrapping_mul(P1);
+        h = (h ^ k).rotate_left(23).wrapping_mul(P2).wrapping_add(P3);
+        at += 4;
+    }
+    while at < len {
+        h = (h ^ byte(at).wrapping_mul(P5))
+            .rotate_left(11)
+            .wrapping_mul(P1);
+        at += 1;
+    }
+    h ^= h >> 33;
+    h = h.wrapping_mul(P2);
+    h ^= h >> 29;
+    h = h.wrapping_mul(P3);
+    h ^ (h >> 32)
+}
+
+/// Most regions [`Placer::place`] handles on the stack.
+const MAX_REGIONS: usize = 16;
 
 #[cfg(test)]
 mod tests {
@@ -208,6 +297,34 @@ mod tests {
             Some("ap") => "ap",
             Some("sa") => "sa",
             _ => "?",
+        }
+    }
+
+    #[test]
+    fn the_short_input_hash_is_the_crates_for_every_length_and_split_below_32() {
+        let text: Vec<u8> = (0u8..=255).rev().collect();
+        for start in 0..8 {
+            for n in 0..32 {
+                let input = &text[start..start + n];
+                for split in 0..=n {
+                    let (a, b) = input.split_at(split);
+                    assert_eq!(xxh64_short(a, b), xxh64(input, 0), "{n} split {split}");
+                }
+            }
+        }
+    }
+
+    proptest::proptest! {
+        /// The data path's placer and SPEC §10's function as written agree on any key and
+        /// weights, bounds and all.
+        #[test]
+        fn the_placer_agrees_with_the_function(
+            key in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..200),
+            weights in proptest::collection::vec(0.01f64..100.0, 1..6),
+        ) {
+            let names = ["eu", "us", "ap", "sa", "af", "me-central-1"];
+            let regions: Vec<(&str, f64)> = names.iter().copied().zip(weights).collect();
+            proptest::prop_assert_eq!(Placer::new(&regions).place(&key), place(&regions, &key));
         }
     }
 
