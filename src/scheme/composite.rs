@@ -37,6 +37,7 @@ pub struct Composite<'t> {
 }
 
 /// Parses `<key><separator><t*>`. No allocation.
+#[inline]
 pub fn parse(text: &[u8], separator: u8) -> Result<Composite<'_>, SchemeError> {
     let at = memchr::memrchr(separator, text).ok_or(SchemeError::NoSeparator)?;
     let (key, time) = (&text[..at], &text[at + 1..]);

@@ -124,20 +124,24 @@ pub(crate) fn decimal_u64(
             expected: "at least one digit",
         });
     }
-    if let Some(i) = text.iter().position(|b| !b.is_ascii_digit()) {
-        return Err(SchemeError::InvalidChar {
-            pos: offset + i + 1,
-            found: text[i],
-            expected: "a decimal digit",
-        });
+    let mut v = 0u64;
+    for (i, &b) in text.iter().enumerate() {
+        let digit = b.wrapping_sub(b'0');
+        if digit > 9 {
+            return Err(SchemeError::InvalidChar {
+                pos: offset + i + 1,
+                found: b,
+                expected: "a decimal digit",
+            });
+        }
+        // Up to 19 digits cannot overflow a u64; only longer text needs checked arithmetic.
+        v = if i < 19 {
+            v * 10 + u64::from(digit)
+        } else {
+            v.checked_mul(10)
+                .and_then(|v| v.checked_add(u64::from(digit)))
+                .ok_or(SchemeError::OutOfRange { what })?
+        };
     }
-    // Up to 19 digits cannot overflow a u64; only longer text needs checked arithmetic.
-    if text.len() <= 19 {
-        return Ok(text.iter().fold(0u64, |v, &b| v * 10 + u64::from(b - b'0')));
-    }
-    text.iter().try_fold(0u64, |v, &b| {
-        v.checked_mul(10)
-            .and_then(|v| v.checked_add(u64::from(b - b'0')))
-            .ok_or(SchemeError::OutOfRange { what })
-    })
+    Ok(v)
 }

@@ -278,11 +278,12 @@ impl RoutingTable {
             let key = Key::Iuid(key);
             return self.resolve(&key).map(|decision| (key, decision));
         }
-        let (slot, kind) = self
-            .scheme(scheme)
-            .ok_or_else(|| ResolveError::UnknownScheme(scheme.to_owned()))?;
-        let key = kind.parse(text).map_err(ResolveError::Malformed)?;
-        self.resolve_in(slot, &key).map(|decision| (key, decision))
+        let Some(i) = self.schemes.iter().position(|s| s.name == scheme) else {
+            return Err(ResolveError::UnknownScheme(scheme.to_owned()));
+        };
+        let s = &self.schemes[i];
+        let key = s.kind.parse(text).map_err(ResolveError::Malformed)?;
+        s.resolve(i as u16, &key).map(|decision| (key, decision))
     }
 
     /// The region that owns the iUID of `key` and the rule that said so. O(1): two array
