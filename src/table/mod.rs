@@ -278,6 +278,18 @@ impl RoutingTable {
             let key = Key::Iuid(key);
             return self.resolve(&key).map(|decision| (key, decision));
         }
+        self.resolve_table_text(scheme, text)
+    }
+
+    /// [`RoutingTable::resolve_text`] for a scheme the table declares. Not inlined: the
+    /// iUID path above stays small where it is inlined (measured: inlining this into it took
+    /// the REST path's criterion time from 59 to 65 ns).
+    #[inline(never)]
+    fn resolve_table_text<'t>(
+        &self,
+        scheme: &str,
+        text: &'t [u8],
+    ) -> Result<(Key<'t>, Decision), ResolveError> {
         let Some(i) = self.schemes.iter().position(|s| s.name == scheme) else {
             return Err(ResolveError::UnknownScheme(scheme.to_owned()));
         };
