@@ -155,6 +155,46 @@ impl Placer {
     }
 }
 
+// XXH64's primes and the steps of its path for inputs under 32 bytes (seed 0), shared by
+// the two readers below.
+const P1: u64 = 0x9E37_79B1_85EB_CA87;
+const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
+const P3: u64 = 0x1656_67B1_9E37_79F9;
+const P4: u64 = 0x85EB_CA77_C2B2_AE63;
+const P5: u64 = 0x27D4_EB2F_1656_67C5;
+
+/// One 8-byte lane into the hash.
+#[inline(always)]
+fn lane8(h: u64, lane: u64) -> u64 {
+    let k = lane.wrapping_mul(P2).rotate_left(31).wrapping_mul(P1);
+    (h ^ k).rotate_left(27).wrapping_mul(P1).wrapping_add(P4)
+}
+
+/// One 4-byte word into the hash.
+#[inline(always)]
+fn word4(h: u64, word: u64) -> u64 {
+    (h ^ word.wrapping_mul(P1))
+        .rotate_left(23)
+        .wrapping_mul(P2)
+        .wrapping_add(P3)
+}
+
+/// One trailing byte into the hash.
+#[inline(always)]
+fn byte1(h: u64, b: u64) -> u64 {
+    (h ^ b.wrapping_mul(P5)).rotate_left(11).wrapping_mul(P1)
+}
+
+/// The final mix.
+#[inline(always)]
+fn avalanche(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(P2);
+    h ^= h >> 29;
+    h = h.wrapping_mul(P3);
+    h ^ (h >> 32)
+}
+
 /// XXH64 with seed 0 of `a ‖ b`, together shorter than 32 bytes (the algorithm's path
 /// without stripes), reading the two slices where they are: writing them into one buffer
 /// first made every lane's load wait for the store that had just filled it (perf: a third
@@ -163,11 +203,6 @@ impl Placer {
 /// every length and split.
 #[inline(always)]
 fn xxh64_short(a: &[u8], b: &[u8]) -> u64 {
-    const P1: u64 = 0x9E37_79B1_85EB_CA87;
-    const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-    const P3: u64 = 0x1656_67B1_9E37_79F9;
-    const P4: u64 = 0x85EB_CA77_C2B2_AE63;
-    const P5: u64 = 0x27D4_EB2F_1656_67C5;
     let len = a.len() + b.len();
     let byte = |i: usize| -> u64 {
         match a.get(i) {
@@ -189,29 +224,18 @@ fn xxh64_short(a: &[u8], b: &[u8]) -> u64 {
     let mut h = P5.wrapping_add(len as u64);
     let mut at = 0;
     while at + 8 <= len {
-        let k = word(at, 8)
-            .wrapping_mul(P2)
-            .rotate_left(31)
-            .wrapping_mul(P1);
-        h = (h ^ k).rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
+        h = lane8(h, word(at, 8));
         at += 8;
     }
     if at + 4 <= len {
-        let k = word(at, 4).wrapping_mul(P1);
-        h = (h ^ k).rotate_left(23).wrapping_mul(P2).wrapping_add(P3);
+        h = word4(h, word(at, 4));
         at += 4;
     }
     while at < len {
-        h = (h ^ byte(at).wrapping_mul(P5))
-            .rotate_left(11)
-            .wrapping_mul(P1);
+        h = byte1(h, byte(at));
         at += 1;
     }
-    h ^= h >> 33;
-    h = h.wrapping_mul(P2);
-    h ^= h >> 29;
-    h = h.wrapping_mul(P3);
-    h ^ (h >> 32)
+    avalanche(h)
 }
 
 /// [`xxh64_short`] of `p ‖ k` where `p` (1–8 bytes, as the little-endian `word`) is the
@@ -219,11 +243,6 @@ fn xxh64_short(a: &[u8], b: &[u8]) -> u64 {
 /// load of `k` (the first one shifted under the prefix), which is what most placements are.
 #[inline(always)]
 fn xxh64_prefixed(word: u64, plen: usize, k: &[u8]) -> u64 {
-    const P1: u64 = 0x9E37_79B1_85EB_CA87;
-    const P2: u64 = 0xC2B2_AE3D_27D4_EB4F;
-    const P3: u64 = 0x1656_67B1_9E37_79F9;
-    const P4: u64 = 0x85EB_CA77_C2B2_AE63;
-    const P5: u64 = 0x27D4_EB2F_1656_67C5;
     let load8 = |at: usize| {
         k.get(at..at + 8)
             .and_then(|s| s.try_into().ok())
@@ -240,8 +259,7 @@ fn xxh64_prefixed(word: u64, plen: usize, k: &[u8]) -> u64 {
     let mut lane = first;
     let mut at = 0;
     loop {
-        let k1 = lane.wrapping_mul(P2).rotate_left(31).wrapping_mul(P1);
-        h = (h ^ k1).rotate_left(27).wrapping_mul(P1).wrapping_add(P4);
+        h = lane8(h, lane);
         at += 8;
         if at + 8 > len {
             break;
@@ -253,22 +271,13 @@ fn xxh64_prefixed(word: u64, plen: usize, k: &[u8]) -> u64 {
             .get(at - plen..at - plen + 4)
             .and_then(|s| s.try_into().ok())
             .map_or(0, u32::from_le_bytes);
-        h = (h ^ u64::from(w).wrapping_mul(P1))
-            .rotate_left(23)
-            .wrapping_mul(P2)
-            .wrapping_add(P3);
+        h = word4(h, u64::from(w));
         at += 4;
     }
     for &b in k.get(at - plen..).unwrap_or_default() {
-        h = (h ^ u64::from(b).wrapping_mul(P5))
-            .rotate_left(11)
-            .wrapping_mul(P1);
+        h = byte1(h, u64::from(b));
     }
-    h ^= h >> 33;
-    h = h.wrapping_mul(P2);
-    h ^= h >> 29;
-    h = h.wrapping_mul(P3);
-    h ^ (h >> 32)
+    avalanche(h)
 }
 
 /// Most regions [`Placer::place`] handles on the stack.
