@@ -239,7 +239,7 @@ impl Validator<'_> {
             .is_some_and(|s| s != crate::scheme::IUID)
         {
             let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
-            let after = self.instant(spec.created_after.as_deref(), &at("created_after"));
+            let after = self.instant_after(spec.created_after.as_deref(), &at("created_after"));
             let region = region_of(self, &spec.region, &at("region"));
             let fields = self.scheme_override(i, spec, schemes, region, (before, after));
             return (
@@ -283,7 +283,7 @@ impl Validator<'_> {
             .country
             .and_then(|raw| self.byte_id("country", raw, &at("country")));
         let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
-        let after = self.instant(spec.created_after.as_deref(), &at("created_after"));
+        let after = self.instant_after(spec.created_after.as_deref(), &at("created_after"));
         if let (Some(b), Some(a)) = (before, after) {
             if a >= b {
                 self.error(
@@ -318,16 +318,28 @@ impl Validator<'_> {
         )
     }
 
-    /// Parses an RFC 3339 instant into the first whole millisecond at or after it, the unit
-    /// iUID timestamps compare in (an id at ms `t` was minted before `x` iff `t < ceil(x)`).
+    /// `created_before`: the first whole millisecond at or after the instant, the unit ids'
+    /// times compare in (an id at ms `t` was minted strictly before `x` iff `t < ceil(x)`).
     fn instant(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
+        self.instant_ns(text, path)
+            .map(|ns| ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) != 0))
+            .map(|ms| ms.clamp(0, i128::from(u64::MAX)) as u64)
+    }
+
+    /// `created_after`: the first whole millisecond strictly after the instant (SPEC §10:
+    /// both bounds are strict), so that `after <= t` holds iff the id at ms `t` was minted
+    /// after `x`: `t > x` iff `t >= floor(x) + 1`.
+    fn instant_after(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
+        self.instant_ns(text, path)
+            .map(|ns| ns.div_euclid(1_000_000) + 1)
+            .map(|ms| ms.clamp(0, i128::from(u64::MAX)) as u64)
+    }
+
+    /// An RFC 3339 instant in ns since the epoch.
+    fn instant_ns(&mut self, text: Option<&str>, path: &[Seg]) -> Option<i128> {
         let text = text?;
         match time::OffsetDateTime::parse(text, &time::format_description::well_known::Rfc3339) {
-            Ok(t) => {
-                let ns = t.unix_timestamp_nanos();
-                let ms = ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) != 0);
-                Some(ms.clamp(0, i128::from(u64::MAX)) as u64)
-            }
+            Ok(t) => Some(t.unix_timestamp_nanos()),
             Err(e) => {
                 self.error(
                     path,

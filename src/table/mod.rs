@@ -192,7 +192,8 @@ pub struct Override {
     /// Matches ids whose `unix_ts_ms` is below this (ms since the epoch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_before_ms: Option<u64>,
-    /// Matches ids whose `unix_ts_ms` is at or above this (ms since the epoch).
+    /// Matches ids whose creation time is at or above this: the first ms strictly after
+    /// `created_after` (ms since the epoch).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_after_ms: Option<u64>,
     /// The scheme it applies to (`None`: `iuid`).

@@ -651,3 +651,38 @@ mod tests {
         assert_eq!(region_of(late), ("eu".into(), Rule::Map { value: 9 }));
     }
 }
+
+#[cfg(test)]
+mod time_bounds {
+    use std::path::PathBuf;
+
+    use crate::source::Source;
+    use crate::table::load_source;
+
+    /// SPEC §10: `created_before` and `created_after` are both strict, for the iUID and for a
+    /// scheme alike. 2026-06-01T00:00:00Z is 1780272000000 ms.
+    #[test]
+    fn both_time_bounds_are_strict() {
+        let source = Source {
+            path: PathBuf::from("t.yaml"),
+            text: "version: t\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  us: { upstreams: [\"http://127.0.0.1:2\"] }\ncountries:\n  1: eu\nschemes:\n  trips: { kind: composite, hash: { weights: { eu: 1 } } }\noverrides:\n  - { country: 1, created_after: \"2026-06-01T00:00:00Z\", region: us }\n  - { scheme: trips, created_after: \"2026-06-01T00:00:00Z\", region: us }\ndefault_region: eu\n".into(),
+        };
+        let table = load_source(&source).expect("valid");
+        let at = 1_780_272_000_000u64;
+        let region = |scheme: &str, text: String| {
+            let (_, d) = table
+                .resolve_text(scheme, text.as_bytes())
+                .expect("resolves");
+            table.region(d.region).name.clone()
+        };
+        let iuid = |ms: u64| iuid::Iuid::from_fields(ms, 1, 1, 7).to_string();
+        assert_eq!(
+            region("iuid", iuid(at)),
+            "eu",
+            "the instant itself is not after it"
+        );
+        assert_eq!(region("iuid", iuid(at + 1)), "us");
+        assert_eq!(region("trips", format!("dev:{at}")), "eu");
+        assert_eq!(region("trips", format!("dev:{}", at + 1)), "us");
+    }
+}
