@@ -198,18 +198,13 @@ async fn twenty_bad_uploads_from_one_client_eject_no_upstream() {
 /// A raw upstream that reads a request head, then its body (chunked, to the end), counting
 /// the body bytes, and answers 200 with the count.
 async fn counting_upstream() -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
     let app = axum::Router::new().fallback(|body: axum::body::Body| async move {
         match axum::body::to_bytes(body, 64 << 20).await {
             Ok(bytes) => (http::StatusCode::OK, format!("{}", bytes.len())),
             Err(e) => (http::StatusCode::BAD_REQUEST, e.to_string()),
         }
     });
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    common::serve(app).await
 }
 
 /// Uploads `chunks` chunks of 1 KiB, one every `every`, then ends the body; the response.
@@ -370,8 +365,6 @@ struct Streaming {
 
 impl Streaming {
     async fn start(len: usize) -> Streaming {
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-        let addr = listener.local_addr().expect("addr");
         let (dropped, sent) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicUsize::new(0)),
@@ -403,9 +396,7 @@ impl Streaming {
                 axum::body::Body::from_stream(stream)
             }
         });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let addr = common::serve(app).await;
         Streaming {
             addr,
             dropped,

@@ -266,7 +266,8 @@ impl RoutingTable {
     /// the decision. O(1), or O(log n) over a scheme's map ranges.
     ///
     /// Errors: [`ResolveError::Malformed`] when the text is not an id of the scheme,
-    /// [`ResolveError::UnknownScheme`], else as [`RoutingTable::resolve_in`].
+    /// [`ResolveError::UnknownScheme`], [`ResolveError::Unmapped`], else as
+    /// [`RoutingTable::resolve`].
     #[inline]
     pub fn resolve_text<'t>(
         &self,
@@ -301,7 +302,7 @@ impl RoutingTable {
 
     /// The region that owns the iUID of `key` and the rule that said so. O(1): two array
     /// reads, plus one comparison per time-conditional override that names this
-    /// country/service. A key of another scheme is resolved by [`RoutingTable::resolve_in`].
+    /// country/service. A key of another scheme is resolved by [`RoutingTable::resolve_text`].
     #[inline]
     pub fn resolve(&self, key: &Key) -> Result<Decision, ResolveError> {
         match key {
@@ -314,17 +315,6 @@ impl RoutingTable {
             _ => Err(ResolveError::UnknownScheme(
                 "a table scheme's id resolved as an iUID".to_owned(),
             )),
-        }
-    }
-
-    /// The region that owns `key`, an id of the scheme in `slot`: its overrides (first match
-    /// wins), then its map or hash.
-    ///
-    /// Errors: [`ResolveError::Unmapped`], or as [`RoutingTable::resolve`] for `iuid`.
-    pub fn resolve_in(&self, slot: SchemeSlot, key: &Key) -> Result<Decision, ResolveError> {
-        match slot {
-            SchemeSlot::Table(i) => self.schemes[usize::from(i)].resolve(i, key),
-            SchemeSlot::Iuid | SchemeSlot::None => self.resolve(key),
         }
     }
 

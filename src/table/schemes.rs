@@ -114,11 +114,6 @@ impl TableScheme {
             }
         }
     }
-
-    /// Field names of the scheme's ids, for the admin API and `decode`.
-    pub fn field_names(&self) -> Vec<&str> {
-        self.kind.fields()
-    }
 }
 
 /// A map key: a value `"150"` or an inclusive range `"0-3"`.

@@ -36,10 +36,6 @@ pub struct Upstream {
 
 impl Upstream {
     pub async fn start(name: &'static str) -> Upstream {
-        let listener = TcpListener::bind("127.0.0.1:0")
-            .await
-            .expect("bind upstream");
-        let addr = listener.local_addr().expect("upstream addr");
         let received: Arc<Mutex<Vec<Received>>> = Arc::default();
         let log = received.clone();
         let app = axum::Router::new().fallback(move |req: Request| {
@@ -81,9 +77,7 @@ impl Upstream {
                 )
             }
         });
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let addr = serve(app).await;
         Upstream {
             name,
             addr,
@@ -390,11 +384,19 @@ where
     None
 }
 
+/// Serves `app` on a free loopback port for the rest of the test; its address.
+pub async fn serve(app: axum::Router) -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    addr
+}
+
 /// A WebSocket echo server standing for an upstream: every message comes back.
 pub async fn ws_echo_upstream() -> SocketAddr {
     use axum::extract::ws::WebSocketUpgrade;
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind ws");
-    let addr = listener.local_addr().expect("addr");
     let app = axum::Router::new().fallback(axum::routing::get(|ws: WebSocketUpgrade| async move {
         ws.on_upgrade(|mut socket| async move {
             while let Some(Ok(msg)) = socket.recv().await {
@@ -404,10 +406,7 @@ pub async fn ws_echo_upstream() -> SocketAddr {
             }
         })
     }));
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    addr
+    serve(app).await
 }
 
 /// A loopback address where nothing listens (bound, then closed): for a router to listen on,
