@@ -44,7 +44,7 @@ fn route(path: &str) -> RouteSpec {
         graphql: None,
         persisted_id_variables: None,
         header: None,
-        scheme: None,
+        ..RouteSpec::default()
     }
 }
 
@@ -63,7 +63,7 @@ fn bench(c: &mut Criterion) {
                 graphql: None,
                 persisted_id_variables: None,
                 header: Some("x-entity-id".into()),
-                scheme: None,
+                ..RouteSpec::default()
             },
         ],
         LIMITS,

@@ -20,6 +20,7 @@ pub mod config;
 pub mod demo;
 pub mod error;
 pub mod extract;
+pub mod fanout;
 pub mod inspect;
 pub mod metrics;
 pub mod problem;

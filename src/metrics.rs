@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::ErrorKind;
 use crate::extract::RouteKind;
 
-/// Requests answered, by `route` kind (`path`, `header`, `graphql`, `none`), `region`
+/// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).
 pub const REQUESTS: &str = "iuid_router_requests_total";
 /// Requests being handled now.
@@ -32,6 +32,20 @@ pub const DECISIONS: &str = "iuid_router_routing_decisions_total";
 pub const RELOADS: &str = "iuid_router_table_reloads_total";
 /// 1 for the routing-table `version` now serving, 0 for versions served before.
 pub const TABLE_INFO: &str = "iuid_router_routing_table_info";
+/// Requests sent to several regions (SPEC §11), by `kind` (`list`, `split_nodes`) and
+/// `result` (`complete`, `partial`, `failed`).
+pub const FANOUT_REQUESTS: &str = "iuid_router_fanout_requests_total";
+/// Each region's part of such a request, by `region` and `outcome` (`ok`, or what failed:
+/// `connect`, `reset`, `timeout`, `unavailable`, `status`, `too_large`, `not_json`,
+/// `no_items_array`, `bad_id`).
+pub const FANOUT_LEGS: &str = "iuid_router_fanout_legs_total";
+/// Time to each region's whole answer to a fan-out, by `region`, in seconds.
+pub const FANOUT_LEG_DURATION: &str = "iuid_router_fanout_leg_duration_seconds";
+/// Legacy ids asked of the other regions after a 404/410 (`legacy: probe`), by `result`
+/// (`found`, `not_found`).
+pub const LEGACY_PROBES: &str = "iuid_router_legacy_probes_total";
+/// Lookups of the legacy owner cache, by `result` (`hit`, `miss`).
+pub const LEGACY_CACHE: &str = "iuid_router_legacy_cache_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -102,14 +116,62 @@ fn describe() {
         TABLE_INFO,
         "The routing-table version serving (1) and served before (0)."
     );
+    ::metrics::describe_counter!(
+        FANOUT_REQUESTS,
+        "Requests sent to several regions, by kind and result."
+    );
+    ::metrics::describe_counter!(
+        FANOUT_LEGS,
+        "Regions' parts of fan-out requests, by region and outcome."
+    );
+    ::metrics::describe_histogram!(
+        FANOUT_LEG_DURATION,
+        ::metrics::Unit::Seconds,
+        "Time to a region's whole answer to a fan-out, by region."
+    );
+    ::metrics::describe_counter!(
+        LEGACY_PROBES,
+        "Legacy ids probed in every region, by result."
+    );
+    ::metrics::describe_counter!(LEGACY_CACHE, "Legacy owner cache lookups, by result.");
+}
+
+/// Counts one request sent to several regions (`kind`: `list` or `split_nodes`) and its
+/// `result` (`complete`, `partial`, `failed`).
+pub fn fanout_request(kind: &'static str, result: &'static str) {
+    handle();
+    ::metrics::counter!(FANOUT_REQUESTS, "kind" => kind, "result" => result).increment(1);
+}
+
+/// Counts one region's part of a fan-out and records how long its whole answer took.
+pub fn fanout_leg(region: &Arc<str>, outcome: &'static str, seconds: f64) {
+    handle();
+    let label = SharedString::from_shared(region.clone());
+    ::metrics::counter!(FANOUT_LEGS, "region" => label.clone(), "outcome" => outcome).increment(1);
+    ::metrics::histogram!(FANOUT_LEG_DURATION, "region" => label).record(seconds);
+}
+
+/// Counts one legacy probe of the other regions (`found` or `not_found`).
+pub fn legacy_probe(found: bool) {
+    handle();
+    let result = if found { "found" } else { "not_found" };
+    ::metrics::counter!(LEGACY_PROBES, "result" => result).increment(1);
+}
+
+/// Counts one legacy owner cache lookup.
+pub fn legacy_cache(hit: bool) {
+    handle();
+    let result = if hit { "hit" } else { "miss" };
+    ::metrics::counter!(LEGACY_CACHE, "result" => result).increment(1);
 }
 
 /// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order: the route kinds,
 /// then `none`.
-const ROUTES: [Option<RouteKind>; 4] = [
+const ROUTES: [Option<RouteKind>; 5] = [
     Some(RouteKind::Path),
     Some(RouteKind::Header),
     Some(RouteKind::Graphql),
+    Some(RouteKind::Fanout),
     None,
 ];
 
@@ -203,7 +265,7 @@ fn class_index(status: u16) -> usize {
 pub struct RegionMetrics {
     /// The region name: a metric label and log field, shared rather than copied.
     pub label: Arc<str>,
-    requests: [[OnceLock<Counter>; 5]; 4],
+    requests: [[OnceLock<Counter>; 5]; ROUTES.len()],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
 }
@@ -230,7 +292,8 @@ impl RegionMetrics {
             Some(RouteKind::Path) => 0,
             Some(RouteKind::Header) => 1,
             Some(RouteKind::Graphql) => 2,
-            None => 3,
+            Some(RouteKind::Fanout) => 3,
+            None => 4,
         };
         let c = class_index(status);
         self.requests[r][c]

@@ -83,6 +83,16 @@ pub enum Problem {
     MethodNotAllowed,
     /// A transfer coding other than `chunked` (501, RFC 9112 §6.1).
     UnsupportedTransferCoding,
+    /// A query parameter of a fan-out route that cannot be used: a `limit` that is no number,
+    /// a cursor that is no id of the route's scheme (400).
+    BadParameter(String),
+    /// A method other than `GET` on a `fanout:` route (405, `Allow: GET`).
+    GetOnly,
+    /// Regions failed a fan-out under `on_region_error: fail`, or every region did (502).
+    RegionsFailed {
+        /// `(region, what failed)`, in table order.
+        regions: Vec<(String, String)>,
+    },
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.
@@ -126,6 +136,9 @@ impl Problem {
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
+            Problem::BadParameter(_) => StatusCode::BAD_REQUEST,
+            Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
+            Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
         }
     }
 
@@ -161,6 +174,9 @@ impl Problem {
                 "Transfer coding not implemented",
             ),
             Problem::InvalidTable { .. } => ("invalid-routing-table", "Invalid routing table"),
+            Problem::BadParameter(_) => ("invalid-parameter", "Invalid query parameter"),
+            Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
+            Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
         }
     }
 
@@ -219,6 +235,13 @@ impl Problem {
             Problem::InvalidTable { serving, .. } => {
                 format!("the table was not installed; version {serving} keeps serving")
             }
+            Problem::BadParameter(m) => m.clone(),
+            Problem::GetOnly => "a fan-out route answers GET only".to_owned(),
+            Problem::RegionsFailed { regions } => {
+                let listed: Vec<String> =
+                    regions.iter().map(|(r, why)| format!("{r} ({why})")).collect();
+                format!("regions failed: {}", listed.join(", "))
+            }
         }
     }
 
@@ -239,6 +262,13 @@ impl Problem {
             Problem::InvalidTable { errors, .. } => {
                 body["errors"] = json!(errors);
             }
+            Problem::RegionsFailed { regions } => {
+                let failed: serde_json::Map<String, serde_json::Value> = regions
+                    .iter()
+                    .map(|(r, why)| (r.clone(), json!({ "error": why })))
+                    .collect();
+                body["regions"] = serde_json::Value::Object(failed);
+            }
             Problem::RegionConflict { ids } => {
                 let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
                 regions.sort_unstable();
@@ -257,6 +287,10 @@ impl Problem {
         if let Problem::MethodNotAllowed = &self {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        if let Problem::GetOnly = &self {
+            resp.headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET"));
         }
         if let Problem::Unavailable { retry_after, .. } = &self {
             // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).

@@ -15,7 +15,9 @@ use crate::source::{Seg, Source, SourceError, SourceErrors};
 
 mod policy;
 
-pub use policy::{CheckPolicy, HealthPolicy, Limits, RetryPolicy, Timeouts, DEFAULT_BACKLOG};
+pub use policy::{
+    CheckPolicy, HealthPolicy, Legacy, LegacyCache, Limits, RetryPolicy, Timeouts, DEFAULT_BACKLOG,
+};
 
 /// The config file as written.
 #[derive(Debug, Deserialize)]
@@ -52,6 +54,10 @@ struct ConfigFile {
     retries: RetryPolicy,
     #[serde(default)]
     workers: usize,
+    #[serde(default)]
+    legacy: Legacy,
+    #[serde(default)]
+    legacy_cache: LegacyCache,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -156,6 +162,10 @@ pub struct RouterConfig {
     /// Worker threads serving the data path, at least 1 (`workers: 0`, the default, is one
     /// per available core; see `crate::workers`).
     pub workers: usize,
+    /// Requests for ids without routing bits: `default_region` or `probe` (SPEC §11).
+    pub legacy: Legacy,
+    /// The owner cache of `legacy: probe`.
+    pub legacy_cache: LegacyCache,
     /// Routes that name a scheme other than `iuid`, with where they name it: the routing
     /// table must declare each (checked at start, by `check`, and before a reload installs).
     pub scheme_uses: SchemeUses,
@@ -273,6 +283,12 @@ impl RouterConfig {
                 "max_ejected_percent is a percentage: 0 to 100",
             ));
         }
+        if file.limits.fanout_region_bytes == 0 {
+            errors.push(source.error_at(
+                &[key("limits"), key("fanout_region_bytes")],
+                "fanout_region_bytes must be above 0",
+            ));
+        }
         if file.timeouts.connect_ms == 0
             || file.timeouts.response_headers_ms == 0
             || file.timeouts.idle_ms == 0
@@ -330,6 +346,8 @@ impl RouterConfig {
                 health_check: file.health_check,
                 retries: file.retries,
                 workers: crate::workers::resolve_count(file.workers),
+                legacy: file.legacy,
+                legacy_cache: file.legacy_cache,
                 scheme_uses: SchemeUses {
                     uses,
                     table: routing_table,

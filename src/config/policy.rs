@@ -74,6 +74,10 @@ pub struct Limits {
     /// Connections the kernel queues on the public listener before the router accepts them
     /// (`listen(2)` backlog; capped by `net.core.somaxconn`).
     pub listen_backlog: u32,
+    /// Most bytes read of one region's answer to a fan-out (SPEC §11; then the region is
+    /// named as failed, `too_large`). Also bounds each region's answer to a split GraphQL
+    /// `nodes` request.
+    pub fanout_region_bytes: usize,
 }
 
 impl Default for Limits {
@@ -87,6 +91,7 @@ impl Default for Limits {
             max_header_bytes: 64 << 10,
             max_headers: 100,
             listen_backlog: DEFAULT_BACKLOG,
+            fanout_region_bytes: 8 << 20,
         }
     }
 }
@@ -161,4 +166,35 @@ fn default_interval() -> u64 {
 
 fn default_timeout() -> u64 {
     1_000
+}
+
+/// What a request for an id without routing bits does (SPEC §11 `legacy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Legacy {
+    /// SPEC §5: it goes to `default_region`.
+    #[default]
+    DefaultRegion,
+    /// A `GET`/`HEAD` answered 404 or 410 there is asked of every other region; the first 2xx
+    /// wins and its region is remembered (`legacy_cache`).
+    Probe,
+}
+
+/// The owner cache of `legacy: probe` (router config `legacy_cache:`).
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LegacyCache {
+    /// Most owners remembered (least recently used dropped first); 0 remembers none.
+    pub entries: usize,
+    /// How long an owner is remembered, in seconds.
+    pub ttl_s: u64,
+}
+
+impl Default for LegacyCache {
+    fn default() -> Self {
+        LegacyCache {
+            entries: 100_000,
+            ttl_s: 3600,
+        }
+    }
 }

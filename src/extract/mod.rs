@@ -10,12 +10,14 @@
 //! live routing table parses and resolves it. A route that matches but whose token does not
 //! parse is an error (400), not a miss: the client meant an id and got it wrong.
 
+pub mod fanout;
 pub mod graphql;
 mod path;
 
 use std::borrow::Cow;
 use std::sync::Arc;
 
+use fanout::{CursorSpec, FanoutRoute, LimitSpec, OnRegionError, Order};
 use graphql::plan::ParseLimits;
 use graphql::GraphqlRoute;
 use http::header::HeaderName;
@@ -25,7 +27,7 @@ use serde::Deserialize;
 use crate::scheme::IUID;
 
 /// One entry of `routes:`: exactly one of the keys.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RouteSpec {
     /// A path template with an `{id}` parameter, e.g. `/v1/orders/{id}/{*rest}`.
@@ -45,6 +47,128 @@ pub struct RouteSpec {
     /// The scheme of the route's ids (SPEC §10); default `iuid`.
     #[serde(default)]
     pub scheme: Option<String>,
+    /// With `graphql:`: a `nodes(ids: $var)` whose ids live in several regions is split, one
+    /// request per region (SPEC §11).
+    #[serde(default)]
+    pub split_nodes: Option<bool>,
+    /// A list endpoint's path, matched exactly, asked of every region (SPEC §11).
+    #[serde(default)]
+    pub fanout: Option<String>,
+    /// With `fanout:`: JSON pointer to the items array in each region's answer.
+    #[serde(default)]
+    pub items: Option<String>,
+    /// With `fanout:`: the member of each item holding its id (default `id`).
+    #[serde(default)]
+    pub id_field: Option<String>,
+    /// With `fanout:`: `desc` (default) or `asc`.
+    #[serde(default)]
+    pub order: Option<Order>,
+    /// With `fanout:`: the page size parameter, its default and maximum.
+    #[serde(default)]
+    pub limit: Option<LimitSpec>,
+    /// With `fanout:`: the cursor parameter.
+    #[serde(default)]
+    pub cursor: Option<CursorSpec>,
+    /// With `fanout:`: bound on each region's whole answer, in ms (default 2000).
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+    /// With `fanout:`: `partial` (default) or `fail`.
+    #[serde(default)]
+    pub on_region_error: Option<OnRegionError>,
+}
+
+impl RouteSpec {
+    /// The keys set that only go with `fanout:`, for the error when it is missing.
+    fn fanout_keys(&self) -> Option<&'static str> {
+        [
+            (self.items.is_some(), "items"),
+            (self.id_field.is_some(), "id_field"),
+            (self.order.is_some(), "order"),
+            (self.limit.is_some(), "limit"),
+            (self.cursor.is_some(), "cursor"),
+            (self.timeout_ms.is_some(), "timeout_ms"),
+            (self.on_region_error.is_some(), "on_region_error"),
+        ]
+        .into_iter()
+        .find_map(|(set, key)| set.then_some(key))
+    }
+
+    /// The compiled fan-out route of a spec with `fanout: path`.
+    fn fanout_route(
+        &self,
+        index: usize,
+        path: &str,
+        scheme: String,
+    ) -> Result<FanoutRoute, RouteError> {
+        let order = self.order.unwrap_or_default();
+        let limit = self.limit.clone().unwrap_or_default();
+        let items = self.items.clone().unwrap_or_else(|| "/items".to_owned());
+        let id_field = self.id_field.clone().unwrap_or_else(|| "id".to_owned());
+        let timeout_ms = self.timeout_ms.unwrap_or(2000);
+        if !path.starts_with('/') {
+            return Err(RouteError::new(
+                index,
+                "fanout",
+                format!("fanout path `{path}` must start with /"),
+            ));
+        }
+        if !items.is_empty() && !items.starts_with('/') {
+            return Err(RouteError::new(
+                index,
+                "items",
+                format!("`{items}` is not a JSON pointer (RFC 6901): it starts with /"),
+            ));
+        }
+        if id_field.is_empty() {
+            return Err(RouteError::new(
+                index,
+                "id_field",
+                "the id member's name is empty",
+            ));
+        }
+        if limit.max == 0 || limit.default > limit.max || limit.param.is_empty() {
+            return Err(RouteError::new(
+                index,
+                "limit",
+                format!(
+                    "limit needs a param name and 1 <= default <= max (here default {} and max {})",
+                    limit.default, limit.max
+                ),
+            ));
+        }
+        if timeout_ms == 0 {
+            return Err(RouteError::new(
+                index,
+                "timeout_ms",
+                "timeout_ms must be above 0 ms",
+            ));
+        }
+        let cursor_param = self
+            .cursor
+            .as_ref()
+            .and_then(|c| c.param.clone())
+            .unwrap_or_else(|| order.default_cursor_param().to_owned());
+        if cursor_param == limit.param {
+            return Err(RouteError::new(
+                index,
+                "cursor",
+                "the cursor and limit parameters must differ",
+            ));
+        }
+        Ok(FanoutRoute {
+            path: path.to_owned(),
+            scheme,
+            items,
+            id_field,
+            order,
+            limit_param: limit.param,
+            limit_default: limit.default.max(1),
+            limit_max: limit.max,
+            cursor_param,
+            timeout: std::time::Duration::from_millis(timeout_ms),
+            on_region_error: self.on_region_error.unwrap_or_default(),
+        })
+    }
 }
 
 /// An id as a route found it, not yet parsed: its text and the name of the scheme to parse
@@ -66,6 +190,8 @@ pub enum RouteKind {
     Header,
     /// A `graphql:` route.
     Graphql,
+    /// A `fanout:` route (every region asked).
+    Fanout,
 }
 
 impl RouteKind {
@@ -75,6 +201,7 @@ impl RouteKind {
             RouteKind::Path => "path",
             RouteKind::Header => "header",
             RouteKind::Graphql => "graphql",
+            RouteKind::Fanout => "fanout",
         }
     }
 }
@@ -85,11 +212,13 @@ pub enum Extraction<'r, 'q> {
     /// A route matched and found an id's token.
     Id(Token<'r, 'q>, RouteKind),
     /// The id texts of a GraphQL request (possibly none), read from its body or query
-    /// string, and the route's scheme name.
-    Ids(Vec<Vec<u8>>, &'r str),
+    /// string, and the route (its scheme, whether it splits `nodes`).
+    Ids(Vec<Vec<u8>>, &'r Arc<GraphqlRoute>),
     /// A GraphQL endpoint: the ids are in the body, which the caller reads and hands to the
     /// route.
     Graphql(&'r Arc<GraphqlRoute>),
+    /// A list endpoint asked of every region.
+    Fanout(&'r Arc<FanoutRoute>),
     /// No route matched: the `unrouted` policy applies.
     NoId,
 }
@@ -100,6 +229,7 @@ impl Extraction<'_, '_> {
         match self {
             Extraction::Id(_, kind) => Some(*kind),
             Extraction::Ids(..) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
+            Extraction::Fanout(_) => Some(RouteKind::Fanout),
             Extraction::NoId => None,
         }
     }
@@ -110,6 +240,7 @@ enum Step {
     Paths,
     Header(HeaderName, String),
     Graphql(Arc<GraphqlRoute>),
+    Fanout(Arc<FanoutRoute>),
 }
 
 /// The compiled `routes:` list.
@@ -171,14 +302,34 @@ impl Routes {
                 ));
                 continue;
             }
+            if spec.split_nodes.is_some() && spec.graphql.is_none() {
+                errors.push(RouteError::new(
+                    i,
+                    "split_nodes",
+                    "split_nodes goes with a graphql route",
+                ));
+                continue;
+            }
+            if let (None, Some(key)) = (&spec.fanout, spec.fanout_keys()) {
+                errors.push(RouteError::new(
+                    i,
+                    key,
+                    format!("{key} goes with a fanout route"),
+                ));
+                continue;
+            }
             // Whether the table defines it is checked against the table (it may reload).
             let scheme = spec.scheme.clone().unwrap_or_else(|| IUID.to_owned());
             if scheme.is_empty() {
                 errors.push(RouteError::new(i, "scheme", "the scheme name is empty"));
                 continue;
             }
-            match (&spec.path, &spec.graphql, &spec.header) {
-                (Some(p), None, None) => {
+            match (&spec.path, &spec.graphql, &spec.header, &spec.fanout) {
+                (None, None, None, Some(p)) => match spec.fanout_route(i, p, scheme.clone()) {
+                    Ok(route) => steps.push(Step::Fanout(Arc::new(route))),
+                    Err(e) => errors.push(e),
+                },
+                (Some(p), None, None, None) => {
                     let id = PathId {
                         at: IdAt::of(p),
                         scheme: scheme.clone(),
@@ -206,7 +357,7 @@ impl Routes {
                         steps.push(Step::Paths);
                     }
                 }
-                (None, None, Some(h)) => match HeaderName::from_bytes(h.as_bytes()) {
+                (None, None, Some(h), None) => match HeaderName::from_bytes(h.as_bytes()) {
                     Ok(name) => steps.push(Step::Header(name, scheme.clone())),
                     Err(_) => errors.push(RouteError::new(
                         i,
@@ -214,10 +365,12 @@ impl Routes {
                         format!("`{h}` is not a header name"),
                     )),
                 },
-                (None, Some(p), None) => {
+                (None, Some(p), None, None) => {
                     if p.starts_with('/') {
                         let vars = spec.persisted_id_variables.clone().unwrap_or_default();
-                        let route = GraphqlRoute::new(p.clone(), vars, scheme.clone(), limits);
+                        let split = spec.split_nodes.unwrap_or(false);
+                        let route = GraphqlRoute::new(p.clone(), vars, scheme.clone(), limits)
+                            .with_split_nodes(split);
                         steps.push(Step::Graphql(Arc::new(route)));
                     } else {
                         errors.push(RouteError::new(
@@ -230,7 +383,7 @@ impl Routes {
                 _ => errors.push(RouteError::new(
                     i,
                     "path",
-                    "a route has exactly one of path, graphql, header",
+                    "a route has exactly one of path, graphql, header, fanout",
                 )),
             }
         }
@@ -276,6 +429,10 @@ impl Routes {
                     return Extraction::Graphql(route)
                 }
                 Step::Graphql(_) => {}
+                Step::Fanout(route) if parts.uri.path() == route.path => {
+                    return Extraction::Fanout(route)
+                }
+                Step::Fanout(_) => {}
                 Step::Paths => {
                     if let Some(token) = self.path_token(parts.uri.path()) {
                         return Extraction::Id(token, RouteKind::Path);
@@ -356,7 +513,7 @@ mod tests {
                 graphql: (*k == "graphql").then(|| v.to_string()),
                 persisted_id_variables: None,
                 header: (*k == "header").then(|| v.to_string()),
-                scheme: None,
+                ..RouteSpec::default()
             })
             .collect();
         Routes::new(&specs, LIMITS).expect("valid routes")
@@ -505,6 +662,7 @@ mod tests {
                 persisted_id_variables: None,
                 header: None,
                 scheme: None,
+                ..RouteSpec::default()
             },
             RouteSpec {
                 path: None,
@@ -512,6 +670,7 @@ mod tests {
                 persisted_id_variables: None,
                 header: Some("bad header".into()),
                 scheme: None,
+                ..RouteSpec::default()
             },
             RouteSpec {
                 path: Some("/a/{id}".into()),
@@ -519,6 +678,7 @@ mod tests {
                 persisted_id_variables: None,
                 header: Some("x".into()),
                 scheme: None,
+                ..RouteSpec::default()
             },
             RouteSpec {
                 path: Some("/b/{id}".into()),
@@ -526,6 +686,7 @@ mod tests {
                 persisted_id_variables: None,
                 header: Some("x".into()),
                 scheme: Some("offers".into()),
+                ..RouteSpec::default()
             },
         ];
         let errors = Routes::new(&specs, LIMITS).expect_err("invalid");

@@ -9,16 +9,19 @@
 //! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
 mod admit;
+mod fanout;
 mod graphql;
 pub mod headers;
+mod probe;
 pub mod request_id;
+mod split;
 mod upgrade;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use http::header::{CONTENT_LENGTH, HOST};
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::request::Parts;
 use http::uri::Authority;
 use http::{HeaderValue, Request, Response, StatusCode};
@@ -27,12 +30,15 @@ use http_body_util::{BodyExt, Either, Full, Limited};
 use hyper::body::Incoming;
 use tracing::Instrument;
 
-use crate::config::{RouterConfig, Unrouted};
+use crate::config::{Legacy, RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
+use crate::extract::fanout::FanoutRoute;
+use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::{Extraction, RouteKind};
+use crate::fanout::owners::Owners;
 use crate::metrics;
 use crate::problem::Problem;
-use crate::table::{Decision, RegionId, RoutingTable};
+use crate::table::{Decision, RegionId, RoutingTable, Rule};
 use crate::upstream::body::{Guarded, IdleTimeout, Watched};
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
@@ -55,10 +61,25 @@ pub struct InFlightGuards {
 type ClientBody = Either<Incoming, Bytes>;
 
 /// Where a request goes: the snapshot it was resolved on and the region (the snapshot is kept so
-/// the region outlives a reload without copying it).
+/// the region outlives a reload without copying it), and whether it is a legacy id to probe.
 struct Target {
     routing: Arc<Routing>,
     region: RegionId,
+    probe: Option<probe::Probe>,
+}
+
+/// What the routing phases decided: one region, or several (SPEC §11).
+enum Routed {
+    /// One region (the usual case).
+    Region(Target, ClientBody),
+    /// A `fanout:` list route: every region.
+    Fanout(Arc<FanoutRoute>),
+    /// A GraphQL `nodes(ids: $var)` whose ids live in several regions, split by region.
+    Split {
+        scheme: String,
+        split: SplitNodes,
+        body: Bytes,
+    },
 }
 
 impl Target {
@@ -78,6 +99,8 @@ struct Trail {
     route: Option<RouteKind>,
     region: Option<Arc<metrics::RegionMetrics>>,
     upstream: Option<Authority>,
+    /// The regions asked, when more than one was (fan-out, split, probe): for the access log.
+    regions: Option<String>,
 }
 
 /// Shared state of the data path: config, live routing, `Via` values.
@@ -88,17 +111,27 @@ pub struct Proxy {
     via: ViaValues,
     /// Metrics of requests refused before a region was chosen (`region="none"`).
     no_region: metrics::RegionMetrics,
+    /// Metrics of requests sent to several regions (`region="all"`).
+    all_regions: Arc<metrics::RegionMetrics>,
+    /// Owners learned for legacy ids (`legacy: probe`).
+    owners: Owners,
 }
 
 impl Proxy {
     /// A proxy over live routing (kept in step with the table's reloads).
     pub fn new(config: Arc<RouterConfig>, regions: Arc<Regions>) -> Proxy {
         let via = ViaValues::new(&config.region);
+        let owners = Owners::new(
+            config.legacy_cache.entries,
+            Duration::from_secs(config.legacy_cache.ttl_s),
+        );
         Proxy {
             config,
             regions,
             via,
             no_region: metrics::RegionMetrics::new("none"),
+            all_regions: Arc::new(metrics::RegionMetrics::new("all")),
+            owners,
         }
     }
 
@@ -134,6 +167,7 @@ impl Proxy {
             route: None,
             region: None,
             upstream: None,
+            regions: None,
         };
         let method = self.config.access_log.then(|| req.method().clone());
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
@@ -153,6 +187,7 @@ impl Proxy {
                 status,
                 route = trail.route.map_or("none", RouteKind::as_str),
                 region = trail.region.as_ref().map_or("-", |r| &*r.label),
+                regions = trail.regions.as_deref().unwrap_or("-"),
                 upstream = %trail.upstream.as_ref().map_or("-", |a| a.as_str()),
                 duration_ms = started.elapsed().as_secs_f64() * 1e3,
             );
@@ -169,7 +204,27 @@ impl Proxy {
     ) -> Response<ProxyBody> {
         let (mut parts, body) = req.into_parts();
         let (target, body) = match self.route(&parts, body, trail).await {
-            Ok(routed) => routed,
+            Ok(Routed::Region(target, body)) => (target, body),
+            Ok(Routed::Fanout(route)) => {
+                self.rewrite_request(&mut parts, client);
+                let answer = self.fanout(&route, parts, &mut trail.regions).await;
+                return answer
+                    .unwrap_or_else(Problem::into_response)
+                    .map(Either::Right);
+            }
+            Ok(Routed::Split {
+                scheme,
+                split,
+                body,
+            }) => {
+                self.rewrite_request(&mut parts, client);
+                let answer = self
+                    .split_nodes(&scheme, &split, parts, body, &mut trail.regions)
+                    .await;
+                return answer
+                    .unwrap_or_else(Problem::into_response)
+                    .map(Either::Right);
+            }
             Err(problem) => return problem.into_response().map(Either::Right),
         };
         let client_upgrade = upgrade::take(&mut parts);
@@ -178,7 +233,31 @@ impl Proxy {
             Ok(body) => body,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
-        match self.forward(&target, parts, body, &trail.span).await {
+        // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
+        let probe_head = match (&target.probe, &body) {
+            (Some(_), Outgoing::Held(b)) if b.is_empty() => Some(forward::copy_head(&parts)),
+            _ => None,
+        };
+        let answered = match self.forward(&target, parts, body, &trail.span).await {
+            Ok(answered) => match (&target.probe, probe_head) {
+                (Some(probe), Some(head)) => {
+                    let routing = &target.routing;
+                    let (region, answered) = self
+                        .probe(routing, probe, target.region, head, answered)
+                        .await;
+                    if region != target.region {
+                        let asked =
+                            [target.region, region].map(|r| routing.region(r).name.as_str());
+                        trail.regions = Some(asked.join(","));
+                        trail.region = Some(routing.region(region).state.metrics.clone());
+                    }
+                    Ok(answered)
+                }
+                _ => Ok(answered),
+            },
+            Err(problem) => Err(problem),
+        };
+        match answered {
             Ok(Answered {
                 response,
                 upstream,
@@ -196,32 +275,73 @@ impl Proxy {
     }
 
     /// Phases 0–3: admission, loop check, id extraction, region resolution. The body comes
-    /// back as it must go on (read whole only for GraphQL).
+    /// back as it must go on (read whole only for GraphQL). A fan-out route, and GraphQL
+    /// `nodes` split by region, go to several regions instead (SPEC §11).
     async fn route(
         &self,
         parts: &Parts,
         body: Incoming,
         trail: &mut Trail,
-    ) -> Result<(Target, ClientBody), Problem> {
+    ) -> Result<Routed, Problem> {
         let limits = &self.config.limits;
         admit::admit(parts)?;
         headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
             .map_err(Problem::Loop)?;
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
+        let split_route = match &found {
+            Extraction::Fanout(route) => {
+                trail.region = Some(self.all_regions.clone());
+                if parts.method != http::Method::GET {
+                    return Err(Problem::GetOnly);
+                }
+                return Ok(Routed::Fanout(Arc::clone(route)));
+            }
+            Extraction::Ids(_, route) if route.split_nodes() => Some(Arc::clone(route)),
+            _ => None,
+        };
         let routing = self.regions.current();
-        let decision = self.resolve(&routing.table, found, &trail.span)?;
+        let (decision, legacy_id) = match self.resolve(&routing.table, found, &trail.span) {
+            Ok(resolved) => resolved,
+            Err(Problem::RegionConflict { ids }) => {
+                let split = match (&split_route, &body) {
+                    (Some(route), Either::Right(bytes)) => route
+                        .split_of(parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes()), bytes)
+                        .map(|split| (route.scheme().to_owned(), split, bytes.clone())),
+                    _ => None,
+                };
+                return match split {
+                    Some((scheme, split, body)) => {
+                        trail.region = Some(self.all_regions.clone());
+                        Ok(Routed::Split {
+                            scheme,
+                            split,
+                            body,
+                        })
+                    }
+                    None => Err(Problem::RegionConflict { ids }),
+                };
+            }
+            Err(problem) => return Err(problem),
+        };
         routing
             .decisions(decision.scheme)
             .count(decision.rule.label());
-        let metrics = &routing.region(decision.region).state.metrics;
+        let (probe, region) = match legacy_id
+            .and_then(|id| self.legacy_target(&routing, &parts.method, &decision, || id))
+        {
+            Some((probe, region)) => (Some(probe), region),
+            None => (None, decision.region),
+        };
+        let metrics = &routing.region(region).state.metrics;
         trail.span.record("region", &*metrics.label);
         trail.region = Some(metrics.clone());
         let target = Target {
             routing,
-            region: decision.region,
+            region,
+            probe,
         };
-        Ok((target, body))
+        Ok(Routed::Region(target, body))
     }
 
     /// Phase 2: the id(s) in the request, from its head, or from its body for GraphQL.
@@ -235,41 +355,49 @@ impl Proxy {
                 let limit = self.config.limits.graphql_body_bytes;
                 let idle = self.config.timeouts.idle();
                 let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
-                Ok((Extraction::Ids(ids, route.scheme()), body))
+                Ok((Extraction::Ids(ids, route), body))
             }
             found => Ok((found, Either::Left(body))),
         }
     }
 
     /// Phase 3: the live table parses the id(s) with the route's scheme and names the region
-    /// that owns them, or the `unrouted` policy applies when there is none.
+    /// that owns them, or the `unrouted` policy applies when there is none. With
+    /// `legacy: probe`, an id without routing bits comes back as canonical text too.
     fn resolve(
         &self,
         table: &RoutingTable,
         found: Extraction,
         span: &tracing::Span,
-    ) -> Result<Decision, Problem> {
+    ) -> Result<(Decision, Option<String>), Problem> {
         match found {
             Extraction::Id(token, kind) => {
                 let (key, decision) = table
                     .resolve_text(token.scheme, &token.text)
                     .map_err(|e| Problem::unresolved(e, Some(kind), &token.text))?;
                 span.record("id", tracing::field::display(&key));
-                Ok(decision)
+                let legacy = (decision.rule == Rule::DefaultRegion
+                    && self.config.legacy == Legacy::Probe)
+                    .then(|| key.to_string());
+                Ok((decision, legacy))
             }
-            Extraction::Ids(texts, scheme) if !texts.is_empty() => {
-                resolve_all(table, scheme, &texts)
+            Extraction::Ids(texts, route) if !texts.is_empty() => {
+                resolve_all(table, route.scheme(), &texts).map(|d| (d, None))
             }
-            Extraction::NoId | Extraction::Ids(..) | Extraction::Graphql(_) => {
-                match self.config.unrouted {
-                    Unrouted::DefaultRegion => Ok(Decision {
+            Extraction::NoId
+            | Extraction::Ids(..)
+            | Extraction::Graphql(_)
+            | Extraction::Fanout(_) => match self.config.unrouted {
+                Unrouted::DefaultRegion => Ok((
+                    Decision {
                         region: table.default_region,
-                        rule: crate::table::Rule::Unrouted,
+                        rule: Rule::Unrouted,
                         scheme: crate::table::SchemeSlot::None,
-                    }),
-                    Unrouted::Reject => Err(Problem::NoId),
-                }
-            }
+                    },
+                    None,
+                )),
+                Unrouted::Reject => Err(Problem::NoId),
+            },
         }
     }
 
@@ -322,15 +450,15 @@ impl Proxy {
         }
     }
 
-    /// Phase 5: an upstream of the region, with retries and ejection (`upstream::forward`).
-    async fn forward(
+    /// Sends a request to an upstream of `region`, with retries and ejection
+    /// (`upstream::forward`); the request's span records the upstream.
+    async fn send(
         &self,
-        target: &Target,
+        region: &RegionRuntime,
         parts: Parts,
         body: Outgoing,
         span: &tracing::Span,
-    ) -> Result<Answered, Problem> {
-        let region = target.region();
+    ) -> Result<Answered, ForwardError> {
         let policies = Policies {
             retry: &self.config.retries,
             health: &self.config.health,
@@ -340,7 +468,20 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             span.record("upstream", upstream.authority.as_str());
         };
-        match forward::forward(region, parts, body, policies, aim).await {
+        forward::forward(region, parts, body, policies, aim).await
+    }
+
+    /// Phase 5: an upstream of the region ([`Proxy::send`]); its failure as the problem to
+    /// answer.
+    async fn forward(
+        &self,
+        target: &Target,
+        parts: Parts,
+        body: Outgoing,
+        span: &tracing::Span,
+    ) -> Result<Answered, Problem> {
+        let region = target.region();
+        match self.send(region, parts, body, span).await {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),

@@ -85,7 +85,8 @@ fn idempotent(method: &Method) -> bool {
     )
 }
 
-fn copy_head(parts: &Parts) -> Parts {
+/// A copy of a request head (`Parts` is not `Clone`: its extensions may not be).
+pub fn copy_head(parts: &Parts) -> Parts {
     let mut req = Request::new(());
     *req.method_mut() = parts.method.clone();
     *req.uri_mut() = parts.uri.clone();

@@ -73,6 +73,22 @@ impl Routing {
         &self.regions[usize::from(id.0)]
     }
 
+    /// Every region with its id, in table order.
+    pub fn all(&self) -> impl Iterator<Item = (RegionId, &RegionRuntime)> {
+        self.regions
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (RegionId(i as u16), r))
+    }
+
+    /// The region called `name`, if the table has it.
+    pub fn by_name(&self, name: &str) -> Option<RegionId> {
+        self.regions
+            .iter()
+            .position(|r| r.name == name)
+            .map(|i| RegionId(i as u16))
+    }
+
     /// The decision counters of the scheme a decision was made for.
     #[inline]
     pub fn decisions(&self, scheme: SchemeSlot) -> &DecisionCounters {

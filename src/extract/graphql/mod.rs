@@ -20,7 +20,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use cache::PlanCache;
-use plan::{IdSource, ParseLimits};
+use plan::{IdSource, ParseLimits, SplitNodes};
 use scan::Literal;
 
 /// Variables read from a persisted query (sent by hash only) when none are configured.
@@ -111,6 +111,7 @@ pub struct GraphqlRoute {
     scheme: String,
     limits: ParseLimits,
     cache: PlanCache,
+    split_nodes: bool,
 }
 
 /// Routes are equal when they serve the same endpoint (the cache is a detail).
@@ -165,7 +166,48 @@ impl GraphqlRoute {
             scheme,
             limits,
             cache: PlanCache::new(CACHE_CAPACITY, CACHE_MAX_SHAPE),
+            split_nodes: false,
         }
+    }
+
+    /// The route with `split_nodes` set as given (SPEC §11).
+    pub fn with_split_nodes(mut self, split_nodes: bool) -> Self {
+        self.split_nodes = split_nodes;
+        self
+    }
+
+    /// Whether a `nodes(ids: $var)` over several regions is split by region.
+    pub fn split_nodes(&self) -> bool {
+        self.split_nodes
+    }
+
+    /// The root `nodes(ids: $var)` of a `POST` JSON body holding one operation, when its
+    /// variable holds every id of the request (given as a list): the request can be split
+    /// by region. `None` for anything else (a batch, a raw document, ids in literals or in
+    /// several fields), which keeps SPEC §6's one-region rule.
+    pub fn split_of(&self, content_type: Option<&[u8]>, body: &[u8]) -> Option<SplitNodes> {
+        if content_type.is_some_and(is_raw_document) {
+            return None;
+        }
+        let op: Operation = serde_json::from_slice(body).ok()?;
+        let query = op.query.as_deref()?;
+        let list = op.variables.as_ref()?;
+        let operation_name = op.operation_name.as_deref().filter(|n| !n.is_empty());
+        LITERALS.with(|cell| {
+            let mut literals = cell.borrow_mut();
+            let doc = query.as_bytes();
+            let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
+            let entry = match self.cache.get(key, doc, &literals, operation_name) {
+                Some(entry) => entry,
+                None => {
+                    let plan = plan::build(query, &literals, operation_name, self.limits);
+                    let shape = scan::shape_of(doc, &literals);
+                    self.cache.insert(key, shape, operation_name, plan)
+                }
+            };
+            let split = entry.plan.as_ref().ok()?.split.clone()?;
+            list.get(&*split.variable)?.is_array().then_some(split)
+        })
     }
 
     /// How many document plans are cached.

@@ -32,6 +32,18 @@ pub enum IdSource {
 pub struct Plan {
     /// Every place an id is, in document order.
     pub sources: Box<[IdSource]>,
+    /// Set when the operation's only ids are one root `nodes(ids: $var)`: such a request
+    /// can be split by region (SPEC §11 `split_nodes`).
+    pub split: Option<SplitNodes>,
+}
+
+/// A root `nodes(ids: $var)` that holds every id of an operation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SplitNodes {
+    /// The variable holding the ids, without `$`.
+    pub variable: Box<str>,
+    /// The field's key in the answer's `data`: its alias, or `nodes`.
+    pub response_key: Box<str>,
 }
 
 /// Why a document has no plan (answered 400).
@@ -116,6 +128,7 @@ pub fn build(
         sources: Vec::new(),
         visited: HashSet::new(),
         unindexed_literal: false,
+        nodes_variables: Vec::new(),
     };
     if let Some(defs) = op.variable_definitions() {
         for def in defs.variable_definitions() {
@@ -138,8 +151,13 @@ pub fn build(
             super::scan::MAX_LITERALS
         )));
     }
+    let split = match (&*b.sources, &*b.nodes_variables) {
+        ([IdSource::Variable { name, .. }], [only]) if *name == only.variable => Some(only.clone()),
+        _ => None,
+    };
     Ok(Plan {
         sources: b.sources.into_boxed_slice(),
+        split,
     })
 }
 
@@ -169,6 +187,8 @@ struct Builder<'a> {
     visited: HashSet<String>,
     /// An id literal past the scanner's limit: the plan would miss it, so there is none.
     unindexed_literal: bool,
+    /// Root `nodes` fields whose `ids` is one variable.
+    nodes_variables: Vec<SplitNodes>,
 }
 
 impl Builder<'_> {
@@ -212,6 +232,15 @@ impl Builder<'_> {
         for arg in args.arguments() {
             if arg.name().is_some_and(|n| n.text() == wanted_arg) {
                 if let Some(value) = arg.value() {
+                    if let (cst::Value::Variable(v), "ids") = (&value, wanted_arg) {
+                        if let Some(variable) = v.name() {
+                            let key = field.alias().and_then(|a| a.name()).unwrap_or(name.clone());
+                            self.nodes_variables.push(SplitNodes {
+                                variable: variable.text().to_string().into_boxed_str(),
+                                response_key: key.text().to_string().into_boxed_str(),
+                            });
+                        }
+                    }
                     self.value(&value);
                 }
             }

@@ -1,0 +1,276 @@
+//! The `fanout:` route's phases (SPEC §11): read the page asked for, send the request to one
+//! upstream of every region in parallel, merge the answers into one page.
+//!
+//! Each region's request goes through `upstream::forward` like any proxied request (health,
+//! ejection, pools, retries, SPEC §6 header rules) and is bounded as a whole — response
+//! headers and body — by the route's `timeout_ms`, and its body by
+//! `limits.fanout_region_bytes`. [`Proxy::ask`] is that one bounded exchange; the split
+//! GraphQL `nodes` request uses it too.
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+
+use super::Proxy;
+use crate::error::ErrorKind;
+use crate::extract::fanout::{FanoutRoute, OnRegionError};
+use crate::fanout::merge::{self, Cursor};
+use crate::fanout::page::{self, RegionReport};
+use crate::metrics;
+use crate::problem::Problem;
+use crate::upstream::body::IdleTimeout;
+use crate::upstream::forward::{self, ForwardError, Outgoing};
+use crate::upstream::regions::RegionRuntime;
+
+/// One region's whole answer.
+#[derive(Debug)]
+pub(super) struct Leg {
+    /// Its 2xx status.
+    pub status: StatusCode,
+    /// Its body, read whole (at most `limits.fanout_region_bytes`).
+    pub body: Bytes,
+}
+
+/// Why a region gave no usable answer: the name `regions` and the leg metric give it (see
+/// [`RegionReport::Failed`]), the region's status when it had one, and a sentence.
+#[derive(Debug, Clone)]
+pub(super) struct LegFailure {
+    pub error: &'static str,
+    pub status: Option<u16>,
+    pub detail: String,
+}
+
+impl LegFailure {
+    fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
+        LegFailure {
+            error,
+            status: None,
+            detail: detail.into(),
+        }
+    }
+
+    /// As a page's `regions` entry.
+    pub fn report(self) -> RegionReport {
+        RegionReport::Failed {
+            error: self.error,
+            status: self.status,
+            detail: self.detail,
+        }
+    }
+}
+
+impl Proxy {
+    /// Sends `head` + `body` to `region` and reads its whole answer within `timeout`. A
+    /// non-2xx answer is a failure (its body unread). The caller counts the outcome
+    /// ([`metrics::fanout_leg`]) once it has judged the body too.
+    pub(super) async fn ask(
+        &self,
+        region: &RegionRuntime,
+        head: Parts,
+        body: Bytes,
+        timeout: Duration,
+    ) -> Result<Leg, LegFailure> {
+        let max = self.config.limits.fanout_region_bytes;
+        let idle = self.config.timeouts.idle();
+        let exchange = async {
+            let answered = match self
+                .send(region, head, Outgoing::Held(body), &tracing::Span::none())
+                .await
+            {
+                Ok(answered) => answered,
+                Err(ForwardError::Unavailable { .. }) => {
+                    return Err(LegFailure::new(
+                        "unavailable",
+                        "every upstream of the region is ejected",
+                    ))
+                }
+                Err(ForwardError::Failed { error, .. }) => {
+                    let name = match error.kind {
+                        ErrorKind::Connect => "connect",
+                        ErrorKind::Timeout => "timeout",
+                        _ => "reset",
+                    };
+                    return Err(LegFailure::new(name, error.detail));
+                }
+            };
+            let (parts, body) = answered.response.into_parts();
+            if !parts.status.is_success() {
+                return Err(LegFailure {
+                    error: "status",
+                    status: Some(parts.status.as_u16()),
+                    detail: format!("the region answered {}", parts.status),
+                });
+            }
+            let declared = parts
+                .headers
+                .get(CONTENT_LENGTH)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse::<u64>().ok());
+            let too_large = || {
+                LegFailure::new(
+                    "too_large",
+                    format!("the answer is over the {max}-byte limit (limits.fanout_region_bytes)"),
+                )
+            };
+            if declared.is_some_and(|n| n > max as u64) {
+                return Err(too_large());
+            }
+            let bytes = match Limited::new(IdleTimeout::new(body, idle), max)
+                .collect()
+                .await
+            {
+                Ok(collected) => collected.to_bytes(),
+                Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
+                Err(e) => {
+                    return Err(LegFailure::new(
+                        "reset",
+                        format!("reading the answer failed: {e}"),
+                    ))
+                }
+            };
+            drop(answered.in_flight);
+            Ok(Leg {
+                status: parts.status,
+                body: bytes,
+            })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(result) => result,
+            Err(_) => Err(LegFailure::new(
+                "timeout",
+                format!("no whole answer within {} ms", timeout.as_millis()),
+            )),
+        }
+    }
+
+    /// A `fanout:` request, end to end: the page asked for, every region asked in parallel,
+    /// their items merged (SPEC §11). `parts` has had SPEC §6's header rules applied.
+    pub(super) async fn fanout(
+        &self,
+        route: &FanoutRoute,
+        mut parts: Parts,
+        regions_seen: &mut Option<String>,
+    ) -> Result<Response<Full<Bytes>>, Problem> {
+        let routing = self.regions.current();
+        let (_, kind) = routing.table.scheme(&route.scheme).ok_or_else(|| {
+            Problem::Unowned(crate::table::ResolveError::UnknownScheme(
+                route.scheme.clone(),
+            ))
+        })?;
+        let query = parts.uri.query().map(str::to_owned);
+        let page = route
+            .page(query.as_deref())
+            .map_err(Problem::BadParameter)?;
+        let cursor = match &page.cursor {
+            None => None,
+            Some(text) => Some(Cursor::parse(kind, text).map_err(|e| {
+                Problem::BadParameter(format!(
+                    "the `{}` cursor `{}` is not an id of scheme {} with a time: {e}",
+                    route.cursor_param,
+                    text.chars().take(80).collect::<String>(),
+                    route.scheme
+                ))
+            })?),
+        };
+        let target = format!("{}?{}", parts.uri.path(), page.upstream_query);
+        parts.uri = target
+            .parse()
+            .map_err(|_| Problem::BadParameter("the query string is not valid".to_owned()))?;
+        parts.method = Method::GET;
+        parts.headers.remove(CONTENT_LENGTH);
+        parts.headers.remove(TRANSFER_ENCODING);
+
+        let names: Vec<&str> = routing.all().map(|(_, r)| r.name.as_str()).collect();
+        *regions_seen = Some(names.join(","));
+        let legs = routing.all().map(|(_, region)| {
+            let head = forward::copy_head(&parts);
+            async move {
+                let started = Instant::now();
+                let answer = self.ask(region, head, Bytes::new(), route.timeout).await;
+                (region, started, answer)
+            }
+        });
+        let answers = futures_util::future::join_all(legs).await;
+
+        let mut reports: Vec<(&str, RegionReport)> = Vec::with_capacity(answers.len());
+        let mut lists = Vec::with_capacity(answers.len());
+        for (region, started, answer) in &answers {
+            let judged = answer.as_ref().map_err(Clone::clone).and_then(|leg| {
+                let text = std::str::from_utf8(&leg.body).map_err(|e| {
+                    LegFailure::new("not_json", format!("the answer is not UTF-8: {e}"))
+                })?;
+                merge::items(
+                    text,
+                    &route.items,
+                    &route.id_field,
+                    kind,
+                    route.order,
+                    page.limit,
+                )
+                .map(|items| (leg.status, items))
+                .map_err(|e| LegFailure::new(e.as_str(), e.to_string()))
+            });
+            let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
+            metrics::fanout_leg(
+                &region.state.metrics.label,
+                outcome,
+                started.elapsed().as_secs_f64(),
+            );
+            match judged {
+                Ok((status, items)) => {
+                    reports.push((
+                        &region.name,
+                        RegionReport::Answered {
+                            status: status.as_u16(),
+                            items: items.len(),
+                        },
+                    ));
+                    lists.push(items);
+                }
+                Err(failure) => {
+                    tracing::debug!(region = %region.name, error = failure.error, detail = %failure.detail, "fan-out region failed");
+                    reports.push((&region.name, failure.report()));
+                }
+            }
+        }
+        let failed: Vec<(String, String)> = reports
+            .iter()
+            .filter_map(|(name, r)| match r {
+                RegionReport::Failed { detail, error, .. } => {
+                    Some((name.to_string(), format!("{error}: {detail}")))
+                }
+                RegionReport::Answered { .. } => None,
+            })
+            .collect();
+        let all_failed = lists.is_empty() && !reports.is_empty();
+        if !failed.is_empty() && (route.on_region_error == OnRegionError::Fail || all_failed) {
+            metrics::fanout_request("list", "failed");
+            return Err(Problem::RegionsFailed { regions: failed });
+        }
+        metrics::fanout_request(
+            "list",
+            if failed.is_empty() {
+                "complete"
+            } else {
+                "partial"
+            },
+        );
+        let merged = merge::merge(lists, route.order, cursor.as_ref(), page.limit);
+        let body = page::render(&merged, page.limit, &reports);
+        Ok(json_response(StatusCode::OK, body))
+    }
+}
+
+/// A JSON answer of the router's own, never cached (it is one moment of several regions).
+pub(super) fn json_response(status: StatusCode, body: Vec<u8>) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::from(body)));
+    *resp.status_mut() = status;
+    let headers = resp.headers_mut();
+    headers.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
+    headers.insert(CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
