@@ -3,6 +3,8 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod lists;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command};

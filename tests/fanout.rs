@@ -1,0 +1,343 @@
+//! SPEC §11 fan-out over real sockets: three regional list endpoints, the real router, a real
+//! client paging through.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::time::{Duration, Instant};
+
+use common::lists::{key_of, Item, ListRegion, Mode};
+use common::{client, free_port, url, ConfigYaml, Router};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestRunner};
+use serde_json::Value;
+
+const TIMEOUT_MS: u64 = 500;
+
+/// Three regions `a`, `b`, `c` (the table's), each with one list endpoint upstream.
+fn table(upstreams: [String; 3]) -> String {
+    common::lettered_table(
+        "fanout-1",
+        &[
+            &[upstreams[0].clone()],
+            &[upstreams[1].clone()],
+            &[upstreams[2].clone()],
+        ],
+    )
+}
+
+/// A router with a desc list at `/v1/orders` (`partial`), an asc one at `/v1/orders-asc`, and
+/// a desc one at `/v1/orders-strict` that fails whole (`fail`).
+fn config(extra_limits: &str) -> String {
+    let common = format!("scheme: iuid, items: /items, id_field: id, timeout_ms: {TIMEOUT_MS}");
+    let limits = if extra_limits.is_empty() {
+        "max_hops: 3".to_owned()
+    } else {
+        extra_limits.to_owned()
+    };
+    ConfigYaml::new()
+        .route(&format!("{{ fanout: /v1/orders, {common}, order: desc, limit: {{ param: limit, default: 5, max: 20 }} }}"))
+        .route(&format!("{{ fanout: /v1/orders-asc, {common}, order: asc, cursor: {{ param: after }} }}"))
+        .route(&format!("{{ fanout: /v1/orders-strict, {common}, on_region_error: fail }}"))
+        .route_path("/v1/orders/{id}")
+        .timeouts(300, 2000, 10000)
+        .limits(&limits)
+        .watch(false)
+        .yaml()
+}
+
+struct World {
+    regions: [ListRegion; 3],
+    router: Router,
+}
+
+async fn world(extra_limits: &str) -> World {
+    let regions = [
+        ListRegion::start("a").await,
+        ListRegion::start("b").await,
+        ListRegion::start("c").await,
+    ];
+    let router = Router::start(
+        &config(extra_limits),
+        &table([regions[0].url(), regions[1].url(), regions[2].url()]),
+    )
+    .await;
+    World { regions, router }
+}
+
+async fn get(router: &Router, path: &str) -> (u16, http::HeaderMap, Value) {
+    let resp = client()
+        .get(router.url(path))
+        .send()
+        .await
+        .expect("request");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let body = resp.bytes().await.expect("body");
+    let value = serde_json::from_slice(&body)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}", String::from_utf8_lossy(&body)));
+    (status, headers, value)
+}
+
+fn ids(page: &Value) -> Vec<String> {
+    page["items"]
+        .as_array()
+        .expect("items")
+        .iter()
+        .map(|i| i["id"].as_str().expect("id").to_owned())
+        .collect()
+}
+
+/// Pages through `path` (with `limit`) following `next_cursor` in `cursor_param` until it is
+/// null; every id in order.
+async fn page_through(
+    router: &Router,
+    path: &str,
+    cursor_param: &str,
+    limit: usize,
+) -> Vec<String> {
+    let mut all = Vec::new();
+    let mut target = format!("{path}?limit={limit}");
+    for _ in 0..1000 {
+        let (status, _, page) = get(router, &target).await;
+        assert_eq!(status, 200, "{page}");
+        assert_eq!(page["partial"], false, "{page}");
+        all.extend(ids(&page));
+        match page["next_cursor"].as_str() {
+            Some(cursor) => target = format!("{path}?limit={limit}&{cursor_param}={cursor}"),
+            None => return all,
+        }
+    }
+    panic!("paging did not end");
+}
+
+/// A dataset for three regions: uneven sizes, creation times from a narrow range (so many
+/// items share a millisecond), and a few items held by two regions at once.
+fn datasets() -> impl Strategy<Value = ([Vec<Item>; 3], usize)> {
+    let item =
+        (0u64..12, 0u64..1_000_000).prop_map(|(ms, rand)| Item::new(1_800_000_000_000 + ms, rand));
+    (
+        prop::collection::vec(item.clone(), 0..30),
+        prop::collection::vec(item.clone(), 0..12),
+        prop::collection::vec(item, 0..45),
+        prop::collection::vec((0usize..3, any::<prop::sample::Index>()), 0..5),
+        1usize..9,
+    )
+        .prop_map(|(a, b, c, dupes, limit)| {
+            let mut sets = [a, b, c];
+            for (to, pick) in dupes {
+                let from = (to + 1) % 3;
+                if !sets[from].is_empty() {
+                    let item = sets[from][pick.index(sets[from].len())].clone();
+                    sets[to].push(item);
+                }
+            }
+            (sets, limit)
+        })
+}
+
+/// Paging through every region's items with `before=<next_cursor>` (and `after=` oldest
+/// first) until `next_cursor` is null returns each item exactly once, in global order.
+#[test]
+fn paging_through_returns_every_item_once_in_global_order() {
+    let rt = tokio::runtime::Runtime::new().expect("runtime");
+    let w = rt.block_on(world(""));
+    let mut runner = TestRunner::new(Config {
+        cases: 24,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    runner
+        .run(&datasets(), |(sets, limit)| {
+            for (region, set) in w.regions.iter().zip(&sets) {
+                region.set(set.clone());
+            }
+            let unique: BTreeSet<(u64, String)> =
+                sets.iter().flatten().map(|i| key_of(&i.id)).collect();
+            let asc: Vec<String> = unique.iter().map(|(_, id)| id.clone()).collect();
+            let desc: Vec<String> = asc.iter().rev().cloned().collect();
+            let got_desc = rt.block_on(page_through(&w.router, "/v1/orders", "before", limit));
+            prop_assert_eq!(got_desc, desc);
+            let got_asc = rt.block_on(page_through(&w.router, "/v1/orders-asc", "after", limit));
+            prop_assert_eq!(got_asc, asc);
+            Ok(())
+        })
+        .expect("property");
+}
+
+#[tokio::test]
+async fn a_page_is_no_store_json_and_each_region_gets_the_request_with_the_clamped_limit() {
+    let w = world("").await;
+    for (k, region) in w.regions.iter().enumerate() {
+        region.set(
+            (0..30)
+                .map(|n| Item::new(1_800_000_000_000 + n, k as u64))
+                .collect(),
+        );
+    }
+    let (status, headers, page) = get(&w.router, "/v1/orders?user=7&limit=9999").await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["cache-control"], "no-store");
+    assert_eq!(headers["content-type"], "application/json");
+    assert_eq!(ids(&page).len(), 20, "limit clamped to max");
+    for region in &w.regions {
+        assert_eq!(
+            *region.last_target.lock().expect("t"),
+            "/v1/orders?user=7&limit=20"
+        );
+        let headers = region.last_headers.lock().expect("h").clone();
+        assert_eq!(headers["via"], "1.1 edge", "SPEC §6 header rules");
+        assert!(headers.contains_key("x-forwarded-for"));
+        assert_eq!(page["regions"][region.name]["status"], 200);
+        assert_eq!(page["regions"][region.name]["items"], 20);
+    }
+    // Items are returned as the regions sent them.
+    assert!(page["items"][0]["region"].is_string());
+    assert_eq!(page["items"][0]["created_ms"], 1_800_000_000_029u64);
+
+    // The default limit, and a bad limit or cursor.
+    let (_, _, page) = get(&w.router, "/v1/orders").await;
+    assert_eq!(ids(&page).len(), 5);
+    for bad in ["/v1/orders?limit=many", "/v1/orders?before=not-an-id"] {
+        let resp = client()
+            .get(w.router.url(bad))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), 400, "{bad}");
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    }
+    // GET only.
+    let resp = client()
+        .post(w.router.url("/v1/orders"))
+        .body("{}")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), 405);
+    assert_eq!(resp.headers()["allow"], "GET");
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+}
+
+/// Each failure kind under `partial` (200, `partial: true`, the region named with why) and
+/// under `fail` (502 problem+json naming the region).
+#[tokio::test]
+async fn each_failure_kind_is_named_under_partial_and_fail() {
+    let w = world("fanout_region_bytes: 65536").await;
+    w.regions[0].set(vec![
+        Item::new(1_800_000_000_001, 1),
+        Item::new(1_800_000_000_002, 2),
+    ]);
+    w.regions[2].set(vec![Item::new(1_800_000_000_003, 3)]);
+    let cases = [
+        (Mode::Status(500), "status"),
+        (Mode::NotJson, "not_json"),
+        (Mode::NoArray, "no_items_array"),
+        (Mode::BadId, "bad_id"),
+        (Mode::Huge(100_000), "too_large"),
+        (Mode::Hang, "timeout"),
+    ];
+    for (mode, error) in cases {
+        w.regions[1].mode(mode.clone());
+        let started = Instant::now();
+        let (status, _, page) = get(&w.router, "/v1/orders").await;
+        let took = started.elapsed();
+        assert_eq!(status, 200, "{mode:?}: {page}");
+        assert_eq!(page["partial"], true, "{mode:?}");
+        assert_eq!(page["regions"]["b"]["error"], error, "{mode:?}: {page}");
+        assert_eq!(ids(&page).len(), 3, "the other regions' items: {page}");
+        if mode == Mode::Status(500) {
+            assert_eq!(page["regions"]["b"]["status"], 500);
+        }
+        if mode == Mode::Hang {
+            assert!(
+                took < Duration::from_millis(TIMEOUT_MS + 100),
+                "a hung region is cut at timeout_ms: {took:?}"
+            );
+        }
+
+        let resp = client()
+            .get(w.router.url("/v1/orders-strict"))
+            .send()
+            .await
+            .expect("strict");
+        assert_eq!(resp.status(), 502, "{mode:?}");
+        assert_eq!(resp.headers()["content-type"], "application/problem+json");
+        let problem: Value = resp.json().await.expect("problem");
+        assert_eq!(problem["type"], "urn:iuid-router:problem:regions-failed");
+        let why = problem["regions"]["b"]["error"].as_str().expect("named");
+        assert!(why.starts_with(error), "{why}");
+        assert!(problem["regions"].get("a").is_none());
+    }
+    w.regions[1].mode(Mode::Normal);
+    let (_, _, page) = get(&w.router, "/v1/orders").await;
+    assert_eq!(page["partial"], false);
+}
+
+/// A region whose upstream refuses connections is named `connect`; when every region fails
+/// the answer is 502 even under `partial`.
+#[tokio::test]
+async fn a_refused_region_is_named_and_all_failing_is_502() {
+    let good = ListRegion::start("a").await;
+    good.set(vec![Item::new(1_800_000_000_001, 1)]);
+    let dead = url(free_port());
+    let router = Router::start(&config(""), &table([good.url(), dead.clone(), dead])).await;
+    let (status, _, page) = get(&router, "/v1/orders").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["regions"]["b"]["error"], "connect");
+    assert_eq!(page["regions"]["c"]["error"], "connect");
+    assert_eq!(ids(&page).len(), 1);
+
+    good.mode(Mode::Status(503));
+    let resp = client()
+        .get(router.url("/v1/orders"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 502);
+
+    let metrics = client()
+        .get(router.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("iuid_router_fanout_requests_total{kind=\"list\",result=\"partial\"}"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("iuid_router_fanout_legs_total{region=\"b\",outcome=\"connect\"}"));
+    assert!(metrics.contains("iuid_router_fanout_leg_duration_seconds_count{region=\"a\"}"));
+}
+
+/// The byte limit holds for an answer without `Content-Length` too (chunked, counted as read).
+#[tokio::test]
+async fn the_byte_limit_holds_for_a_chunked_answer() {
+    use axum::body::Body;
+    let big = common::serve(axum::Router::new().fallback(|| async {
+        let chunks = (0..64)
+            .map(|i| Ok::<_, std::io::Error>(format!("{{\"pad{i}\": \"{}\"}},", "y".repeat(1000))));
+        let head =
+            futures_util::stream::iter([Ok::<_, std::io::Error>("{\"items\": [".to_owned())]);
+        let tail = futures_util::stream::iter([Ok::<_, std::io::Error>("]}".to_owned())]);
+        use futures_util::StreamExt;
+        Body::from_stream(head.chain(futures_util::stream::iter(chunks)).chain(tail))
+    }))
+    .await;
+    let good = ListRegion::start("a").await;
+    good.set(vec![Item::new(1_800_000_000_001, 1)]);
+    let router = Router::start(
+        &config("fanout_region_bytes: 16384"),
+        &table([good.url(), url(big), good.url()]),
+    )
+    .await;
+    let (status, _, page) = get(&router, "/v1/orders").await;
+    assert_eq!(status, 200);
+    assert_eq!(page["regions"]["b"]["error"], "too_large", "{page}");
+    assert_eq!(
+        ids(&page),
+        vec![common::lists::Item::new(1_800_000_000_001, 1).id]
+    );
+}
