@@ -1,0 +1,201 @@
+//! Legacy ids (SPEC §11 `legacy: probe`) over real sockets: an entity with a UUIDv4 id, from
+//! before the iUID, is found in whichever region holds it, and its owner remembered.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, url, ConfigYaml, Router};
+
+/// A regional gateway holding some entities: `GET /v1/orders/<id>` is 200 (its name in the
+/// body) for an id it holds, else 404; it can be made slow; it counts what it saw.
+#[derive(Clone)]
+struct Region {
+    url: String,
+    holds: Arc<Mutex<Vec<String>>>,
+    seen: Arc<AtomicUsize>,
+    delay_ms: Arc<AtomicUsize>,
+}
+
+impl Region {
+    async fn start(name: &'static str) -> Region {
+        let holds: Arc<Mutex<Vec<String>>> = Arc::default();
+        let seen: Arc<AtomicUsize> = Arc::default();
+        let delay_ms: Arc<AtomicUsize> = Arc::default();
+        let (h, s, d) = (holds.clone(), seen.clone(), delay_ms.clone());
+        let app = axum::Router::new().fallback(move |uri: http::Uri| {
+            let (h, s, d) = (h.clone(), s.clone(), d.clone());
+            async move {
+                s.fetch_add(1, Ordering::SeqCst);
+                let ms = d.load(Ordering::SeqCst) as u64;
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                let id = uri
+                    .path()
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or_default()
+                    .to_lowercase();
+                if h.lock().expect("holds").contains(&id) {
+                    (http::StatusCode::OK, name)
+                } else {
+                    (http::StatusCode::NOT_FOUND, "no such order")
+                }
+            }
+        });
+        Region {
+            url: url(common::serve(app).await),
+            holds,
+            seen,
+            delay_ms,
+        }
+    }
+
+    fn hold(&self, id: &str) {
+        self.holds.lock().expect("holds").push(id.to_owned());
+    }
+
+    fn release(&self, id: &str) {
+        self.holds.lock().expect("holds").retain(|h| h != id);
+    }
+
+    fn seen(&self) -> usize {
+        self.seen.load(Ordering::SeqCst)
+    }
+}
+
+/// Regions `eu` (the default), `us`, `ap`.
+async fn world(legacy: &str) -> ([Region; 3], Router) {
+    let regions = [
+        Region::start("eu").await,
+        Region::start("us").await,
+        Region::start("ap").await,
+    ];
+    let table = format!(
+        "version: legacy\nregions:\n  eu: {{ upstreams: [\"{}\"] }}\n  us: {{ upstreams: [\"{}\"] }}\n  ap: {{ upstreams: [\"{}\"] }}\ncountries:\n  1: ap\n  2: us\n  3: eu\ndefault_region: eu\n",
+        regions[0].url, regions[1].url, regions[2].url
+    );
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(300, 5000, 10000)
+        .watch(false)
+        .extra(legacy)
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    (regions, router)
+}
+
+const OLD: &str = "9b2e4c1a-7d3f-4e8b-a6c5-0f1e2d3c4b5a";
+
+async fn get(router: &Router, id: &str) -> (u16, String) {
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{id}")))
+        .send()
+        .await
+        .expect("request");
+    (resp.status().as_u16(), resp.text().await.expect("body"))
+}
+
+#[tokio::test]
+async fn an_old_entity_in_ap_is_found_from_an_eu_edge_and_then_asked_of_ap_directly() {
+    let ([eu, us, ap], router) =
+        world("legacy: probe\nlegacy_cache: { entries: 1000, ttl_s: 60 }").await;
+    ap.hold(OLD);
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+    assert_eq!(
+        (eu.seen(), us.seen(), ap.seen()),
+        (1, 1, 1),
+        "default first, then the others"
+    );
+
+    // The owner is remembered: straight to ap.
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 1, 2));
+
+    // The same id in another text form is the same entity.
+    assert_eq!(get(&router, &OLD.to_uppercase()).await.0, 200);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 1, 3));
+
+    // The entity moves: ap answers 404, the owner is forgotten and the id probed again.
+    ap.release(OLD);
+    us.hold(OLD);
+    assert_eq!(get(&router, OLD).await, (200, "us".to_owned()));
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (2, 2, 4));
+    assert_eq!(get(&router, OLD).await, (200, "us".to_owned()));
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (2, 3, 4));
+
+    // Nobody has it: the default region's 404 is the answer.
+    let gone = "0d4e6f70-8192-4a3b-8c5d-6e7f8091a2b3";
+    assert_eq!(get(&router, gone).await.0, 404);
+
+    let metrics = client()
+        .get(router.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    // The recorder is process-wide and other tests here probe too: at least these counts.
+    for (series, least) in [
+        ("iuid_router_legacy_probes_total{result=\"found\"}", 2.0),
+        ("iuid_router_legacy_probes_total{result=\"not_found\"}", 1.0),
+        ("iuid_router_legacy_cache_total{result=\"hit\"}", 4.0),
+    ] {
+        let value = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(series))
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .unwrap_or_else(|| panic!("{series} in\n{metrics}"));
+        assert!(value >= least, "{series} = {value}");
+    }
+}
+
+#[tokio::test]
+async fn writes_are_never_probed_and_iuids_never_probed() {
+    let ([eu, us, ap], router) = world("legacy: probe").await;
+    ap.hold(OLD);
+    let resp = client()
+        .post(router.url(&format!("/v1/orders/{OLD}")))
+        .body("{}")
+        .send()
+        .await
+        .expect("post");
+    assert_eq!(resp.status(), 404);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 0, 0));
+    let resp = client()
+        .delete(router.url(&format!("/v1/orders/{OLD}")))
+        .send()
+        .await
+        .expect("delete");
+    assert_eq!(resp.status(), 404);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (2, 0, 0));
+    // An iUID of eu's country that eu does not hold: its owner is known, nothing is probed.
+    let iuid = common::iuid_for(3);
+    assert_eq!(get(&router, &iuid).await.0, 404);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (3, 0, 0));
+}
+
+#[tokio::test]
+async fn a_slow_region_does_not_delay_a_found_answer() {
+    let ([eu, us, ap], router) = world("legacy: probe").await;
+    ap.hold(OLD);
+    us.delay_ms.store(4000, Ordering::SeqCst);
+    let started = Instant::now();
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+    let took = started.elapsed();
+    assert!(
+        took < Duration::from_millis(1500),
+        "waited for the slow region: {took:?}"
+    );
+    assert_eq!((eu.seen(), ap.seen()), (1, 1));
+}
+
+#[tokio::test]
+async fn without_probe_legacy_ids_stay_in_the_default_region() {
+    let ([eu, us, ap], router) = world("").await;
+    ap.hold(OLD);
+    assert_eq!(get(&router, OLD).await.0, 404);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 0, 0));
+}
