@@ -68,7 +68,7 @@ impl App {
         // Routes name schemes the table declares; a table without one is never installed.
         let uses = config.scheme_uses.clone();
         table
-            .require(move |t| uses.check(&t.scheme_names()))
+            .require(move |t| uses.check(&t.scheme_names(), &t.timeless_schemes()))
             .map_err(StartError::Table)?;
         let registry = Arc::new(Registry::new(
             config.timeouts,

@@ -217,7 +217,9 @@ fn load(config_path: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors
         Ok(config) => {
             let table = load_file(&config.routing_table)?;
             // Across the two files: every scheme a route names is declared in the table.
-            config.scheme_uses.check(&table.scheme_names())?;
+            config
+                .scheme_uses
+                .check(&table.scheme_names(), &table.timeless_schemes())?;
             Ok((config, table))
         }
         Err(mut errors) => {

@@ -296,3 +296,46 @@ fn check_refuses_a_route_whose_scheme_the_table_does_not_declare() {
         stderr(&o)
     );
 }
+
+/// A `fanout:` route's errors, each at its line and column: a key that goes only with
+/// `fanout:` on another route, a bad limit, and a scheme whose ids carry no time to merge by.
+#[test]
+fn check_refuses_bad_fanout_routes_at_their_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\nschemes:\n  counters:\n    kind: snowflake\n    fields: [{ name: shard, bits: 13 }, { name: seq, bits: 50 }]\n    route_by: { field: shard }\n    map: { \"0-8191\": eu }\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - { path: \"/o/{id}\", order: asc }\n  - { fanout: /v1/a, limit: { default: 900, max: 10 } }\n  - { fanout: /v1/c, scheme: counters }\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("router.yaml:5:") && err.contains("order goes with a fanout route"),
+        "{err}"
+    );
+    assert!(
+        err.contains("router.yaml:6:") && err.contains("default 900 and max 10"),
+        "{err}"
+    );
+
+    // With the other routes fixed, the timeless scheme is refused across the two files.
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - { fanout: /v1/c, scheme: counters }\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("router.yaml:5:") && err.contains("has no time field"),
+        "{err}"
+    );
+}

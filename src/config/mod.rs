@@ -183,28 +183,43 @@ pub struct SchemeUses {
 pub struct SchemeUse {
     /// The scheme's name.
     pub scheme: String,
+    /// A `fanout:` route orders by its ids' time: the scheme must carry one.
+    pub needs_time: bool,
     /// Where the route names it (`router.yaml:line:column`), with an empty message.
     pub at: SourceError,
 }
 
 impl SchemeUses {
-    /// Checks that the routing table declares every scheme the routes name; `defined` is the
-    /// table's scheme names (`iuid` included).
+    /// Checks that the routing table declares every scheme the routes name, and that a
+    /// `fanout:` route's scheme carries a time; `defined` is the table's scheme names (`iuid`
+    /// included), `timeless` those without a time.
     ///
-    /// Errors: one per route whose scheme is missing, at the route's `scheme:` in the config.
-    pub fn check(&self, defined: &[&str]) -> Result<(), SourceErrors> {
+    /// Errors: one per route whose scheme is missing or timeless, at the route's `scheme:` in
+    /// the config.
+    pub fn check(&self, defined: &[&str], timeless: &[&str]) -> Result<(), SourceErrors> {
         let missing: Vec<SourceError> = self
             .uses
             .iter()
-            .filter(|u| !defined.contains(&u.scheme.as_str()))
-            .map(|u| SourceError {
-                message: format!(
-                    "scheme `{}` is not declared in the routing table {} (schemes: {})",
-                    u.scheme,
-                    self.table.display(),
-                    defined.join(", ")
-                ),
-                ..u.at.clone()
+            .filter_map(|u| {
+                let message = if !defined.contains(&u.scheme.as_str()) {
+                    format!(
+                        "scheme `{}` is not declared in the routing table {} (schemes: {})",
+                        u.scheme,
+                        self.table.display(),
+                        defined.join(", ")
+                    )
+                } else if u.needs_time && timeless.contains(&u.scheme.as_str()) {
+                    format!(
+                        "a fanout route merges by id time, but scheme `{}` has no time field",
+                        u.scheme
+                    )
+                } else {
+                    return None;
+                };
+                Some(SourceError {
+                    message,
+                    ..u.at.clone()
+                })
             })
             .collect();
         if missing.is_empty() {
@@ -308,6 +323,7 @@ impl RouterConfig {
                 let name = r.scheme.as_deref().filter(|s| *s != crate::scheme::IUID)?;
                 Some(SchemeUse {
                     scheme: name.to_owned(),
+                    needs_time: r.fanout.is_some(),
                     at: source.error_at(&[key("routes"), Seg::Index(i), key("scheme")], ""),
                 })
             })

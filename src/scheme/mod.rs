@@ -115,6 +115,15 @@ impl Kind {
         }
     }
 
+    /// Whether ids of this kind carry a creation time (what a `fanout:` route orders by):
+    /// every kind does but a snowflake layout without a `time` field.
+    pub fn has_time(&self) -> bool {
+        match self {
+            Kind::Snowflake(l) => l.time.is_some(),
+            _ => true,
+        }
+    }
+
     /// When the id was created, in ms since the Unix epoch, if its kind carries a time.
     pub fn created_ms(&self, key: &Key) -> Option<u64> {
         match (self, key) {

@@ -262,6 +262,16 @@ impl RoutingTable {
             .collect()
     }
 
+    /// The declared schemes whose ids carry no creation time (`fanout:` routes cannot use
+    /// them).
+    pub fn timeless_schemes(&self) -> Vec<&str> {
+        self.schemes
+            .iter()
+            .filter(|s| !s.kind.has_time())
+            .map(|s| s.name.as_str())
+            .collect()
+    }
+
     /// Parses an id's text with the scheme called `scheme` and resolves it: the id's key and
     /// the decision. O(1), or O(log n) over a scheme's map ranges.
     ///
