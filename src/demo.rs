@@ -34,13 +34,16 @@ routes:
   - path: /v1/orders/{id}
   - path: /v1/orders/{id}/{*rest}
   - header: x-entity-id
-  - graphql: /graphql
+  - { graphql: /graphql, split_nodes: true }
+  - { fanout: /v1/orders, scheme: iuid, items: /items, id_field: id, order: desc, limit: { param: limit, default: 5, max: 50 }, timeout_ms: 2000, on_region_error: partial }
   - { path: \"/v1/offers/{id}\", scheme: offers }
   - { path: \"/v1/legacy-orders/{id}\", scheme: legacy_orders }
   - { path: \"/v1/trips/{id}\", scheme: trips }
   - { path: \"/v1/posts/{id}\", scheme: posts }
   - { graphql: /graphql/posts, scheme: posts }
 unrouted: default_region
+legacy: probe
+legacy_cache: { entries: 10000, ttl_s: 600 }
 ";
 
 /// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
@@ -68,17 +71,62 @@ overrides:
 default_region: eu
 ";
 
+/// Orders created before the iUID (UUIDv4 ids, no routing bits) and the region holding each:
+/// the demo's echo regions answer 404 for one they do not hold (SPEC §11 `legacy: probe`).
+const LEGACY_ORDERS: [(&str, &str); 2] = [
+    ("9b2c4f7e-1d3a-4c5b-8e6f-0a1b2c3d4e5f", "eu"),
+    ("5f0e8d1c-2b3a-4c9d-8e7f-6a5b4c3d2e1f", "ap"),
+];
+
+/// The demo's order history: six orders per region, minted in the region's country an hour
+/// apart, the newest at a fixed instant so that the printed cursors stay valid.
+pub fn history(region: &str) -> Vec<Iuid> {
+    let (country, offset) = match region {
+        "ap" => (1, 0),
+        "us" => (2, 1),
+        _ => (3, 2),
+    };
+    (0..6u64)
+        .map(|k| {
+            let ms = HISTORY_NEWEST_MS - (k * 3 + offset) * 1_200_000;
+            Iuid::from_fields(ms, country, 1, 0x5eed + k)
+        })
+        .collect()
+}
+
+/// When the newest order of the demo history was created (2026-11-23T12:00:00Z).
+const HISTORY_NEWEST_MS: u64 = 1_795_435_200_000;
+
 /// An echo server for one region: answers every request with the region's name and what it
-/// received (request line, headers, body length), as plain text.
+/// received (request line, headers, body length), as plain text. `GET /v1/orders` lists the
+/// region's [`history`] as a fan-out region must (SPEC §11: `before`/`after`, `limit`);
+/// GraphQL `nodes(ids: $ids)` is answered as GraphQL; a legacy order it does not hold is 404.
 pub async fn echo_server(region: &str, listener: TcpListener) -> std::io::Result<()> {
     let region: Arc<str> = region.into();
     let app = axum::Router::new().fallback(move |req: Request| echo(region.clone(), req));
     axum::serve(listener, app).await
 }
 
-async fn echo(region: Arc<str>, req: Request) -> String {
+async fn echo(region: Arc<str>, req: Request) -> axum::response::Response {
+    use axum::response::IntoResponse;
     let (parts, body) = req.into_parts();
+    if parts.uri.path() == "/v1/orders" {
+        return axum::Json(list(&region, parts.uri.query().unwrap_or(""))).into_response();
+    }
+    if let Some(id) = parts.uri.path().strip_prefix("/v1/orders/") {
+        let legacy = iuid::Uuid::parse(id.as_bytes()).is_ok_and(|u| u.version() != 8);
+        let held = LEGACY_ORDERS
+            .iter()
+            .any(|(o, r)| o.eq_ignore_ascii_case(id) && **r == *region);
+        if legacy && !held {
+            let text = format!("region: {region}\nno such order here\n");
+            return (http::StatusCode::NOT_FOUND, text).into_response();
+        }
+    }
     let body = axum::body::to_bytes(body, 16 << 20).await;
+    if let Some(answer) = body.as_ref().ok().and_then(|b| nodes(&region, b)) {
+        return axum::Json(answer).into_response();
+    }
     let mut out = String::new();
     let _ = writeln!(out, "region: {region}");
     let _ = writeln!(out, "{} {} {:?}", parts.method, parts.uri, parts.version);
@@ -93,7 +141,48 @@ async fn echo(region: Arc<str>, req: Request) -> String {
             let _ = writeln!(out, "body: unreadable ({e})");
         }
     }
-    out
+    out.into_response()
+}
+
+/// The region's page of [`history`] for a fan-out: newest first, before the cursor.
+fn list(region: &str, query: &str) -> serde_json::Value {
+    let mut limit = 5usize;
+    let mut before: Option<(u64, String)> = None;
+    for (k, v) in form_urlencoded::parse(query.as_bytes()) {
+        match &*k {
+            "limit" => limit = v.parse().unwrap_or(5),
+            "before" => {
+                before = v
+                    .parse::<Iuid>()
+                    .ok()
+                    .map(|id| (id.unix_ts_ms(), id.to_string()))
+            }
+            _ => {}
+        }
+    }
+    let items: Vec<serde_json::Value> = history(region)
+        .into_iter()
+        .filter(|id| {
+            before
+                .as_ref()
+                .map_or(true, |b| (id.unix_ts_ms(), id.to_string()) < *b)
+        })
+        .take(limit)
+        .map(|id| serde_json::json!({ "id": id.to_string(), "region": region, "total": "12.50" }))
+        .collect();
+    serde_json::json!({ "items": items })
+}
+
+/// A GraphQL answer for a body whose `variables.ids` is a list: each id as a node of this
+/// region.
+fn nodes(region: &str, body: &[u8]) -> Option<serde_json::Value> {
+    let op: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let ids = op.pointer("/variables/ids")?.as_array()?;
+    let nodes: Vec<serde_json::Value> = ids
+        .iter()
+        .map(|id| serde_json::json!({ "id": id, "region": region }))
+        .collect();
+    Some(serde_json::json!({ "data": { "nodes": nodes } }))
 }
 
 /// Runs the demo until Ctrl-C or `SIGTERM`: echo regions, the router on `listen` with its
@@ -226,7 +315,37 @@ fn tour(
     line(
         "eu",
         "a UUIDv4 has no routing bits: default_region",
-        format!("curl -s {base}/v1/orders/9b2c4f7e-1d3a-4c5b-8e6f-0a1b2c3d4e5f"),
+        format!("curl -s {base}/v1/orders/{}", LEGACY_ORDERS[0].0),
+    );
+    line(
+        "ap",
+        "an order from before the iUID that lives in ap: eu says 404, every region is asked \
+         (legacy: probe) and ap remembered for the next request",
+        format!("curl -s {base}/v1/orders/{}", LEGACY_ORDERS[1].0),
+    );
+    // The global history: every region's orders merged newest first, four a page.
+    let mut all: Vec<Iuid> = ["eu", "us", "ap"].iter().flat_map(|r| history(r)).collect();
+    all.sort_by_key(|id| std::cmp::Reverse((id.unix_ts_ms(), id.to_string())));
+    line(
+        "all",
+        "fan-out: the global order history, newest first, from every region in one page",
+        format!("curl -s '{base}/v1/orders?limit=4'"),
+    );
+    line(
+        "all",
+        "fan-out: the next page, `before` the last id of the first (one cursor for every region)",
+        format!("curl -s '{base}/v1/orders?limit=4&before={}'", all[3]),
+    );
+    line(
+        "all",
+        "GraphQL nodes(ids:) of orders in three regions: split by region, merged in request order",
+        format!(
+            "curl -s {base}/graphql -H 'content-type: application/json' \
+             -d '{{\"query\":\"query($ids: [ID!]!) {{ nodes(ids: $ids) {{ id }} }}\",\"variables\":{{\"ids\":[\"{}\",\"{}\",\"{}\"]}}}}'",
+            order(1),
+            order(3),
+            order(2)
+        ),
     );
     line(
         "404",

@@ -108,6 +108,7 @@ async fn printed_curl_lines_reach_the_promised_region() {
 
     let client = reqwest::Client::new();
     let mut regions = std::collections::BTreeSet::new();
+    let mut fanouts = 0;
     for ex in &examples {
         let mut req = match &ex.body {
             Some(body) => client.post(&ex.url).body(body.clone()),
@@ -121,6 +122,31 @@ async fn printed_curl_lines_reach_the_promised_region() {
         let body = resp.text().await.expect("body");
         match ex.expect.parse::<u16>() {
             Ok(code) => assert_eq!(status, code, "{} → {body}", ex.url),
+            // Every region answered: a fan-out page, or GraphQL nodes split by region.
+            Err(_) if ex.expect == "all" => {
+                assert_eq!(status, 200, "{} → {body}", ex.url);
+                let v: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+                let from: std::collections::BTreeSet<&str> = match v.get("items") {
+                    Some(items) => {
+                        assert_eq!(v["partial"], false, "{body}");
+                        assert_eq!(items.as_array().map(Vec::len), Some(4), "{body}");
+                        items
+                            .as_array()
+                            .into_iter()
+                            .flatten()
+                            .filter_map(|i| i["region"].as_str())
+                            .collect()
+                    }
+                    None => v["data"]["nodes"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .map(|n| n["region"].as_str().expect("every node answered"))
+                        .collect(),
+                };
+                assert!(from.len() >= 2, "items from several regions: {body}");
+                fanouts += 1;
+            }
             Err(_) => {
                 assert_eq!(status, 200, "{} → {body}", ex.url);
                 let first = body.lines().next().unwrap_or_default();
@@ -134,4 +160,5 @@ async fn printed_curl_lines_reach_the_promised_region() {
         3,
         "the tour reaches all three regions: {regions:?}"
     );
+    assert_eq!(fanouts, 3, "two fan-out pages and a split GraphQL request");
 }
