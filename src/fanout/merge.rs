@@ -110,11 +110,16 @@ pub fn items<'b>(
     order: Order,
     keep: usize,
 ) -> Result<Vec<Item<'b>>, ItemsError> {
-    let root: &RawValue =
-        serde_json::from_str(body).map_err(|e| ItemsError::NotJson(e.to_string()))?;
-    let array = at_pointer(root, pointer).ok_or(ItemsError::NoArray)?;
-    let raws: Vec<&RawValue> =
-        serde_json::from_str(array.get()).map_err(|_| ItemsError::NoArray)?;
+    // The walk to the array validates what it passes and the array is read whole below; only
+    // when either fails is the whole body checked, to tell "not JSON" from "no array".
+    let found = at_pointer_in(body, pointer)
+        .and_then(|array| serde_json::from_str::<Vec<&RawValue>>(array.get()).ok());
+    let Some(raws) = found else {
+        return Err(match serde_json::from_str::<&RawValue>(body) {
+            Err(e) => ItemsError::NotJson(e.to_string()),
+            Ok(_) => ItemsError::NoArray,
+        });
+    };
     let mut out = Vec::with_capacity(raws.len());
     for (index, raw) in raws.into_iter().enumerate() {
         let bad = |reason: String| ItemsError::BadId { index, reason };
@@ -170,19 +175,37 @@ fn sort(items: &mut [Item<'_>], order: Order) {
 fn id_text(raw: &RawValue) -> Option<String> {
     let text = raw.get();
     match text.as_bytes().first()? {
-        b'"' => serde_json::from_str::<String>(text).ok(),
+        b'"' => match serde_json::from_str::<&str>(text) {
+            Ok(plain) => Some(plain.to_owned()),
+            // Escapes: decoded into a new string.
+            Err(_) => serde_json::from_str::<String>(text).ok(),
+        },
         b'0'..=b'9' => Some(text.to_owned()),
         _ => None,
     }
 }
 
-/// The value at an RFC 6901 pointer (`~1` is `/`, `~0` is `~`).
-fn at_pointer<'b>(root: &'b RawValue, pointer: &str) -> Option<&'b RawValue> {
+/// The value at an RFC 6901 pointer (`~1` is `/`, `~0` is `~`) in a JSON text; `None` if the
+/// text is not one JSON value, or the pointer leads nowhere.
+fn at_pointer_in<'b>(body: &'b str, pointer: &str) -> Option<&'b RawValue> {
     if pointer.is_empty() {
-        return Some(root);
+        return serde_json::from_str(body).ok();
     }
-    let mut current = root;
-    for token in pointer.strip_prefix('/')?.split('/') {
+    let mut tokens = pointer.strip_prefix('/')?.split('/');
+    let first = tokens.next()?.replace("~1", "/").replace("~0", "~");
+    // The root's other members are skipped (validated, not decoded); bytes after the root
+    // make the answer no JSON.
+    let mut de = serde_json::Deserializer::from_str(body);
+    let mut current: &'b RawValue = match body.trim_start().as_bytes().first()? {
+        b'{' => de.deserialize_map(Member(&first)).ok().flatten()?,
+        b'[' => {
+            let list: Vec<&'b RawValue> = serde::Deserialize::deserialize(&mut de).ok()?;
+            *list.get(first.parse::<usize>().ok()?)?
+        }
+        _ => return None,
+    };
+    de.end().ok()?;
+    for token in tokens {
         let token = token.replace("~1", "/").replace("~0", "~");
         current = match current.get().as_bytes().first()? {
             b'{' => member(current, &token)?,
