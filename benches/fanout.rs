@@ -59,7 +59,7 @@ fn bench(c: &mut Criterion) {
                     },
                 ),
             ];
-            black_box(render(&page, 500, &reports))
+            black_box(render(&page.items, page.more, &reports))
         })
     });
     let lists: Vec<_> = bodies.iter().map(|body| read(body)).collect();

@@ -143,7 +143,7 @@ fn paging_through_returns_every_item_once_in_global_order() {
     let rt = tokio::runtime::Runtime::new().expect("runtime");
     let w = rt.block_on(world(""));
     let mut runner = TestRunner::new(Config {
-        cases: 24,
+        cases: 32,
         failure_persistence: None,
         ..Config::default()
     });
@@ -175,7 +175,16 @@ async fn a_page_is_no_store_json_and_each_region_gets_the_request_with_the_clamp
                 .collect(),
         );
     }
-    let (status, headers, page) = get(&w.router, "/v1/orders?user=7&limit=9999").await;
+    let resp = client()
+        .get(w.router.url("/v1/orders?user=7&limit=9999"))
+        .header("accept-encoding", "gzip")
+        .header("if-none-match", "\"v1\"")
+        .header("range", "bytes=0-10")
+        .send()
+        .await
+        .expect("request");
+    let (status, headers) = (resp.status().as_u16(), resp.headers().clone());
+    let page: Value = resp.json().await.expect("page");
     assert_eq!(status, 200);
     assert_eq!(headers["cache-control"], "no-store");
     assert_eq!(headers["content-type"], "application/json");
@@ -188,6 +197,9 @@ async fn a_page_is_no_store_json_and_each_region_gets_the_request_with_the_clamp
         let headers = region.last_headers.lock().expect("h").clone();
         assert_eq!(headers["via"], "1.1 edge", "SPEC §6 header rules");
         assert!(headers.contains_key("x-forwarded-for"));
+        // The router parses each answer: uncompressed, whole, unconditional.
+        assert_eq!(headers["accept-encoding"], "identity");
+        assert!(!headers.contains_key("if-none-match") && !headers.contains_key("range"));
         assert_eq!(page["regions"][region.name]["status"], 200);
         assert_eq!(page["regions"][region.name]["items"], 20);
     }

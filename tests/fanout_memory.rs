@@ -54,14 +54,16 @@ async fn rss_stays_bounded_under_50_concurrent_fanouts_of_3x500() {
         .admin_listen(admin)
         .route("{ fanout: /v1/orders, limit: { param: limit, default: 500, max: 500 }, timeout_ms: 10000 }")
         .watch(false)
-        .extra("workers: 2");
+        .extra("workers: 2\naccess_log: true\nlog_format: json");
+    let log_path = dir.path().join("router.log");
+    let log = std::fs::File::create(&log_path).expect("log file");
     let path = common::write(&dir, "router.yaml", &config.yaml());
     let child = ChildGuard::spawn(
         Command::new(env!("CARGO_BIN_EXE_iuid-router"))
             .args(["serve", "--config", path.to_str().expect("utf8")])
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
-            .stderr(Stdio::null()),
+            .stderr(Stdio::from(log)),
         "start router",
     );
     let ready = common::eventually(Duration::from_secs(20), || async {
@@ -112,4 +114,13 @@ async fn rss_stays_bounded_under_50_concurrent_fanouts_of_3x500() {
     let first_hwm = peaks[0].0;
     assert!(hwm < first_hwm + 16 * 1024, "peaks {peaks:?}");
     assert!(rss <= hwm);
+
+    // The access log line of a fan-out names every region it asked.
+    let log = std::fs::read_to_string(&log_path).expect("log");
+    let line = log
+        .lines()
+        .find(|l| l.contains("iuid_router::access"))
+        .unwrap_or_else(|| panic!("an access log line in\n{log}"));
+    assert!(line.contains(r#""regions":"a,b,c""#), "{line}");
+    assert!(line.contains(r#""route":"fanout""#), "{line}");
 }

@@ -181,7 +181,8 @@ async fn writes_are_never_probed_and_iuids_never_probed() {
 async fn a_slow_region_does_not_delay_a_found_answer() {
     let ([eu, us, ap], router) = world("legacy: probe").await;
     ap.hold(OLD);
-    us.delay_ms.store(4000, Ordering::SeqCst);
+    // us answers after the router's response_headers_ms (5 s): it times out.
+    us.delay_ms.store(30_000, Ordering::SeqCst);
     let started = Instant::now();
     assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
     let took = started.elapsed();

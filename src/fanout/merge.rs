@@ -140,28 +140,64 @@ pub fn items<'b>(
     Ok(out)
 }
 
+/// A merged page: its items, and whether there may be more after the last.
+#[derive(Debug, Clone)]
+pub struct Page<'b> {
+    /// At most `limit` items in order, each id once.
+    pub items: Vec<Item<'b>>,
+    /// Some region returned a full page, or the merge had more than `limit` items: the last
+    /// item's id is the next cursor.
+    pub more: bool,
+}
+
 /// Merges the regions' items into one page of at most `limit` items in `order`, after
 /// `cursor` (strictly: an item with the cursor's own key was on the previous page), each id
 /// once.
+///
+/// A region that returned `limit` items may hold more beyond its last one, which the page
+/// cannot see; so the page stops at the *horizon*, the nearest last item of such a region
+/// (as a merge sort over shards stops where a shard's stream is cut). With distinct ids per
+/// region the top `limit` always lie within it; the horizon keeps paging exact even when a
+/// region repeats an id within its own answer.
 pub fn merge<'b>(
     regions: Vec<Vec<Item<'b>>>,
     order: Order,
     cursor: Option<&Cursor>,
     limit: usize,
-) -> Vec<Item<'b>> {
-    let mut all: Vec<Item<'b>> = regions.into_iter().flatten().collect();
-    if let Some(c) = cursor {
-        let at = (c.created_ms, c.id.as_str());
-        all.retain(|item| match order {
-            Order::Desc => item.key() < at,
-            Order::Asc => item.key() > at,
-        });
+) -> Page<'b> {
+    // Keys compared so that "earlier on the page" is smaller, whatever the order.
+    let rank = |a: (u64, &str), b: (u64, &str)| match order {
+        Order::Desc => b.cmp(&a),
+        Order::Asc => a.cmp(&b),
+    };
+    let mut horizon: Option<(u64, String)> = None;
+    for list in regions.iter().filter(|l| l.len() >= limit) {
+        let last = list.iter().map(Item::key).max_by(|a, b| rank(*a, *b));
+        if let Some(last) = last {
+            let nearer = horizon
+                .as_ref()
+                .map_or(true, |h| rank(last, (h.0, h.1.as_str())).is_lt());
+            if nearer {
+                horizon = Some((last.0, last.1.to_owned()));
+            }
+        }
     }
+    let full = horizon.is_some();
+    let mut all: Vec<Item<'b>> = regions.into_iter().flatten().collect();
+    all.retain(|item| {
+        let beyond_cursor =
+            cursor.map_or(true, |c| rank(item.key(), (c.created_ms, &c.id)).is_gt());
+        let within = horizon
+            .as_ref()
+            .map_or(true, |h| rank(item.key(), (h.0, h.1.as_str())).is_le());
+        beyond_cursor && within
+    });
     sort(&mut all, order);
     // Equal ids have equal keys, so duplicates are neighbours.
     all.dedup_by(|a, b| a.id == b.id);
+    let more = full || all.len() > limit;
     all.truncate(limit);
-    all
+    Page { items: all, more }
 }
 
 fn sort(items: &mut [Item<'_>], order: Order) {
@@ -336,7 +372,8 @@ mod tests {
         let (a, b): (&'static str, &'static str) =
             (Box::leak(a.into_boxed_str()), Box::leak(b.into_boxed_str()));
         let page = merge(vec![parse(a), parse(b)], Order::Desc, None, 4);
-        let got: Vec<&str> = page.iter().map(|i| i.id.as_str()).collect();
+        assert!(page.more);
+        let got: Vec<&str> = page.items.iter().map(|i| i.id.as_str()).collect();
         let mut want: Vec<&str> = ids.iter().map(String::as_str).collect();
         want.sort_by_key(|id| {
             std::cmp::Reverse(
@@ -347,11 +384,31 @@ mod tests {
         });
         assert_eq!(got, want[..4]);
         let cursor = Cursor::parse(&Kind::Iuid, got[3]).expect("cursor");
-        let next = merge(vec![parse(a), parse(b)], Order::Desc, Some(&cursor), 4);
-        let rest: Vec<&str> = next.iter().map(|i| i.id.as_str()).collect();
+        // The regions answer the next page with their items before the cursor.
+        let (a2, b2) = (body(&[0]), body(&[1]));
+        let (a2, b2): (&'static str, &'static str) = (
+            Box::leak(a2.into_boxed_str()),
+            Box::leak(b2.into_boxed_str()),
+        );
+        let next = merge(vec![parse(a2), parse(b2)], Order::Desc, Some(&cursor), 4);
+        let rest: Vec<&str> = next.items.iter().map(|i| i.id.as_str()).collect();
         assert_eq!(rest, want[4..]);
+        assert!(!next.more);
         let asc = merge(vec![parse(a), parse(b)], Order::Asc, None, 10);
-        assert_eq!(asc.len(), 6);
-        assert!(asc.windows(2).all(|w| w[0].key() < w[1].key()));
+        assert_eq!(asc.items.len(), 6);
+        assert!(asc.items.windows(2).all(|w| w[0].key() < w[1].key()));
+        // A region that fills its page repeats an id: the page stops at its last item, so
+        // the item it had no room for is not skipped by the next cursor.
+        let (r1, r2) = (body(&[5, 5, 4]), body(&[3, 2]));
+        let (r1, r2): (&'static str, &'static str) = (
+            Box::leak(r1.into_boxed_str()),
+            Box::leak(r2.into_boxed_str()),
+        );
+        let read3 =
+            |s: &'static str| items(s, "/items", "id", &Kind::Iuid, Order::Desc, 3).expect("items");
+        let page = merge(vec![read3(r1), read3(r2)], Order::Desc, None, 3);
+        let got: Vec<&str> = page.items.iter().map(|i| i.id.as_str()).collect();
+        assert_eq!(got, vec![ids[5].as_str(), ids[4].as_str()]);
+        assert!(page.more);
     }
 }

@@ -35,10 +35,10 @@ impl RegionReport {
     }
 }
 
-/// The page's JSON: the merged items verbatim, `next_cursor` (the last item's id when the
-/// page is full, else `null`: every region has been read to its end), `partial`, and each
+/// The page's JSON: the merged items verbatim, `next_cursor` (the last item's id when there
+/// may be `more`, else `null`: every region has been read to its end), `partial`, and each
 /// region's report in `regions` (by region name).
-pub fn render(items: &[Item<'_>], limit: usize, regions: &[(&str, RegionReport)]) -> Vec<u8> {
+pub fn render(items: &[Item<'_>], more: bool, regions: &[(&str, RegionReport)]) -> Vec<u8> {
     let body_len: usize = items.iter().map(|i| i.raw.get().len() + 1).sum();
     let mut out = Vec::with_capacity(body_len + 128 + regions.len() * 64);
     out.extend_from_slice(b"{\"items\":[");
@@ -49,10 +49,7 @@ pub fn render(items: &[Item<'_>], limit: usize, regions: &[(&str, RegionReport)]
         out.extend_from_slice(item.raw.get().as_bytes());
     }
     out.extend_from_slice(b"],\"next_cursor\":");
-    let next = items
-        .last()
-        .filter(|_| items.len() >= limit)
-        .map(|i| i.id.as_str());
+    let next = items.last().filter(|_| more).map(|i| i.id.as_str());
     // Writing to a Vec cannot fail, and these values always serialize.
     let _ = serde_json::to_writer(&mut out, &next);
     let partial = regions.iter().any(|(_, r)| r.failed());
@@ -104,14 +101,14 @@ mod tests {
             ),
         ];
         let page: serde_json::Value =
-            serde_json::from_slice(&render(&items, 1, &regions)).expect("json");
+            serde_json::from_slice(&render(&items, true, &regions)).expect("json");
         assert_eq!(page["next_cursor"], "x");
         assert_eq!(page["partial"], true);
         assert_eq!(page["items"][0]["b"], 1);
         assert_eq!(page["regions"]["eu"]["items"], 1);
         assert_eq!(page["regions"]["us"]["error"], "timeout");
         let last: serde_json::Value =
-            serde_json::from_slice(&render(&items, 2, &regions[..1])).expect("json");
+            serde_json::from_slice(&render(&items, false, &regions[..1])).expect("json");
         assert_eq!(last["next_cursor"], serde_json::Value::Null);
         assert_eq!(last["partial"], false);
     }

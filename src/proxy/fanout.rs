@@ -183,6 +183,7 @@ impl Proxy {
         parts.method = Method::GET;
         parts.headers.remove(CONTENT_LENGTH);
         parts.headers.remove(TRANSFER_ENCODING);
+        for_merging(&mut parts.headers);
 
         let names: Vec<&str> = routing.all().map(|(_, r)| r.name.as_str()).collect();
         *regions_seen = Some(names.join(","));
@@ -260,9 +261,30 @@ impl Proxy {
             },
         );
         let merged = merge::merge(lists, route.order, cursor.as_ref(), page.limit);
-        let body = page::render(&merged, page.limit, &reports);
+        let body = page::render(&merged.items, merged.more, &reports);
         Ok(json_response(StatusCode::OK, body))
     }
+}
+
+/// Request headers for a region whose answer the router reads and merges: the page is the
+/// router's own, so conditions and ranges of the client's (which would get a region's 304 or
+/// 206) are not passed on, and the answer must come uncompressed to be parsed.
+pub(super) fn for_merging(headers: &mut http::HeaderMap) {
+    use http::header::{
+        ACCEPT_ENCODING, IF_MATCH, IF_MODIFIED_SINCE, IF_NONE_MATCH, IF_RANGE, IF_UNMODIFIED_SINCE,
+        RANGE,
+    };
+    for name in [
+        RANGE,
+        IF_RANGE,
+        IF_MATCH,
+        IF_NONE_MATCH,
+        IF_MODIFIED_SINCE,
+        IF_UNMODIFIED_SINCE,
+    ] {
+        headers.remove(name);
+    }
+    headers.insert(ACCEPT_ENCODING, HeaderValue::from_static("identity"));
 }
 
 /// A JSON answer of the router's own, never cached (it is one moment of several regions).

@@ -86,6 +86,7 @@ impl Proxy {
                     }
                 };
                 head.headers.remove(TRANSFER_ENCODING);
+                super::fanout::for_merging(&mut head.headers);
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let answer = match self.ask(region, head, body, timeout).await {
