@@ -165,7 +165,7 @@ fn list(region: &str, query: &str) -> serde_json::Value {
         .filter(|id| {
             before
                 .as_ref()
-                .map_or(true, |b| (id.unix_ts_ms(), id.to_string()) < *b)
+                .is_none_or(|b| (id.unix_ts_ms(), id.to_string()) < *b)
         })
         .take(limit)
         .map(|id| serde_json::json!({ "id": id.to_string(), "region": region, "total": "12.50" }))

@@ -163,7 +163,7 @@ async fn without_split_nodes_or_with_literals_the_400_stands() {
     let (a, _) = graphql_region("a").await;
     let (b, _) = graphql_region("b").await;
     let (c, _) = graphql_region("c").await;
-    let table = common::lettered_table("split", &[&[a.clone()], &[b.clone()], &[c.clone()]]);
+    let table = common::lettered_table("split", &[&[a], &[b], &[c]]);
     let ids = [id(1, 1), id(2, 2)];
     let unsplit = Router::start(&config(false), &table).await;
     let (status, problem) = post(

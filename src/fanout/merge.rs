@@ -176,7 +176,7 @@ pub fn merge<'b>(
         if let Some(last) = last {
             let nearer = horizon
                 .as_ref()
-                .map_or(true, |h| rank(last, (h.0, h.1.as_str())).is_lt());
+                .is_none_or(|h| rank(last, (h.0, h.1.as_str())).is_lt());
             if nearer {
                 horizon = Some((last.0, last.1.to_owned()));
             }
@@ -185,11 +185,10 @@ pub fn merge<'b>(
     let full = horizon.is_some();
     let mut all: Vec<Item<'b>> = regions.into_iter().flatten().collect();
     all.retain(|item| {
-        let beyond_cursor =
-            cursor.map_or(true, |c| rank(item.key(), (c.created_ms, &c.id)).is_gt());
+        let beyond_cursor = cursor.is_none_or(|c| rank(item.key(), (c.created_ms, &c.id)).is_gt());
         let within = horizon
             .as_ref()
-            .map_or(true, |h| rank(item.key(), (h.0, h.1.as_str())).is_le());
+            .is_none_or(|h| rank(item.key(), (h.0, h.1.as_str())).is_le());
         beyond_cursor && within
     });
     sort(&mut all, order);
@@ -236,7 +235,7 @@ fn at_pointer_in<'b>(body: &'b str, pointer: &str) -> Option<&'b RawValue> {
         b'{' => de.deserialize_map(Member(&first)).ok().flatten()?,
         b'[' => {
             let list: Vec<&'b RawValue> = serde::Deserialize::deserialize(&mut de).ok()?;
-            *list.get(first.parse::<usize>().ok()?)?
+            list.get(first.parse::<usize>().ok()?)?
         }
         _ => return None,
     };

@@ -12,10 +12,13 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-/// The owner cache: canonical id text → (region name, when learned).
+/// Canonical id text → (region name, when learned).
+type OwnerLru = LruCache<Box<str>, (Box<str>, Instant)>;
+
+/// The owner cache.
 #[derive(Debug)]
 pub struct Owners {
-    cache: Option<Mutex<LruCache<Box<str>, (Box<str>, Instant)>>>,
+    cache: Option<Mutex<OwnerLru>>,
     ttl: Duration,
 }
 
