@@ -101,7 +101,8 @@ fn no_import_cycle_between_top_level_modules() {
 #[test]
 fn the_table_and_the_config_use_nothing_of_upstream_runtime() {
     let graph = graph();
-    for policy in ["table", "config", "scheme", "extract"] {
+    // `fanout` is the pure half of asking several regions: it merges, `proxy` sends.
+    for policy in ["table", "config", "scheme", "extract", "fanout"] {
         let uses = &graph[policy];
         assert!(
             !uses.contains("upstream"),
