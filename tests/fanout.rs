@@ -268,12 +268,20 @@ async fn each_failure_kind_is_named_under_partial_and_fail() {
             );
         }
 
+        let started = Instant::now();
         let resp = client()
             .get(w.router.url("/v1/orders-strict"))
             .send()
             .await
             .expect("strict");
+        let took = started.elapsed();
         assert_eq!(resp.status(), 502, "{mode:?}");
+        if mode == Mode::Hang {
+            assert!(
+                took < Duration::from_millis(TIMEOUT_MS + 100),
+                "fail mode answers at timeout_ms too: {took:?}"
+            );
+        }
         assert_eq!(resp.headers()["content-type"], "application/problem+json");
         let problem: Value = resp.json().await.expect("problem");
         assert_eq!(problem["type"], "urn:iuid-router:problem:regions-failed");

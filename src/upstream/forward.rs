@@ -97,12 +97,12 @@ pub fn copy_head(parts: &Parts) -> Parts {
 
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
 /// points the request at the chosen upstream (URI, `Host`).
-pub async fn forward(
+pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
     region: &RegionRuntime,
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'_>,
-    aim: impl Fn(&mut Parts, &UpstreamState),
+    aim: Aim,
 ) -> Result<Answered, ForwardError> {
     region.state.budget.deposit(policies.retry);
     let metrics = &region.state.metrics;
@@ -144,7 +144,7 @@ pub async fn forward(
         let in_flight = state.health.start();
         let sent = std::time::Instant::now();
         match state
-            .send(Request::from_parts(head, body), watch.as_deref())
+            .send::<Aim>(Request::from_parts(head, body), watch.as_deref())
             .await
         {
             Ok(resp) => {

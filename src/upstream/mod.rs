@@ -103,7 +103,11 @@ impl UpstreamState {
     ///
     /// Errors: the client's, when its body failed (whatever hyper then reports); else
     /// `Connect`, `Reset` or `Timeout`.
-    pub async fn send(
+    ///
+    /// `Caller` is not used: each caller's type makes its own copy of this function, so that
+    /// the proxied path's copy has one caller and is inlined into it (measured: shared with
+    /// the fan-out paths, it was not, at +390 instructions per proxied request).
+    pub async fn send<Caller>(
         &self,
         mut req: Request<UpstreamBody>,
         watch: Option<&BodyWatch>,
