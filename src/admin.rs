@@ -8,6 +8,7 @@
 //! | `GET /admin/routing-table` | version, loaded_at, source, content_sha256, last reload error |
 //! | `GET /admin/resolve/{id}?scheme=NAME` | the `resolve` command's JSON (scheme default `iuid`); problem+json 400/404 |
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
+//! | `GET /admin/tls` | the listener's certificates (file, names, SHA-256) and their reloads; 404 without `tls:` |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,6 +31,8 @@ pub struct AdminState {
     pub table: Arc<LiveTable>,
     /// Set when shutdown begins; `/readyz` then answers 503.
     pub draining: Arc<AtomicBool>,
+    /// The listener's certificates, with `tls:`.
+    pub tls: Option<Arc<crate::tls::Certificates>>,
 }
 
 /// The admin API's routes.
@@ -41,6 +44,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/routing-table", get(routing_table))
         .route("/admin/resolve/{id}", get(resolve))
         .route("/admin/reload", post(reload))
+        .route("/admin/tls", get(tls_status))
         .with_state(state)
 }
 
@@ -65,6 +69,17 @@ async fn metrics() -> Response {
 
 async fn routing_table(State(s): State<AdminState>) -> Response {
     Json(s.table.status()).into_response()
+}
+
+async fn tls_status(State(s): State<AdminState>) -> Response {
+    match &s.tls {
+        Some(certs) => Json(certs.status()).into_response(),
+        None => (
+            StatusCode::NOT_FOUND,
+            Json(json!({"error": "the listener has no tls"})),
+        )
+            .into_response(),
+    }
 }
 
 /// A problem+json response of the one renderer the data path uses too.

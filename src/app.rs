@@ -16,6 +16,7 @@ use crate::proxy::Proxy;
 use crate::server;
 use crate::source::SourceErrors;
 use crate::table::{watch, LiveTable};
+use crate::tls::Certificates;
 use crate::upstream::regions::Regions;
 use crate::upstream::Registry;
 
@@ -28,6 +29,8 @@ pub enum StartError {
     Io(std::io::Error),
     /// The routing table's directory cannot be watched.
     Watch(watch::WatchError),
+    /// The listener's TLS certificates cannot be loaded or watched.
+    Tls(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -36,6 +39,7 @@ impl std::fmt::Display for StartError {
             StartError::Table(e) => write!(f, "{e}"),
             StartError::Io(e) => write!(f, "{e}"),
             StartError::Watch(e) => write!(f, "{e}"),
+            StartError::Tls(e) => write!(f, "TLS: {e}"),
         }
     }
 }
@@ -54,6 +58,14 @@ pub struct App {
     config: RouterConfig,
     table: Arc<LiveTable>,
     regions: Arc<Regions>,
+    tls: Option<Tls>,
+}
+
+/// The listener's TLS: its certificates (reloaded, reported) and the rustls config over them.
+#[derive(Debug)]
+struct Tls {
+    certs: Arc<Certificates>,
+    config: Arc<rustls::ServerConfig>,
 }
 
 impl App {
@@ -76,10 +88,21 @@ impl App {
             config.workers,
         ));
         let regions = Regions::new(&table, registry);
+        let tls = match &config.tls {
+            None => None,
+            Some(settings) => {
+                let certs =
+                    Certificates::load(settings.certificates.clone()).map_err(StartError::Tls)?;
+                let config = crate::tls::server_config(certs.clone(), settings.min_version)
+                    .map_err(|e| StartError::Tls(e.to_string()))?;
+                Some(Tls { certs, config })
+            }
+        };
         Ok(App {
             config,
             table,
             regions,
+            tls,
         })
     }
 
@@ -104,6 +127,7 @@ impl App {
             config,
             table,
             regions,
+            tls,
         } = self;
         crate::metrics::spawn_upkeep(Duration::from_secs(1));
         let _watch = if config.reload.watch {
@@ -112,11 +136,22 @@ impl App {
         } else {
             None
         };
+        let _tls_watch = match (&tls, config.reload.watch) {
+            (Some(tls), true) => {
+                let debounce = Duration::from_millis(config.reload.debounce_ms);
+                Some(
+                    crate::tls::watch::watch(tls.certs.clone(), debounce)
+                        .map_err(StartError::Tls)?,
+                )
+            }
+            _ => None,
+        };
         let draining = Arc::new(AtomicBool::new(false));
         if let Some(admin) = admin {
             let state = AdminState {
                 table: table.clone(),
                 draining: draining.clone(),
+                tls: tls.as_ref().map(|t| t.certs.clone()),
             };
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(admin, admin::router(state)).await {
@@ -137,7 +172,8 @@ impl App {
             tracing::info!("shutting down: /readyz answers 503");
             tokio::time::sleep(drain_delay).await;
         };
-        server::serve(listener, proxy, begin_drain, grace).await?;
+        let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
+        server::serve(listener, proxy, acceptor, begin_drain, grace).await?;
         tracing::info!("drained; exiting");
         Ok(())
     }

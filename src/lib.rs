@@ -30,5 +30,6 @@ pub mod send_timeout;
 pub mod server;
 pub mod source;
 pub mod table;
+pub mod tls;
 pub mod upstream;
 pub mod workers;

@@ -46,6 +46,11 @@ pub const FANOUT_LEG_DURATION: &str = "iuid_router_fanout_leg_duration_seconds";
 pub const LEGACY_PROBES: &str = "iuid_router_legacy_probes_total";
 /// Lookups of the legacy owner cache, by `result` (`hit`, `miss`).
 pub const LEGACY_CACHE: &str = "iuid_router_legacy_cache_total";
+/// Reloads of the listener's TLS certificates, by `result` (`success`, `failure`: the
+/// certificates in use were kept).
+pub const TLS_RELOADS: &str = "iuid_router_tls_reloads_total";
+/// TLS handshakes that did not complete, by `reason` (`timeout`, `error`).
+pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -134,6 +139,11 @@ fn describe() {
         "Legacy ids probed in every region, by result."
     );
     ::metrics::describe_counter!(LEGACY_CACHE, "Legacy owner cache lookups, by result.");
+    ::metrics::describe_counter!(TLS_RELOADS, "TLS certificate reloads, by result.");
+    ::metrics::describe_counter!(
+        TLS_HANDSHAKE_FAILURES,
+        "TLS handshakes that did not complete, by reason."
+    );
 }
 
 /// Counts one request sent to several regions (`kind`: `list` or `split_nodes`) and its
@@ -156,6 +166,19 @@ pub fn legacy_probe(found: bool) {
     handle();
     let result = if found { "found" } else { "not_found" };
     ::metrics::counter!(LEGACY_PROBES, "result" => result).increment(1);
+}
+
+/// Counts one reload of the listener's certificates.
+pub fn tls_reload(success: bool) {
+    handle();
+    let result = if success { "success" } else { "failure" };
+    ::metrics::counter!(TLS_RELOADS, "result" => result).increment(1);
+}
+
+/// Counts one TLS handshake that did not complete (`timeout` or `error`).
+pub fn tls_handshake_failure(reason: &'static str) {
+    handle();
+    ::metrics::counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(1);
 }
 
 /// Counts one legacy owner cache lookup.

@@ -2,7 +2,10 @@
 //! until a shutdown signal; then drains.
 //!
 //! HTTP/1.1 and HTTP/2 (prior knowledge) are both served on one port by `hyper-util`'s auto
-//! builder; upstreams are always spoken to in HTTP/1.1.
+//! builder; upstreams are always spoken to in HTTP/1.1. With `tls:` (SPEC §12) each
+//! connection first completes a TLS handshake (`crate::tls`), bounded by
+//! `limits.header_read_timeout_ms`; ALPN offers `h2` and `http/1.1`, and the auto builder
+//! serves whichever the client then speaks.
 //!
 //! Connections are accepted here, on the caller's runtime, and each is served on one of the
 //! [`Workers`] for its whole life (see `workers` for why).
@@ -25,18 +28,20 @@ use hyper_util::server::conn::auto;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::metrics;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 use crate::send_timeout::SendTimeout;
 use crate::workers::Workers;
 
 /// Serves `listener` on `proxy.config().workers` worker threads until `shutdown` completes,
-/// then drains for at most `grace`.
+/// then drains for at most `grace`. With `tls`, connections are HTTPS.
 ///
 /// Errors: the worker threads could not be started.
 pub async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     shutdown: impl Future<Output = ()>,
     grace: Duration,
 ) -> std::io::Result<()> {
@@ -83,10 +88,15 @@ pub async fn serve(
             }
         };
         // Per connection, so that a request clones a handle no other thread touches.
-        let conn = Arc::new((proxy.clone(), ClientAddr::new(client)));
+        let addr = match tls {
+            Some(_) => ClientAddr::with_tls(client),
+            None => ClientAddr::new(client),
+        };
+        let conn = Arc::new((proxy.clone(), addr));
         let builder = builder.clone();
-        let mut draining = draining_rx.clone();
+        let draining = draining_rx.clone();
         let open = open_tx.clone();
+        let tls = tls.clone();
         workers.spawn(async move {
             let _open = open;
             let stream = match TcpStream::from_std(stream) {
@@ -96,28 +106,33 @@ pub async fn serve(
                     return;
                 }
             };
-            if !protocol_announced(&stream, header_timeout).await {
-                tracing::debug!(%client, "nothing sent within the header read timeout; closed");
-                return;
-            }
             let service = service_fn(move |req| {
                 let conn = conn.clone();
                 async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
             });
-            let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
-            let conn = builder.serve_connection_with_upgrades(io, service);
-            tokio::pin!(conn);
-            let result = tokio::select! {
-                r = conn.as_mut() => r,
-                // `wait_for`'s guard is not `Send`; only whether it fired matters.
-                _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-                    conn.as_mut().graceful_shutdown();
-                    conn.await
+            let Some(acceptor) = tls else {
+                if !protocol_announced(&stream, header_timeout).await {
+                    tracing::debug!(%client, "nothing sent within the header read timeout; closed");
+                    return;
+                }
+                let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+                return serve_connection(&builder, io, service, draining, client).await;
+            };
+            let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(stream)) => stream,
+                Ok(Err(e)) => {
+                    metrics::tls_handshake_failure("error");
+                    tracing::debug!(%client, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    metrics::tls_handshake_failure("timeout");
+                    tracing::debug!(%client, "TLS handshake not done within the header read timeout; closed");
+                    return;
                 }
             };
-            if let Err(e) = result {
-                tracing::debug!(%client, error = %e, "connection ended with an error");
-            }
+            let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+            serve_connection(&builder, io, service, draining, client).await
         });
     }
     drop(listener);
@@ -133,6 +148,39 @@ pub async fn serve(
     // Dropping the workers cuts whatever is left.
     drop(workers);
     Ok(())
+}
+
+/// Serves one connection's requests with `service` until it ends, or gracefully once
+/// `draining` turns true.
+async fn serve_connection<I, S>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: I,
+    service: S,
+    mut draining: watch::Receiver<bool>,
+    client: SocketAddr,
+) where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
+    S: hyper::service::Service<
+            hyper::Request<hyper::body::Incoming>,
+            Response = hyper::Response<crate::proxy::ProxyBody>,
+            Error = Infallible,
+        > + Send
+        + 'static,
+    S::Future: Send + 'static,
+{
+    let conn = builder.serve_connection_with_upgrades(io, service);
+    tokio::pin!(conn);
+    let result = tokio::select! {
+        r = conn.as_mut() => r,
+        // `wait_for`'s guard is not `Send`; only whether it fired matters.
+        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%client, error = %e, "connection ended with an error");
+    }
 }
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).

@@ -339,3 +339,46 @@ fn check_refuses_bad_fanout_routes_at_their_keys() {
         "{err}"
     );
 }
+
+/// The shipped `config/router-tls.yaml` checks once its certificates exist (made by the
+/// shipped script), and a certificate that cannot be read is reported at its entry.
+#[test]
+fn the_tls_example_checks_and_a_missing_certificate_is_reported_at_its_entry() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config_dir = dir.path().join("config");
+    std::fs::create_dir_all(&config_dir).expect("dir");
+    std::fs::copy(
+        root.join("config/router-tls.yaml"),
+        config_dir.join("router-tls.yaml"),
+    )
+    .expect("copy");
+    std::fs::copy(
+        root.join("routing-table.yaml"),
+        dir.path().join("routing-table.yaml"),
+    )
+    .expect("copy");
+    let made = Command::new("bash")
+        .arg(root.join("config/make-certs.sh"))
+        .arg(config_dir.join("certs"))
+        .args(["localhost", "api.example.com"])
+        .output()
+        .expect("make-certs");
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let path = config_dir.join("router-tls.yaml");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert!(o.status.success(), "{}", stderr(&o));
+
+    std::fs::remove_file(config_dir.join("certs/api.example.com.pem")).expect("rm");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(
+        err.contains("router-tls.yaml:17:") && err.contains("api.example.com.pem"),
+        "{err}"
+    );
+}

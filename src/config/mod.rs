@@ -58,6 +58,8 @@ struct ConfigFile {
     legacy: Legacy,
     #[serde(default)]
     legacy_cache: LegacyCache,
+    #[serde(default)]
+    tls: Option<crate::tls::TlsSpec>,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -166,6 +168,9 @@ pub struct RouterConfig {
     pub legacy: Legacy,
     /// The owner cache of `legacy: probe`.
     pub legacy_cache: LegacyCache,
+    /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
+    /// directory, each checked to load at start.
+    pub tls: Option<crate::tls::TlsSettings>,
     /// Routes that name a scheme other than `iuid`, with where they name it: the routing
     /// table must declare each (checked at start, by `check`, and before a reload installs).
     pub scheme_uses: SchemeUses,
@@ -341,6 +346,22 @@ impl RouterConfig {
 
         let base = source.path.parent().unwrap_or(Path::new("."));
         let routing_table = base.join(&file.routing_table);
+        let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
+        if let Some(settings) = &tls {
+            if settings.certificates.is_empty() {
+                errors.push(source.error_at(
+                    &[key("tls"), key("certificates")],
+                    "tls needs at least one certificate",
+                ));
+            }
+            // Each pair is loaded now, so that a bad file is reported at its entry.
+            for (i, files) in settings.certificates.iter().enumerate() {
+                if let Err(e) = crate::tls::Certificates::load(vec![files.clone()]) {
+                    let at = [key("tls"), key("certificates"), Seg::Index(i)];
+                    errors.push(source.error_at(&at, e));
+                }
+            }
+        }
 
         match (listen, routes) {
             (Some(listen), Some(routes)) if errors.is_empty() => Ok(RouterConfig {
@@ -364,6 +385,7 @@ impl RouterConfig {
                 workers: crate::workers::resolve_count(file.workers),
                 legacy: file.legacy,
                 legacy_cache: file.legacy_cache,
+                tls,
                 scheme_uses: SchemeUses {
                     uses,
                     table: routing_table,

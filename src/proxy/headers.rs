@@ -226,9 +226,20 @@ pub struct ClientAddr {
     /// The `for=` pair of `Forwarded`: `for=192.0.2.1`, or `for="[2001:db8::1]"` (RFC 7239
     /// §6: an IPv6 address is bracketed and quoted).
     forwarded_for: Box<str>,
+    /// Whether the client spoke TLS to this router: `X-Forwarded-Proto` and `Forwarded:
+    /// proto=` then say `https` (SPEC §12).
+    pub tls: bool,
 }
 
 impl ClientAddr {
+    /// The fields for a client at `addr` that connected over TLS.
+    pub fn with_tls(addr: SocketAddr) -> ClientAddr {
+        ClientAddr {
+            tls: true,
+            ..ClientAddr::new(addr)
+        }
+    }
+
     /// The fields for a client at `addr`.
     pub fn new(addr: SocketAddr) -> ClientAddr {
         let ip = addr.ip();
@@ -242,6 +253,7 @@ impl ClientAddr {
             xff: HeaderValue::try_from(ip.to_string())
                 .unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_for: forwarded_for.into(),
+            tls: false,
         }
     }
 }
@@ -277,7 +289,12 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         headers.insert(UPGRADE, protocol);
     }
     append_forwarded_for(headers, &f.client.xff);
-    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static("http"));
+    let (proto, proto_pair) = if f.client.tls {
+        ("https", ";proto=https")
+    } else {
+        ("http", ";proto=http")
+    };
+    headers.insert(&X_FORWARDED_PROTO, HeaderValue::from_static(proto));
 
     // quoted-string: `host:port` is not a token; a host that could break the quoting is left
     // out of `Forwarded`.
@@ -286,12 +303,11 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         .and_then(|h| h.to_str().ok())
         .filter(|text| !text.contains(['"', '\\']));
     const HOST_PAIR: usize = ";host=\"\"".len();
-    const PROTO_PAIR: &str = ";proto=http";
     // Exactly the length: a `String` without spare capacity becomes a `HeaderValue` without
     // another allocation.
     let len = f.client.forwarded_for.len()
         + quoted_host.map_or(0, |h| HOST_PAIR + h.len())
-        + PROTO_PAIR.len();
+        + proto_pair.len();
     let mut forwarded = String::with_capacity(len);
     forwarded.push_str(&f.client.forwarded_for);
     if let Some(text) = quoted_host {
@@ -299,7 +315,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         forwarded.push_str(text);
         forwarded.push('"');
     }
-    forwarded.push_str(PROTO_PAIR);
+    forwarded.push_str(proto_pair);
     if let Some(host) = &original_host {
         headers.insert(&X_FORWARDED_HOST, host.clone());
     }

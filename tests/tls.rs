@@ -1,0 +1,339 @@
+//! HTTPS on the listener (SPEC §12) with real clients: a rustls client that reports what was
+//! negotiated (version, ALPN, the certificate served), and curl for whole requests. The
+//! certificates come from the shipped `config/make-certs.sh` (openssl).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{iuid_for, ConfigYaml, Router, Upstream};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+/// Runs `config/make-certs.sh dir names…` (a CA once, then one certificate per name).
+fn make_certs(dir: &Path, names: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
+    let out = Command::new("bash")
+        .arg(script)
+        .arg(dir)
+        .args(names)
+        .output()
+        .expect("run make-certs.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Runs curl with `args` off the runtime (the router runs on it): its stdout and stderr.
+async fn curl(args: Vec<String>) -> (String, String) {
+    let out = tokio::task::spawn_blocking(move || Command::new("curl").args(&args).output())
+        .await
+        .expect("join")
+        .expect("run curl");
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+fn leaf(path: &Path) -> Vec<u8> {
+    CertificateDer::pem_file_iter(path)
+        .expect("pem")
+        .next()
+        .expect("a certificate")
+        .expect("der")
+        .as_ref()
+        .to_vec()
+}
+
+/// What a handshake negotiated.
+#[derive(Debug)]
+struct Handshake {
+    version: rustls::ProtocolVersion,
+    alpn: Option<Vec<u8>>,
+    leaf: Vec<u8>,
+}
+
+/// A TLS handshake with the router as a client trusting `ca`, offering `versions` and `alpn`,
+/// sending `sni` as the server name (an IP sends none).
+async fn handshake(
+    addr: std::net::SocketAddr,
+    ca: &Path,
+    sni: &str,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> Result<Handshake, std::io::Error> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).expect("ca") {
+        roots.add(cert.expect("der")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let stream = TcpStream::connect(addr).await?;
+    let name = ServerName::try_from(sni.to_owned()).expect("server name");
+    let tls = connector.connect(name, stream).await?;
+    let (_, conn) = tls.get_ref();
+    Ok(Handshake {
+        version: conn.protocol_version().expect("version"),
+        alpn: conn.alpn_protocol().map(<[u8]>::to_vec),
+        leaf: conn.peer_certificates().expect("certs")[0]
+            .as_ref()
+            .to_vec(),
+    })
+}
+
+const BOTH: &[&rustls::SupportedProtocolVersion] =
+    &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+/// A router over one upstream with HTTPS on its listener: `localhost` the default certificate,
+/// `api.example.com` by SNI.
+async fn tls_router(
+    min_version: &str,
+    header_timeout_ms: u64,
+) -> (Router, Upstream, tempfile::TempDir) {
+    let upstream = Upstream::start("eu").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    make_certs(&dir.path().join("certs"), &["localhost", "api.example.com"]);
+    let table = common::lettered_table("tls", &[&[upstream.url()]]);
+    common::write(&dir, "routing-table.yaml", &table);
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .debounce_ms(100)
+        .limits(&format!("header_read_timeout_ms: {header_timeout_ms}"))
+        .extra(&format!(
+            "tls:\n  certificates:\n    - {{ cert: certs/localhost.pem, key: certs/localhost-key.pem }}\n    - {{ cert: certs/api.example.com.pem, key: certs/api.example.com-key.pem, server_names: [api.example.com] }}\n  min_version: \"{min_version}\"\n"
+        ))
+        .yaml();
+    // The router's files go to their own directory; the certificates stay in `dir`, which the
+    // config names by absolute path.
+    let certs = dir.path().join("certs");
+    let config = config.replace("certs/", &format!("{}/", certs.display()));
+    let router_dir = tempfile::tempdir().expect("tempdir");
+    common::write(&router_dir, "routing-table.yaml", &table);
+    let router = Router::start_in(router_dir, &config).await;
+    (router, upstream, dir)
+}
+
+#[tokio::test]
+async fn versions_alpn_and_sni_choose_what_a_client_gets() {
+    let (router, _up, dir) = tls_router("1.2", 10_000).await;
+    let certs = dir.path().join("certs");
+    let ca = certs.join("ca.pem");
+    let (default, api) = (
+        leaf(&certs.join("localhost.pem")),
+        leaf(&certs.join("api.example.com.pem")),
+    );
+
+    let h = handshake(
+        router.addr,
+        &ca,
+        "localhost",
+        &[&rustls::version::TLS12],
+        &[b"http/1.1"],
+    )
+    .await
+    .expect("TLS 1.2");
+    assert_eq!(h.version, rustls::ProtocolVersion::TLSv1_2);
+    assert_eq!(h.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert_eq!(h.leaf, default);
+
+    let h = handshake(
+        router.addr,
+        &ca,
+        "localhost",
+        &[&rustls::version::TLS13],
+        &[b"h2", b"http/1.1"],
+    )
+    .await
+    .expect("TLS 1.3");
+    assert_eq!(h.version, rustls::ProtocolVersion::TLSv1_3);
+    assert_eq!(h.alpn.as_deref(), Some(&b"h2"[..]), "h2 preferred");
+
+    let h = handshake(router.addr, &ca, "api.example.com", BOTH, &[])
+        .await
+        .expect("SNI");
+    assert_eq!(h.leaf, api, "SNI picks the named certificate");
+    assert_eq!(h.alpn, None);
+    // An IP literal sends no SNI: the default (whose SAN has IP:127.0.0.1).
+    let h = handshake(router.addr, &ca, "127.0.0.1", BOTH, &[])
+        .await
+        .expect("no SNI");
+    assert_eq!(h.leaf, default);
+}
+
+#[tokio::test]
+async fn curl_speaks_h2_and_http1_over_tls_and_the_upstream_sees_https() {
+    let (router, up, dir) = tls_router("1.2", 10_000).await;
+    let ca = dir.path().join("certs/ca.pem");
+    let port = router.addr.port();
+    let url = format!("https://localhost:{port}/v1/orders/{}", iuid_for(1));
+    for (flag, want) in [("--http2", "2"), ("--http1.1", "1.1")] {
+        let args = [
+            "-sS".to_owned(),
+            "--max-time".into(),
+            "10".into(),
+            flag.into(),
+            "--cacert".into(),
+            ca.display().to_string(),
+            "--resolve".into(),
+            format!("localhost:{port}:127.0.0.1"),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code} %{http_version}".into(),
+            url.clone(),
+        ];
+        let (out, err) = curl(args.to_vec()).await;
+        assert_eq!(out, format!("200 {want}"), "{err}");
+        let got = up.last();
+        assert_eq!(got.headers["x-forwarded-proto"], "https");
+        let forwarded = got.headers["forwarded"].to_str().expect("ascii");
+        assert!(forwarded.ends_with(";proto=https"), "{forwarded}");
+    }
+}
+
+#[tokio::test]
+async fn min_version_13_refuses_a_tls12_client() {
+    let (router, _up, dir) = tls_router("1.3", 10_000).await;
+    let ca = dir.path().join("certs/ca.pem");
+    let refused = handshake(
+        router.addr,
+        &ca,
+        "localhost",
+        &[&rustls::version::TLS12],
+        &[],
+    )
+    .await;
+    assert!(refused.is_err());
+    let ok = handshake(router.addr, &ca, "localhost", BOTH, &[])
+        .await
+        .expect("1.3");
+    assert_eq!(ok.version, rustls::ProtocolVersion::TLSv1_3);
+}
+
+#[tokio::test]
+async fn a_changed_certificate_is_served_and_a_broken_one_is_not() {
+    let (router, _up, dir) = tls_router("1.2", 10_000).await;
+    let certs = dir.path().join("certs");
+    let ca = certs.join("ca.pem");
+    // A new certificate for localhost, from the same CA, written over the one in use (as a
+    // renewal would).
+    let renewed = dir.path().join("renewed");
+    std::fs::create_dir_all(&renewed).expect("dir");
+    std::fs::copy(&ca, renewed.join("ca.pem")).expect("ca");
+    std::fs::copy(certs.join("ca-key.pem"), renewed.join("ca-key.pem")).expect("ca key");
+    make_certs(&renewed, &["localhost"]);
+    let new_leaf = leaf(&renewed.join("localhost.pem"));
+    let started = Instant::now();
+    std::fs::copy(
+        renewed.join("localhost-key.pem"),
+        certs.join("localhost-key.pem"),
+    )
+    .expect("key");
+    std::fs::copy(renewed.join("localhost.pem"), certs.join("localhost.pem")).expect("cert");
+    let seen = common::eventually(Duration::from_secs(2), || async {
+        handshake(router.addr, &ca, "localhost", BOTH, &[])
+            .await
+            .is_ok_and(|h| h.leaf == new_leaf)
+    })
+    .await;
+    assert!(
+        seen.is_some(),
+        "the renewed certificate is served within 2 s"
+    );
+    println!("renewed certificate served after {:?}", started.elapsed());
+
+    // A broken file: the certificate in use stays, and the failure is reported.
+    std::fs::write(
+        certs.join("localhost.pem"),
+        "-----BEGIN CERTIFICATE-----\nnot base64\n",
+    )
+    .expect("write");
+    let reported = common::eventually(Duration::from_secs(3), || async {
+        let status: serde_json::Value = reqwest::get(router.admin_url("/admin/tls"))
+            .await
+            .expect("admin")
+            .json()
+            .await
+            .expect("json");
+        status["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("localhost.pem"))
+    })
+    .await;
+    assert!(reported.is_some(), "the broken file is reported");
+    let h = handshake(router.addr, &ca, "localhost", BOTH, &[])
+        .await
+        .expect("still served");
+    assert_eq!(h.leaf, new_leaf);
+    let metrics = reqwest::get(router.admin_url("/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        metrics.contains("iuid_router_tls_reloads_total{result=\"failure\"}"),
+        "{metrics}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_handshake_is_cut_at_the_header_read_timeout() {
+    let (router, _up, _dir) = tls_router("1.2", 500).await;
+    let mut stream = TcpStream::connect(router.addr).await.expect("connect");
+    // Half a ClientHello's record header, then nothing.
+    stream.write_all(&[0x16, 0x03]).await.expect("write");
+    let started = Instant::now();
+    let mut buf = [0u8; 64];
+    let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf)).await;
+    let took = started.elapsed();
+    assert!(matches!(read, Ok(Ok(0)) | Ok(Err(_))), "closed: {read:?}");
+    assert!(
+        took >= Duration::from_millis(400) && took < Duration::from_secs(2),
+        "{took:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_plain_listener_takes_h2c_with_prior_knowledge() {
+    let up = Upstream::start("eu").await;
+    let table = common::lettered_table("h2c", &[&[up.url()]]);
+    let router = Router::start(
+        &ConfigYaml::new()
+            .route_path("/v1/orders/{id}")
+            .watch(false)
+            .yaml(),
+        &table,
+    )
+    .await;
+    let args = [
+        "-sS".to_owned(),
+        "--max-time".into(),
+        "10".into(),
+        "--http2-prior-knowledge".into(),
+        "-o".into(),
+        "/dev/null".into(),
+        "-w".into(),
+        "%{http_code} %{http_version}".into(),
+        router.url(&format!("/v1/orders/{}", iuid_for(1))),
+    ];
+    let (out, err) = curl(args.to_vec()).await;
+    assert_eq!(out, "200 2", "{err}");
+    assert_eq!(up.last().headers["x-forwarded-proto"], "http");
+    assert_eq!(up.last().headers["via"], "2 edge");
+}
