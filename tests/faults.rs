@@ -65,7 +65,7 @@ async fn one_closed_upstream_of_two_fails_no_request() {
     let mut ok = 0;
     for (i, t) in tasks.into_iter().enumerate() {
         let status = t.await.expect("join").expect("answer");
-        assert_eq!(status, 200, "concurrent request {i}");
+        assert_eq!(status, 200, "concurrent request {i}: status {status}");
         ok += 1;
     }
     assert_eq!(ok, 500);

@@ -1,10 +1,10 @@
 //! Talking to upstreams: pools, balancing, health, retries (SPEC §6, last bullet).
 //!
-//! Each upstream (`host:port`) has its own [`UpstreamState`]: pooled HTTP/1.1 clients and a
-//! health record. Separate clients mean separate pools and pool locks, so a slow or dead
-//! upstream cannot hold up another region's requests. There is one client per worker thread
-//! (`crate::workers`), made on first use there, so a pooled connection is only ever used by
-//! the thread whose event loop drives it. States live in a [`Registry`] keyed by
+//! Each upstream (`host:port`) has its own [`UpstreamState`]: pooled HTTP/1.1 connections and
+//! a health record. Separate pools mean a slow or dead upstream cannot hold up another
+//! region's requests. There is one pool per worker thread (`crate::workers`), so a pooled
+//! connection is only ever used by the thread whose event loop drives it; the pools are ours,
+//! on `hyper::client::conn` ([`pool`]). States live in a [`Registry`] keyed by
 //! authority, so a routing-table reload keeps the warm connections and the health of the
 //! upstreams that stay.
 //!
@@ -21,18 +21,20 @@ pub mod budget;
 pub mod check;
 pub mod forward;
 pub mod health;
+mod pool;
 pub mod regions;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http::uri::Authority;
 use http::{HeaderValue, Request, Response, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper_util::client::legacy::{connect::HttpConnector, Client};
-use hyper_util::rt::{TokioExecutor, TokioTimer};
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
 
 use crate::config::{CheckPolicy, Timeouts};
 use crate::error::{Error, ErrorKind};
@@ -51,9 +53,9 @@ pub struct UpstreamState {
     pub authority: Authority,
     /// `host:port` as a `Host` value, made once.
     pub host: HeaderValue,
-    /// One client (pool) per worker, index [`crate::workers::current`]; slot 0 serves
-    /// threads that are no worker.
-    clients: Box<[OnceLock<Client<HttpConnector, UpstreamBody>>]>,
+    /// One pool per worker, index [`crate::workers::current`]; slot 0 serves threads that
+    /// are no worker.
+    pools: Box<[pool::Pool]>,
     timeouts: Timeouts,
     /// Passive (and active) health.
     pub health: Health,
@@ -66,30 +68,87 @@ impl UpstreamState {
             host: HeaderValue::from_str(authority.as_str())
                 .unwrap_or(HeaderValue::from_static("localhost")),
             authority,
-            clients: (0..=workers).map(|_| OnceLock::new()).collect(),
+            pools: (0..=workers)
+                .map(|_| pool::Pool::new(timeouts.idle()))
+                .collect(),
             timeouts: *timeouts,
             health: Health::default(),
         }
     }
 
-    /// The calling worker's client, made on its first request.
-    fn client(&self) -> &Client<HttpConnector, UpstreamBody> {
-        let slot = self
-            .clients
+    /// The calling worker's pool.
+    fn pool(&self) -> &pool::Pool {
+        self.pools
             .get(crate::workers::current())
-            .unwrap_or(&self.clients[0]);
-        slot.get_or_init(|| {
-            let mut connector = HttpConnector::new();
-            connector.set_connect_timeout(Some(self.timeouts.connect()));
-            // A proxy writes whole messages; Nagle would only add latency.
-            connector.set_nodelay(true);
-            Client::builder(TokioExecutor::new())
-                .pool_idle_timeout(self.timeouts.idle())
-                .pool_timer(TokioTimer::new())
-                // `Host` is always set by `proxy::headers::aim`.
-                .set_host(false)
-                .build(connector)
-        })
+            .unwrap_or(&self.pools[0])
+    }
+
+    /// Connections pooled by the calling worker (busy or idle), for tests and the admin API.
+    pub fn pooled(&self) -> usize {
+        self.pool().len()
+    }
+
+    /// A new connection, its task spawned on the calling worker's event loop.
+    ///
+    /// Errors: `Connect` (refused, unreachable, over `connect_ms`, or the HTTP/1 handshake
+    /// failed).
+    async fn connect(&self) -> Result<http1::SendRequest<UpstreamBody>, Error> {
+        let connect_failed = |e: &dyn std::fmt::Display| {
+            Error::new(ErrorKind::Connect, format!("connect failed: {e}"))
+        };
+        let r = tokio::time::timeout(
+            self.timeouts.connect(),
+            TcpStream::connect(self.authority.as_str()),
+        )
+        .await;
+        let stream = match r {
+            Ok(Ok(stream)) => stream,
+            Ok(Err(e)) => return Err(connect_failed(&e)),
+            Err(_) => {
+                return Err(connect_failed(&format_args!(
+                    "no connection within {} ms",
+                    self.timeouts.connect_ms
+                )))
+            }
+        };
+        // A proxy writes whole messages; Nagle would only add latency.
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| connect_failed(&e))?;
+        let authority = self.authority.clone();
+        tokio::spawn(async move {
+            // Upgrades (WebSocket) take the connection over after a 101.
+            if let Err(e) = conn.with_upgrades().await {
+                tracing::debug!(upstream = %authority, error = %e, "upstream connection ended");
+            }
+        });
+        Ok(sender)
+    }
+
+    /// Sends on a pooled connection, or a new one. A request that a pooled connection closed
+    /// before taking (the upstream ended an idle keep-alive connection as the request left)
+    /// is sent again on a new connection: nothing of it reached the upstream.
+    async fn exchange(
+        &self,
+        mut req: Request<UpstreamBody>,
+    ) -> Result<Response<Incoming>, Exchange> {
+        loop {
+            let (mut sender, pooled) = match self.pool().checkout() {
+                Some(sender) => (sender, true),
+                None => (self.connect().await.map_err(Exchange::Connect)?, false),
+            };
+            match sender.try_send_request(req).await {
+                Ok(resp) => {
+                    self.pool().checkin(sender);
+                    return Ok(resp);
+                }
+                Err(mut e) => match e.take_message() {
+                    Some(again) if pooled => req = again,
+                    _ => return Err(Exchange::Failed(e.into_error())),
+                },
+            }
+        }
     }
 
     /// Sends a request whose URI is already absolute and waits for the response headers;
@@ -112,9 +171,12 @@ impl UpstreamState {
         mut req: Request<UpstreamBody>,
         watch: Option<&BodyWatch>,
     ) -> Result<Response<Incoming>, Error> {
-        // Upstreams speak HTTP/1.1 whatever the client spoke.
+        // Upstreams speak HTTP/1.1 whatever the client spoke, in origin form.
         *req.version_mut() = Version::HTTP_11;
-        let sent = self.client().request(req);
+        if let Some(pq) = req.uri().path_and_query().cloned() {
+            *req.uri_mut() = http::Uri::from(pq);
+        }
+        let sent = self.exchange(req);
         tokio::pin!(sent);
         if let Some(watch) = watch {
             loop {
@@ -150,38 +212,37 @@ impl UpstreamState {
     }
 }
 
+/// How an exchange failed: no connection, or the exchange on one.
+#[derive(Debug)]
+enum Exchange {
+    Connect(Error),
+    Failed(hyper::Error),
+}
+
 /// Who is to blame for a failed exchange: the client if its body failed (hyper then reports
 /// an error of its own, which says nothing about the upstream), else the upstream.
 fn classify(
-    result: Result<Response<Incoming>, hyper_util::client::legacy::Error>,
+    result: Result<Response<Incoming>, Exchange>,
     watch: Option<&BodyWatch>,
 ) -> Result<Response<Incoming>, Error> {
     let e = match result {
         Ok(resp) => return Ok(resp),
-        Err(e) => e,
+        Err(Exchange::Connect(e)) => return Err(e),
+        Err(Exchange::Failed(e)) => e,
     };
     if let Some(failure) = watch.and_then(BodyWatch::failure) {
         return Err(Error::new(failure.kind, failure.detail.clone()));
     }
-    let kind = if e.is_connect() {
-        ErrorKind::Connect
-    } else {
-        ErrorKind::Reset
-    };
-    Err(Error::new(kind, describe(&e)))
+    Err(Error::new(ErrorKind::Reset, describe(&e)))
 }
 
-/// A one-line reason: the innermost cause (e.g. "Connection refused (os error 111)").
-fn describe(e: &hyper_util::client::legacy::Error) -> String {
+/// A one-line reason: the innermost cause (e.g. "Connection reset by peer (os error 104)").
+fn describe(e: &hyper::Error) -> String {
     let mut cause: &dyn std::error::Error = e;
     while let Some(next) = cause.source() {
         cause = next;
     }
-    if e.is_connect() {
-        format!("connect failed: {cause}")
-    } else {
-        format!("{cause}")
-    }
+    format!("{cause}")
 }
 
 /// Upstream states by authority, shared across table reloads.
