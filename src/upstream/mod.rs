@@ -136,7 +136,17 @@ impl UpstreamState {
         loop {
             let (mut sender, pooled) = match self.pool().checkout() {
                 Some(sender) => (sender, true),
-                None => (self.connect().await.map_err(Exchange::Connect)?, false),
+                None => {
+                    let connecting = self.connect();
+                    tokio::pin!(connecting);
+                    tokio::select! {
+                        biased;
+                        connected = &mut connecting => {
+                            (connected.map_err(Exchange::Connect)?, false)
+                        }
+                        freed = self.pool().freed() => (freed, true),
+                    }
+                }
             };
             match sender.try_send_request(req).await {
                 Ok(resp) => {

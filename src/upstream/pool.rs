@@ -21,6 +21,32 @@ use super::UpstreamBody;
 /// Senders kept per pool, busy or idle; connections beyond it are used once and closed.
 const MAX_POOLED: usize = 512;
 
+/// Requests waiting for a busy connection to be freed, woken one per freed connection.
+///
+/// Every busy sender is polled with one waker, this queue's: hyper keeps a single waker per
+/// connection, so a waker per waiting request would leave all but the last unwoken.
+#[derive(Default)]
+struct Waiters {
+    queue: Mutex<std::collections::VecDeque<std::task::Waker>>,
+}
+
+impl std::task::Wake for Waiters {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        let next = self
+            .queue
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .pop_front();
+        if let Some(waker) = next {
+            waker.wake();
+        }
+    }
+}
+
 struct Entry {
     sender: SendRequest<UpstreamBody>,
     /// When it was last handed out.
@@ -31,6 +57,7 @@ struct Entry {
 pub(super) struct Pool {
     entries: Mutex<Vec<Entry>>,
     idle: Duration,
+    waiters: std::sync::Arc<Waiters>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -46,6 +73,7 @@ impl Pool {
         Pool {
             entries: Mutex::new(Vec::new()),
             idle,
+            waiters: std::sync::Arc::default(),
         }
     }
 
@@ -60,6 +88,17 @@ impl Pool {
         });
         let i = entries.iter().rposition(|e| e.sender.is_ready())?;
         Some(entries.swap_remove(i).sender)
+    }
+
+    /// Waits until one of the pool's busy connections is ready again (its response body was
+    /// read) and takes it. Raced against a new connect when a checkout misses, as
+    /// `hyper-util`'s pool does: under a burst, a connection freed meanwhile serves the
+    /// request sooner than a connect that may stall (a SYN dropped waits a second).
+    pub(super) fn freed(&self) -> Freed<'_> {
+        Freed {
+            pool: self,
+            registered: None,
+        }
     }
 
     /// Returns a sender whose request has its response head: hyper makes it ready again once
@@ -77,5 +116,74 @@ impl Pool {
     /// Connections held now (busy or idle).
     pub(super) fn len(&self) -> usize {
         self.entries.lock().map_or(0, |e| e.len())
+    }
+}
+
+/// The future of [`Pool::freed`].
+pub(super) struct Freed<'a> {
+    pool: &'a Pool,
+    /// The waker queued in the pool's waiters, removed when this future is dropped.
+    registered: Option<std::task::Waker>,
+}
+
+impl std::future::Future for Freed<'_> {
+    type Output = SendRequest<UpstreamBody>;
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Self::Output> {
+        use std::task::{Context, Poll, Waker};
+        let pool = self.pool;
+        let shared = Waker::from(pool.waiters.clone());
+        let mut shared_cx = Context::from_waker(&shared);
+        {
+            let mut entries = pool.entries.lock().unwrap_or_else(|p| p.into_inner());
+            let mut i = entries.len();
+            while i > 0 {
+                i -= 1;
+                match entries[i].sender.poll_ready(&mut shared_cx) {
+                    Poll::Ready(Ok(())) => {
+                        let sender = entries.swap_remove(i).sender;
+                        drop(entries);
+                        self.unregister();
+                        return Poll::Ready(sender);
+                    }
+                    Poll::Ready(Err(_)) => {
+                        entries.swap_remove(i);
+                    }
+                    Poll::Pending => {}
+                }
+            }
+        }
+        let mut queue = pool.waiters.queue.lock().unwrap_or_else(|p| p.into_inner());
+        if !queue.iter().any(|w| w.will_wake(cx.waker())) {
+            queue.push_back(cx.waker().clone());
+        }
+        drop(queue);
+        self.registered = Some(cx.waker().clone());
+        Poll::Pending
+    }
+}
+
+impl Freed<'_> {
+    fn unregister(&mut self) {
+        if let Some(waker) = self.registered.take() {
+            let mut queue = self
+                .pool
+                .waiters
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            queue.retain(|w| !w.will_wake(&waker));
+        }
+    }
+}
+
+impl Drop for Freed<'_> {
+    /// A request that got its connection another way leaves the queue, so that a freed
+    /// connection's wake goes to one still waiting.
+    fn drop(&mut self) {
+        self.unregister();
     }
 }
