@@ -255,6 +255,7 @@ GROUPS = [
     ("hyper-util pool (checkout, return; SipHash of the pool key)",
      r"hyper_util::client::legacy::pool|sip::Hasher|hash_one|hashbrown"),
     ("hyper-util client (request dispatch)", r"hyper_util::client"),
+    ("iuid-router upstream pool (checkout, connect race, checkin)", r"iuid_router::upstream::pool"),
     ("hyper-util server, I/O adapters", r"hyper_util"),
     ("httparse (request and response heads)", r"httparse"),
     ("hyper HTTP/1 (encode, decode, dispatch)", r"hyper::"),
