@@ -84,7 +84,8 @@ impl Pool {
         let idle = self.idle;
         // A busy connection (its response body still streaming) is kept however long it takes.
         entries.retain(|e| {
-            !e.sender.is_closed() && !(e.sender.is_ready() && now.duration_since(e.used) >= idle)
+            let expired = e.sender.is_ready() && now.duration_since(e.used) >= idle;
+            !e.sender.is_closed() && !expired
         });
         let i = entries.iter().rposition(|e| e.sender.is_ready())?;
         Some(entries.swap_remove(i).sender)
