@@ -158,6 +158,93 @@ impl Validator<'_> {
         Some(table.with_names(country_codes, service_names))
     }
 
+    /// A region's TLS client config (for its `https://` upstreams), if any: built from its
+    /// `tls:` (files relative to the table) or the system's roots.
+    fn region_tls(
+        &mut self,
+        spec: &super::model::RegionSpec,
+        region_path: &[Seg],
+    ) -> Option<(std::sync::Arc<rustls::ClientConfig>, Option<String>, String)> {
+        let https = spec.upstreams.iter().any(|u| u.starts_with("https://"));
+        let tls_path = |k: &str| {
+            let mut p = region_path.to_vec();
+            p.push(key("tls"));
+            if !k.is_empty() {
+                p.push(key(k));
+            }
+            p
+        };
+        if !https {
+            if spec.tls.is_some() {
+                self.error(
+                    &tls_path(""),
+                    "tls applies to https:// upstreams; this region has none",
+                );
+            }
+            return None;
+        }
+        let base = self
+            .source
+            .path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf();
+        let t = spec.tls.as_ref();
+        let file = |f: &Option<String>| f.as_ref().map(|f| base.join(f));
+        let (ca, cert, key_file) = (
+            t.and_then(|t| file(&t.ca)),
+            t.and_then(|t| file(&t.client_cert)),
+            t.and_then(|t| file(&t.client_key)),
+        );
+        let files = crate::tls::client::TlsFiles {
+            ca: ca.as_deref(),
+            client_cert: cert.as_deref(),
+            client_key: key_file.as_deref(),
+        };
+        let alpn: &[&[u8]] = match spec.protocol {
+            super::UpstreamProtocol::H2 => &[b"h2"],
+            super::UpstreamProtocol::Http1 => &[b"http/1.1"],
+        };
+        match crate::tls::client::client_config(&files, alpn) {
+            Ok(config) => {
+                // The files' contents too: a renewed certificate makes a new identity.
+                let mut identity = String::new();
+                for path in [&ca, &cert, &key_file].into_iter().flatten() {
+                    let bytes = std::fs::read(path).unwrap_or_default();
+                    let digest = <sha2::Sha256 as sha2::Digest>::digest(&bytes);
+                    identity.push_str(&format!(
+                        "{}#{:02x}{:02x}{:02x}{:02x};",
+                        path.display(),
+                        digest[0],
+                        digest[1],
+                        digest[2],
+                        digest[3]
+                    ));
+                }
+                let server_name = t.and_then(|t| t.server_name.clone());
+                Some((config, server_name, identity))
+            }
+            Err(e) => {
+                let at = if e.contains("client_")
+                    || cert
+                        .as_ref()
+                        .is_some_and(|c| e.starts_with(&c.display().to_string()))
+                {
+                    "client_cert"
+                } else if key_file
+                    .as_ref()
+                    .is_some_and(|k| e.starts_with(&k.display().to_string()))
+                {
+                    "client_key"
+                } else {
+                    "ca"
+                };
+                self.error(&tls_path(at), e);
+                None
+            }
+        }
+    }
+
     fn regions(&mut self, file: &TableFile) -> Vec<Region> {
         let mut regions: Vec<Region> = Vec::new();
         let mut seen: HashMap<&str, usize> = HashMap::new();
@@ -181,6 +268,8 @@ impl Validator<'_> {
             if spec.upstreams.is_empty() {
                 self.error(&up_path, format!("region `{name}` has no upstreams"));
             }
+            let region_path = [key("regions"), key(name.clone())];
+            let tls = self.region_tls(spec, &region_path);
             let mut upstreams: Vec<UpstreamSpec> = Vec::new();
             for (i, url) in spec.upstreams.iter().enumerate() {
                 let path = [
@@ -189,7 +278,7 @@ impl Validator<'_> {
                     key("upstreams"),
                     Seg::Index(i),
                 ];
-                match parse_upstream(url) {
+                match parse_upstream(url, spec, tls.as_ref()) {
                     Ok(u) => {
                         if upstreams.iter().any(|x| x.authority == u.authority) {
                             self.error(&path, format!("upstream `{url}` is listed twice"));
@@ -354,15 +443,17 @@ impl Validator<'_> {
 }
 
 /// Checks an upstream base URL: `http://host[:port]`, nothing after the authority.
-fn parse_upstream(url: &str) -> Result<UpstreamSpec, String> {
+fn parse_upstream(
+    url: &str,
+    spec: &super::model::RegionSpec,
+    tls: Option<&(std::sync::Arc<rustls::ClientConfig>, Option<String>, String)>,
+) -> Result<UpstreamSpec, String> {
     let uri: Uri = url.parse().map_err(|e| format!("not a URL ({e})"))?;
-    match uri.scheme() {
-        Some(s) if *s == Scheme::HTTP => {}
-        Some(s) if *s == Scheme::HTTPS => {
-            return Err("https upstreams are not supported yet; use http://".into())
-        }
-        _ => return Err("must start with http://".into()),
-    }
+    let https = match uri.scheme() {
+        Some(s) if *s == Scheme::HTTP => false,
+        Some(s) if *s == Scheme::HTTPS => true,
+        _ => return Err("must start with http:// or https://".into()),
+    };
     let authority = uri.authority().cloned().ok_or("no host")?;
     if authority.host().is_empty() {
         return Err("no host".into());
@@ -378,9 +469,35 @@ fn parse_upstream(url: &str) -> Result<UpstreamSpec, String> {
             );
         }
     }
+    // An https URL without a port means 443, as for any client.
+    let authority = match (https, authority.port()) {
+        (true, None) => format!("{}:443", authority.host())
+            .parse()
+            .map_err(|_| "no host".to_owned())?,
+        _ => authority,
+    };
+    let tls = match (https, tls) {
+        (false, _) => None,
+        // The region's TLS config failed; its error is reported at `tls`.
+        (true, None) => return Err("the region's TLS settings are invalid".into()),
+        (true, Some((config, server_name, identity))) => {
+            let name = server_name
+                .clone()
+                .unwrap_or_else(|| authority.host().trim_matches(['[', ']']).to_owned());
+            let server_name = rustls::pki_types::ServerName::try_from(name.clone())
+                .map_err(|_| format!("`{name}` is not a server name"))?;
+            Some(crate::tls::client::UpstreamTls {
+                config: config.clone(),
+                server_name,
+                identity: format!("{identity}{name}"),
+            })
+        }
+    };
     Ok(UpstreamSpec {
         url: url.to_owned(),
         authority,
+        tls,
+        protocol: spec.protocol,
     })
 }
 

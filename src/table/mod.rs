@@ -19,7 +19,7 @@ pub mod watch;
 
 use http::uri::Authority;
 use iuid::Iuid;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::metrics::RuleLabel;
 use crate::scheme::iuid::IuidKey;
@@ -168,6 +168,32 @@ pub struct UpstreamSpec {
     pub url: String,
     /// `host:port` to connect to and to send as `Host`.
     pub authority: Authority,
+    /// TLS, for an `https://` upstream.
+    pub tls: Option<crate::tls::client::UpstreamTls>,
+    /// The protocol spoken to it.
+    pub protocol: UpstreamProtocol,
+}
+
+impl UpstreamSpec {
+    /// What identifies the upstream's runtime state across reloads: its scheme, protocol,
+    /// TLS identity and authority. A change of any of them makes a new state (and new
+    /// connections).
+    pub fn key(&self) -> String {
+        let tls = self.tls.as_ref().map_or("", |t| t.identity.as_str());
+        format!("{:?}|{tls}|{}", self.protocol, self.authority)
+    }
+}
+
+/// The protocol a region's upstreams speak (SPEC §12 `protocol`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UpstreamProtocol {
+    /// HTTP/1.1, one exchange per connection at a time.
+    #[default]
+    Http1,
+    /// HTTP/2, many exchanges multiplexed over one connection per worker (ALPN `h2` over
+    /// TLS, prior knowledge over `http://`).
+    H2,
 }
 
 /// A region as the table names it. Its runtime (balancing cursor, retry budget, metrics)

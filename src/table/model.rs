@@ -37,8 +37,32 @@ pub struct TableFile {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RegionSpec {
-    /// Base URLs, e.g. `http://eu-gw-1:8080`.
+    /// Base URLs, e.g. `http://eu-gw-1:8080` or `https://eu-gw-1:8443`.
     pub upstreams: Vec<String>,
+    /// TLS to the region's `https://` upstreams (SPEC §12).
+    #[serde(default)]
+    pub tls: Option<RegionTlsSpec>,
+    /// `http1` (default) or `h2` (over TLS by ALPN, h2c over `http://`).
+    #[serde(default)]
+    pub protocol: super::UpstreamProtocol,
+}
+
+/// A region's `tls:`: paths relative to the table file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RegionTlsSpec {
+    /// CA certificates (PEM) to trust instead of the system's roots.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// Client certificate chain (PEM), for mTLS.
+    #[serde(default)]
+    pub client_cert: Option<String>,
+    /// Its key (PEM).
+    #[serde(default)]
+    pub client_key: Option<String>,
+    /// The name to send as SNI and verify (default: each upstream's host).
+    #[serde(default)]
+    pub server_name: Option<String>,
 }
 
 /// A country entry: `{ code: KZ, region: ap }` or the short form `eu`.

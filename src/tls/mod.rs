@@ -14,6 +14,7 @@
 //! bounded by `limits.header_read_timeout_ms` like a client's first request bytes.
 
 pub mod certs;
+pub mod client;
 pub mod watch;
 
 use std::path::{Path, PathBuf};

@@ -32,8 +32,11 @@ use http::uri::Authority;
 use http::{HeaderValue, Request, Response, Version};
 use http_body_util::{Either, Full};
 use hyper::body::Incoming;
-use hyper::client::conn::http1;
-use hyper_util::rt::TokioIo;
+use hyper::client::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+
+use crate::table::{UpstreamProtocol, UpstreamSpec};
+use crate::tls::client::UpstreamTls;
 use tokio::net::TcpStream;
 
 use crate::config::{CheckPolicy, Timeouts};
@@ -57,17 +60,24 @@ pub struct UpstreamState {
     /// are no worker.
     pools: Box<[pool::Pool]>,
     timeouts: Timeouts,
+    /// TLS, for an `https://` upstream.
+    tls: Option<UpstreamTls>,
+    /// HTTP/1.1 or HTTP/2.
+    pub protocol: UpstreamProtocol,
     /// Passive (and active) health.
     pub health: Health,
 }
 
 impl UpstreamState {
-    /// The state of `authority` with room for `workers` worker pools.
-    fn new(authority: Authority, timeouts: &Timeouts, workers: usize) -> UpstreamState {
+    /// The state of `spec`'s upstream with room for `workers` worker pools.
+    fn new(spec: &UpstreamSpec, timeouts: &Timeouts, workers: usize) -> UpstreamState {
+        let authority = spec.authority.clone();
         UpstreamState {
             host: HeaderValue::from_str(authority.as_str())
                 .unwrap_or(HeaderValue::from_static("localhost")),
             authority,
+            tls: spec.tls.clone(),
+            protocol: spec.protocol,
             pools: (0..=workers)
                 .map(|_| pool::Pool::new(timeouts.idle()))
                 .collect(),
@@ -88,22 +98,36 @@ impl UpstreamState {
         self.pool().len()
     }
 
-    /// A new connection, its task spawned on the calling worker's event loop.
+    /// A new connection, its task spawned on the calling worker's event loop: TCP, TLS for an
+    /// `https://` upstream, then the HTTP/1.1 or HTTP/2 handshake.
     ///
-    /// Errors: `Connect` (refused, unreachable, over `connect_ms`, or the HTTP/1 handshake
-    /// failed).
-    async fn connect(&self) -> Result<http1::SendRequest<UpstreamBody>, Error> {
+    /// Errors: `Connect` (refused, unreachable, over `connect_ms` for TCP and TLS together, a
+    /// certificate that does not verify, or a failed handshake).
+    async fn connect(&self) -> Result<pool::Sender, Error> {
         let connect_failed = |e: &dyn std::fmt::Display| {
             Error::new(ErrorKind::Connect, format!("connect failed: {e}"))
         };
-        let r = tokio::time::timeout(
-            self.timeouts.connect(),
-            TcpStream::connect(self.authority.as_str()),
-        )
+        let connected = tokio::time::timeout(self.timeouts.connect(), async {
+            let stream = TcpStream::connect(self.authority.as_str())
+                .await
+                .map_err(|e| connect_failed(&e))?;
+            // A proxy writes whole messages; Nagle would only add latency.
+            let _ = stream.set_nodelay(true);
+            match &self.tls {
+                None => Ok(Io::Plain(stream)),
+                Some(tls) => {
+                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                    let stream = connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| connect_failed(&format_args!("TLS: {e}")))?;
+                    Ok(Io::Tls(Box::new(stream)))
+                }
+            }
+        })
         .await;
-        let stream = match r {
-            Ok(Ok(stream)) => stream,
-            Ok(Err(e)) => return Err(connect_failed(&e)),
+        let io = match connected {
+            Ok(io) => io?,
             Err(_) => {
                 return Err(connect_failed(&format_args!(
                     "no connection within {} ms",
@@ -111,24 +135,39 @@ impl UpstreamState {
                 )))
             }
         };
-        // A proxy writes whole messages; Nagle would only add latency.
-        let _ = stream.set_nodelay(true);
-        let (sender, conn) = http1::handshake(TokioIo::new(stream))
-            .await
-            .map_err(|e| connect_failed(&e))?;
         let authority = self.authority.clone();
-        tokio::spawn(async move {
-            // Upgrades (WebSocket) take the connection over after a 101.
-            if let Err(e) = conn.with_upgrades().await {
-                tracing::debug!(upstream = %authority, error = %e, "upstream connection ended");
+        let io = TokioIo::new(io);
+        match self.protocol {
+            UpstreamProtocol::Http1 => {
+                let (sender, conn) = http1::handshake(io).await.map_err(|e| connect_failed(&e))?;
+                tokio::spawn(async move {
+                    // Upgrades (WebSocket) take the connection over after a 101.
+                    if let Err(e) = conn.with_upgrades().await {
+                        tracing::debug!(upstream = %authority, error = %e, "upstream connection ended");
+                    }
+                });
+                Ok(pool::Sender::H1(sender))
             }
-        });
-        Ok(sender)
+            UpstreamProtocol::H2 => {
+                let (sender, conn) = http2::Builder::new(TokioExecutor::new())
+                    .timer(TokioTimer::new())
+                    .handshake(io)
+                    .await
+                    .map_err(|e| connect_failed(&e))?;
+                tokio::spawn(async move {
+                    if let Err(e) = conn.await {
+                        tracing::debug!(upstream = %authority, error = %e, "upstream connection ended");
+                    }
+                });
+                Ok(pool::Sender::H2(sender))
+            }
+        }
     }
 
     /// Sends on a pooled connection, or a new one. A request that a pooled connection closed
-    /// before taking (the upstream ended an idle keep-alive connection as the request left)
-    /// is sent again on a new connection: nothing of it reached the upstream.
+    /// before taking (the upstream ended an idle keep-alive connection as the request left,
+    /// or sent an HTTP/2 GOAWAY) is sent again on a new connection: nothing of it reached the
+    /// upstream.
     async fn exchange(
         &self,
         mut req: Request<UpstreamBody>,
@@ -136,6 +175,21 @@ impl UpstreamState {
         loop {
             let (mut sender, pooled) = match self.pool().checkout() {
                 Some(sender) => (sender, true),
+                None if self.protocol == UpstreamProtocol::H2 => {
+                    // One connection per worker: whoever gets here first makes it, the others
+                    // wait and share it.
+                    let _connecting = self.pool().h2_connecting.lock().await;
+                    match self.pool().checkout() {
+                        Some(sender) => (sender, true),
+                        None => {
+                            let sender = self.connect().await.map_err(Exchange::Connect)?;
+                            if let pool::Sender::H2(shared) = &sender {
+                                self.pool().checkin(pool::Sender::H2(shared.clone()));
+                            }
+                            (sender, false)
+                        }
+                    }
+                }
                 None => {
                     let connecting = self.connect();
                     tokio::pin!(connecting);
@@ -148,9 +202,16 @@ impl UpstreamState {
                     }
                 }
             };
-            match sender.try_send_request(req).await {
+            let sent = match &mut sender {
+                pool::Sender::H1(s) => s.try_send_request(req).await,
+                // The shared HTTP/2 connection stays pooled while this stream runs.
+                pool::Sender::H2(s) => s.try_send_request(req).await,
+            };
+            match sent {
                 Ok(resp) => {
-                    self.pool().checkin(sender);
+                    if let pool::Sender::H1(_) = sender {
+                        self.pool().checkin(sender);
+                    }
                     return Ok(resp);
                 }
                 Err(mut e) => match e.take_message() {
@@ -181,10 +242,27 @@ impl UpstreamState {
         mut req: Request<UpstreamBody>,
         watch: Option<&BodyWatch>,
     ) -> Result<Response<Incoming>, Error> {
-        // Upstreams speak HTTP/1.1 whatever the client spoke, in origin form.
-        *req.version_mut() = Version::HTTP_11;
-        if let Some(pq) = req.uri().path_and_query().cloned() {
-            *req.uri_mut() = http::Uri::from(pq);
+        match self.protocol {
+            // HTTP/1.1 whatever the client spoke, in origin form.
+            UpstreamProtocol::Http1 => {
+                *req.version_mut() = Version::HTTP_11;
+                if let Some(pq) = req.uri().path_and_query().cloned() {
+                    *req.uri_mut() = http::Uri::from(pq);
+                }
+            }
+            // HTTP/2 takes the scheme and authority from the absolute URI.
+            UpstreamProtocol::H2 => {
+                *req.version_mut() = Version::HTTP_2;
+                if self.tls.is_some() {
+                    let mut parts = std::mem::take(req.uri_mut()).into_parts();
+                    parts.scheme = Some(http::uri::Scheme::HTTPS);
+                    if let Ok(uri) = http::Uri::from_parts(parts) {
+                        *req.uri_mut() = uri;
+                    }
+                }
+                // Connection-specific fields are not allowed in HTTP/2 (RFC 9113 §8.2.2).
+                req.headers_mut().remove(http::header::HOST);
+            }
         }
         let sent = self.exchange(req);
         tokio::pin!(sent);
@@ -255,13 +333,14 @@ fn describe(e: &hyper::Error) -> String {
     format!("{cause}")
 }
 
-/// Upstream states by authority, shared across table reloads.
+/// Upstream states by [`UpstreamSpec::key`] (scheme, protocol, TLS identity, authority),
+/// shared across table reloads.
 #[derive(Debug)]
 pub struct Registry {
     timeouts: Timeouts,
     workers: usize,
     checks: Option<CheckPolicy>,
-    states: Mutex<HashMap<Authority, Weak<UpstreamState>>>,
+    states: Mutex<HashMap<String, Weak<UpstreamState>>>,
 }
 
 impl Registry {
@@ -276,20 +355,17 @@ impl Registry {
         }
     }
 
-    /// The state of `authority`: the existing one while any table holds it, else a new one
-    /// (which starts its active check, if configured and inside a runtime).
-    pub fn get(&self, authority: &Authority) -> Arc<UpstreamState> {
+    /// The state of `spec`'s upstream: the existing one while any table holds it, else a new
+    /// one (which starts its active check, if configured and inside a runtime).
+    pub fn get(&self, spec: &UpstreamSpec) -> Arc<UpstreamState> {
+        let key = spec.key();
         let mut states = self.states.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(state) = states.get(authority).and_then(Weak::upgrade) {
+        if let Some(state) = states.get(&key).and_then(Weak::upgrade) {
             return state;
         }
         states.retain(|_, w| w.strong_count() > 0);
-        let state = Arc::new(UpstreamState::new(
-            authority.clone(),
-            &self.timeouts,
-            self.workers,
-        ));
-        states.insert(authority.clone(), Arc::downgrade(&state));
+        let state = Arc::new(UpstreamState::new(spec, &self.timeouts, self.workers));
+        states.insert(key, Arc::downgrade(&state));
         if let Some(policy) = self.checks.clone() {
             check::spawn(Arc::downgrade(&state), policy);
         }
@@ -300,5 +376,75 @@ impl Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry::new(Timeouts::default(), None, 1)
+    }
+}
+
+/// An upstream connection's transport: plain TCP or TLS over it.
+enum Io {
+    Plain(TcpStream),
+    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
+}
+
+impl tokio::io::AsyncRead for Io {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
+            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
+        }
+    }
+}
+
+impl tokio::io::AsyncWrite for Io {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
+            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
+        }
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
+            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
+            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
+        }
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            Io::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
+            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            Io::Plain(s) => s.is_write_vectored(),
+            Io::Tls(s) => s.is_write_vectored(),
+        }
     }
 }

@@ -1,4 +1,5 @@
-//! One worker's pooled HTTP/1.1 connections to one upstream, on `hyper::client::conn`.
+//! One worker's pooled connections to one upstream, on `hyper::client::conn`: HTTP/1.1
+//! connections one exchange at a time, or one shared HTTP/2 connection.
 //!
 //! Upstream connection management is what this product exists for, so the pool is ours
 //! rather than `hyper-util`'s legacy client (whose pool hashes a key, takes a shared lock and
@@ -10,11 +11,16 @@
 //! has been read to the end (a body dropped part way closes the connection). A checkout takes
 //! the most recently used ready sender (its connection is the warmest), dropping on the way
 //! those whose connection closed or that sat idle longer than the idle timeout.
+//!
+//! An HTTP/2 connection multiplexes: a worker keeps one per upstream, handed out (cloned) to
+//! every request while it is open; the `h2` crate queues streams beyond the upstream's
+//! `SETTINGS_MAX_CONCURRENT_STREAMS`, and once a GOAWAY closes it the next request opens a
+//! new one (a request it refused is sent again there, see `UpstreamState::exchange`).
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use hyper::client::conn::http1::SendRequest;
+use hyper::client::conn::{http1, http2};
 
 use super::UpstreamBody;
 
@@ -47,8 +53,40 @@ impl std::task::Wake for Waiters {
     }
 }
 
+/// A connection's sending half.
+pub(super) enum Sender {
+    /// HTTP/1.1: one exchange at a time.
+    H1(http1::SendRequest<UpstreamBody>),
+    /// HTTP/2: shared by every request of the worker.
+    H2(http2::SendRequest<UpstreamBody>),
+}
+
+impl Sender {
+    fn is_closed(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_closed(),
+            Sender::H2(s) => s.is_closed(),
+        }
+    }
+
+    fn is_ready(&self) -> bool {
+        match self {
+            Sender::H1(s) => s.is_ready(),
+            Sender::H2(s) => s.is_ready(),
+        }
+    }
+
+    /// Takes it out of the pool (HTTP/1.1), or a clone of it (HTTP/2, which stays).
+    fn share(&self) -> Option<Sender> {
+        match self {
+            Sender::H1(_) => None,
+            Sender::H2(s) => Some(Sender::H2(s.clone())),
+        }
+    }
+}
+
 struct Entry {
-    sender: SendRequest<UpstreamBody>,
+    sender: Sender,
     /// When it was last handed out.
     used: Instant,
 }
@@ -58,6 +96,9 @@ pub(super) struct Pool {
     entries: Mutex<Vec<Entry>>,
     idle: Duration,
     waiters: std::sync::Arc<Waiters>,
+    /// Held while an HTTP/2 connection is being made, so that a burst of requests shares one
+    /// connection instead of each opening its own.
+    pub(super) h2_connecting: tokio::sync::Mutex<()>,
 }
 
 impl std::fmt::Debug for Pool {
@@ -74,11 +115,12 @@ impl Pool {
             entries: Mutex::new(Vec::new()),
             idle,
             waiters: std::sync::Arc::default(),
+            h2_connecting: tokio::sync::Mutex::new(()),
         }
     }
 
     /// A ready sender, if the pool has one.
-    pub(super) fn checkout(&self) -> Option<SendRequest<UpstreamBody>> {
+    pub(super) fn checkout(&self) -> Option<Sender> {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         let now = Instant::now();
         let idle = self.idle;
@@ -88,6 +130,10 @@ impl Pool {
             !e.sender.is_closed() && !expired
         });
         let i = entries.iter().rposition(|e| e.sender.is_ready())?;
+        if let Some(shared) = entries[i].sender.share() {
+            entries[i].used = now;
+            return Some(shared);
+        }
         Some(entries.swap_remove(i).sender)
     }
 
@@ -104,9 +150,14 @@ impl Pool {
 
     /// Returns a sender whose request has its response head: hyper makes it ready again once
     /// the body is read.
-    pub(super) fn checkin(&self, sender: SendRequest<UpstreamBody>) {
+    pub(super) fn checkin(&self, sender: Sender) {
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
-        if entries.len() < MAX_POOLED {
+        // One open HTTP/2 connection is enough: it multiplexes.
+        let shared_open = matches!(sender, Sender::H2(_))
+            && entries
+                .iter()
+                .any(|e| matches!(e.sender, Sender::H2(_)) && !e.sender.is_closed());
+        if entries.len() < MAX_POOLED && !shared_open {
             entries.push(Entry {
                 sender,
                 used: Instant::now(),
@@ -128,7 +179,7 @@ pub(super) struct Freed<'a> {
 }
 
 impl std::future::Future for Freed<'_> {
-    type Output = SendRequest<UpstreamBody>;
+    type Output = Sender;
 
     fn poll(
         mut self: std::pin::Pin<&mut Self>,
@@ -143,9 +194,16 @@ impl std::future::Future for Freed<'_> {
             let mut i = entries.len();
             while i > 0 {
                 i -= 1;
-                match entries[i].sender.poll_ready(&mut shared_cx) {
+                let ready = match &mut entries[i].sender {
+                    Sender::H1(s) => s.poll_ready(&mut shared_cx),
+                    Sender::H2(s) => s.poll_ready(&mut shared_cx),
+                };
+                match ready {
                     Poll::Ready(Ok(())) => {
-                        let sender = entries.swap_remove(i).sender;
+                        let sender = match entries[i].sender.share() {
+                            Some(shared) => shared,
+                            None => entries.swap_remove(i).sender,
+                        };
                         drop(entries);
                         self.unregister();
                         return Poll::Ready(sender);

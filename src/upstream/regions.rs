@@ -170,7 +170,7 @@ fn reconcile(
                 .iter()
                 .map(|u| Upstream {
                     authority: u.authority.clone(),
-                    state: registry.get(&u.authority),
+                    state: registry.get(u),
                 })
                 .collect();
             RegionRuntime {
