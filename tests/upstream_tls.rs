@@ -1,0 +1,264 @@
+//! TLS and HTTP/2 to upstreams (SPEC §12) over real sockets: upstream servers on hyper behind
+//! rustls with certificates from the shipped `config/make-certs.sh`, the real router in
+//! front, reqwest as the client.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{client, iuid_for, ConfigYaml, Router};
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::net::TcpListener;
+
+fn make_certs(dir: &Path, client: bool, names: &[&str]) {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(script);
+    if client {
+        cmd.arg("--client");
+    }
+    let out = cmd.arg(dir).args(names).output().expect("make-certs.sh");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// What an upstream saw: connections accepted and the HTTP version of each request.
+#[derive(Default)]
+struct Seen {
+    connections: AtomicUsize,
+    versions: Mutex<Vec<http::Version>>,
+}
+
+/// An upstream serving HTTP/1.1 and HTTP/2 (by ALPN over TLS, or prior knowledge without) on
+/// hyper; with `certs`, TLS with `<certs>/localhost.pem`; with `client_ca`, client
+/// certificates signed by it are required. Each answer waits `delay`.
+async fn upstream(
+    certs: Option<&Path>,
+    client_ca: Option<&Path>,
+    delay: Duration,
+) -> (String, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(Seen::default());
+    let acceptor = certs.map(|dir| {
+        let chain: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_file_iter(dir.join("localhost.pem"))
+                .expect("cert")
+                .collect::<Result<_, _>>()
+                .expect("der");
+        let key = PrivateKeyDer::from_pem_file(dir.join("localhost-key.pem")).expect("key");
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions");
+        let builder = match client_ca {
+            None => builder.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_file_iter(ca).expect("ca") {
+                    roots.add(c.expect("der")).expect("root");
+                }
+                let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .expect("verifier");
+                builder.with_client_cert_verifier(verifier)
+            }
+        };
+        let mut config = builder.with_single_cert(chain, key).expect("server config");
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        tokio_rustls::TlsAcceptor::from(Arc::new(config))
+    });
+    let counter = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            counter.connections.fetch_add(1, Ordering::SeqCst);
+            let seen = counter.clone();
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let seen = seen.clone();
+                    async move {
+                        seen.versions.lock().expect("versions").push(req.version());
+                        tokio::time::sleep(delay).await;
+                        let body = format!("{:?} {}", req.version(), req.uri().path());
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from(body)),
+                        ))
+                    }
+                });
+                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                match acceptor {
+                    None => {
+                        let _ = builder
+                            .serve_connection(TokioIo::new(stream), service)
+                            .await;
+                    }
+                    Some(acceptor) => {
+                        if let Ok(tls) = acceptor.accept(stream).await {
+                            let _ = builder.serve_connection(TokioIo::new(tls), service).await;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let scheme = if certs.is_some() { "https" } else { "http" };
+    (format!("{scheme}://127.0.0.1:{}", addr.port()), seen)
+}
+
+/// A router (one region `a`, `workers: 2`) over `upstream` with the region's extra keys
+/// (`tls: …`, `protocol: …`), its files in `dir`.
+async fn router(dir: &Path, upstream: &str, region_extra: &str) -> Router {
+    let table = format!(
+        "version: tls-up\nregions:\n  a: {{ upstreams: [\"{upstream}\"]{region_extra} }}\ncountries:\n  1: a\ndefault_region: a\n"
+    );
+    let router_dir = tempfile::tempdir().expect("tempdir");
+    common::write(
+        &router_dir,
+        "routing-table.yaml",
+        &table.replace("DIR", &dir.display().to_string()),
+    );
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(1000, 5000, 10_000)
+        .watch(false)
+        .extra("workers: 2")
+        .yaml();
+    Router::start_in(router_dir, &config).await
+}
+
+fn certs_dir() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    make_certs(&certs, false, &["localhost"]);
+    (dir, certs)
+}
+
+async fn get(router: &Router) -> (u16, String) {
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{}", iuid_for(1))))
+        .send()
+        .await
+        .expect("request");
+    (resp.status().as_u16(), resp.text().await.expect("body"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_https_upstream_with_a_private_ca_and_a_wrong_ca() {
+    let (_keep, certs) = certs_dir();
+    let (url, seen) = upstream(Some(&certs), None, Duration::ZERO).await;
+    let ok = router(
+        &certs,
+        &url,
+        ", tls: { ca: DIR/ca.pem, server_name: localhost }",
+    )
+    .await;
+    assert_eq!(
+        get(&ok).await,
+        (200, "HTTP/1.1 /v1/orders/".to_owned() + &iuid_for(1))
+    );
+    assert_eq!(seen.versions.lock().expect("v")[0], http::Version::HTTP_11);
+
+    // Another CA: the upstream's certificate does not verify; 502 at once, not a hang.
+    let other = certs.parent().expect("dir").join("other");
+    make_certs(&other, false, &["localhost"]);
+    let wrong = router(
+        &other,
+        &url,
+        ", tls: { ca: DIR/ca.pem, server_name: localhost }",
+    )
+    .await;
+    let started = Instant::now();
+    let (status, body) = get(&wrong).await;
+    assert_eq!(status, 502, "{body}");
+    assert!(
+        body.contains("certificate") || body.contains("TLS"),
+        "{body}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_that_requires_a_client_certificate() {
+    let (_keep, certs) = certs_dir();
+    make_certs(&certs, true, &["edge-eu"]);
+    let (url, _seen) = upstream(Some(&certs), Some(&certs.join("ca.pem")), Duration::ZERO).await;
+    let without = router(
+        &certs,
+        &url,
+        ", tls: { ca: DIR/ca.pem, server_name: localhost }",
+    )
+    .await;
+    let (status, body) = get(&without).await;
+    assert_eq!(status, 502, "no client certificate: {body}");
+    let with = router(
+        &certs,
+        &url,
+        ", tls: { ca: DIR/ca.pem, client_cert: DIR/edge-eu.pem, client_key: DIR/edge-eu-key.pem, server_name: localhost }",
+    )
+    .await;
+    assert_eq!(get(&with).await.0, 200);
+}
+
+/// `protocol: h2` multiplexes: 100 concurrent requests (each held 200 ms by the upstream)
+/// over at most one connection per worker, by ALPN over TLS and with prior knowledge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn h2_upstreams_carry_100_concurrent_requests_over_few_connections() {
+    let (_keep, certs) = certs_dir();
+    for tls in [true, false] {
+        let (url, seen) = upstream(
+            tls.then_some(certs.as_path()),
+            None,
+            Duration::from_millis(200),
+        )
+        .await;
+        let extra = if tls {
+            ", protocol: h2, tls: { ca: DIR/ca.pem, server_name: localhost }"
+        } else {
+            ", protocol: h2"
+        };
+        let router = router(&certs, &url, extra).await;
+        let target = router.url(&format!("/v1/orders/{}", iuid_for(1)));
+        let started = Instant::now();
+        let tasks: Vec<_> = (0..100)
+            .map(|_| {
+                let target = target.clone();
+                tokio::spawn(async move {
+                    let resp = client().get(&target).send().await.expect("request");
+                    (resp.status().as_u16(), resp.text().await.expect("body"))
+                })
+            })
+            .collect();
+        for t in tasks {
+            let (status, body) = t.await.expect("join");
+            assert_eq!(status, 200, "{body}");
+            assert!(body.starts_with("HTTP/2.0"), "{body}");
+        }
+        let connections = seen.connections.load(Ordering::SeqCst);
+        assert!(
+            connections <= 2,
+            "tls={tls}: {connections} connections for 2 workers"
+        );
+        println!(
+            "tls={tls}: 100 requests over {connections} connection(s) in {:?}",
+            started.elapsed()
+        );
+    }
+}
