@@ -225,12 +225,14 @@ mod tests {
                 let authority: http::uri::Authority = format!("127.0.0.1:{}", 10_000 + i)
                     .parse()
                     .expect("authority");
+                let spec = crate::table::UpstreamSpec {
+                    url: format!("http://{authority}"),
+                    authority: authority.clone(),
+                    tls: None,
+                    protocol: crate::table::UpstreamProtocol::Http1,
+                };
                 Upstream {
-                    state: Arc::new(UpstreamState::new(
-                        authority.clone(),
-                        &Timeouts::default(),
-                        1,
-                    )),
+                    state: Arc::new(UpstreamState::new(&spec, &Timeouts::default(), 1)),
                     authority,
                 }
             })
