@@ -34,6 +34,15 @@ const MAX_POOLED: usize = 512;
 #[derive(Default)]
 struct Waiters {
     queue: Mutex<std::collections::VecDeque<std::task::Waker>>,
+    /// `queue.len()`, read without the lock on every checkin.
+    len: std::sync::atomic::AtomicUsize,
+}
+
+impl Waiters {
+    fn set_len(&self, queue: &std::collections::VecDeque<std::task::Waker>) {
+        self.len
+            .store(queue.len(), std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 impl std::task::Wake for Waiters {
@@ -42,11 +51,12 @@ impl std::task::Wake for Waiters {
     }
 
     fn wake_by_ref(self: &std::sync::Arc<Self>) {
-        let next = self
-            .queue
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .pop_front();
+        let next = {
+            let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+            let next = queue.pop_front();
+            self.set_len(&queue);
+            next
+        };
         if let Some(waker) = next {
             waker.wake();
         }
@@ -150,7 +160,19 @@ impl Pool {
 
     /// Returns a sender whose request has its response head: hyper makes it ready again once
     /// the body is read.
-    pub(super) fn checkin(&self, sender: Sender) {
+    pub(super) fn checkin(&self, mut sender: Sender) {
+        // Requests are waiting for a connection (a burst): register the shared waker with this
+        // one too, so that it wakes one of them when its response has been read. Nobody else
+        // would poll it before then.
+        if let Sender::H1(h1) = &mut sender {
+            if self.waiters.len.load(std::sync::atomic::Ordering::Relaxed) > 0 {
+                let shared = std::task::Waker::from(self.waiters.clone());
+                let mut cx = std::task::Context::from_waker(&shared);
+                if h1.poll_ready(&mut cx).is_ready() {
+                    shared.wake_by_ref();
+                }
+            }
+        }
         let mut entries = self.entries.lock().unwrap_or_else(|p| p.into_inner());
         // One open HTTP/2 connection is enough: it multiplexes.
         let shared_open = matches!(sender, Sender::H2(_))
@@ -219,6 +241,7 @@ impl std::future::Future for Freed<'_> {
         if !queue.iter().any(|w| w.will_wake(cx.waker())) {
             queue.push_back(cx.waker().clone());
         }
+        pool.waiters.set_len(&queue);
         drop(queue);
         self.registered = Some(cx.waker().clone());
         Poll::Pending
@@ -235,6 +258,7 @@ impl Freed<'_> {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner());
             queue.retain(|w| !w.will_wake(&waker));
+            self.pool.waiters.set_len(&queue);
         }
     }
 }
