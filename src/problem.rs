@@ -245,8 +245,21 @@ impl Problem {
         }
     }
 
-    /// The response: RFC 9457 body, `Content-Type: application/problem+json`.
+    /// The response: RFC 9457 body, `Content-Type: application/problem+json`. It carries a
+    /// [`RouterMade`] extension, so that the data path can answer a gRPC request with a gRPC
+    /// status instead ([`grpc_response`]).
     pub fn into_response(self) -> Response<Full<Bytes>> {
+        let status = self.status();
+        let made = RouterMade {
+            status,
+            detail: self.detail(),
+        };
+        let mut resp = self.into_problem_response();
+        resp.extensions_mut().insert(made);
+        resp
+    }
+
+    fn into_problem_response(self) -> Response<Full<Bytes>> {
         let status = self.status();
         let (slug, title) = self.slug_and_title();
         let mut body = json!({
@@ -305,4 +318,64 @@ impl Problem {
         );
         resp
     }
+}
+
+/// Marks a response the router made itself (a refusal), with what a gRPC client is told.
+#[derive(Debug, Clone)]
+pub struct RouterMade {
+    /// The HTTP status of SPEC §6.
+    pub status: StatusCode,
+    /// The problem's detail.
+    pub detail: String,
+}
+
+/// The gRPC status code for a refusal's HTTP status (SPEC §12; gRPC's `statuscodes.md`):
+/// 400 → 3 INVALID_ARGUMENT, 404 → 5 NOT_FOUND, 413 → 8 RESOURCE_EXHAUSTED, 502/503 → 14
+/// UNAVAILABLE, 504 → 4 DEADLINE_EXCEEDED, 508 → 10 ABORTED; beyond the SPEC's list, 405/501
+/// → 12 UNIMPLEMENTED, 408 → 4 DEADLINE_EXCEEDED, anything else 2 UNKNOWN.
+pub fn grpc_code(status: StatusCode) -> u8 {
+    match status.as_u16() {
+        400 => 3,
+        404 => 5,
+        413 => 8,
+        502 | 503 => 14,
+        504 | 408 => 4,
+        508 => 10,
+        405 | 501 => 12,
+        _ => 2,
+    }
+}
+
+/// A refusal as gRPC sees it: HTTP 200, trailers-only (`grpc-status`, `grpc-message`
+/// percent-encoded as the gRPC HTTP/2 protocol asks), no body.
+pub fn grpc_response(made: &RouterMade) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::new()));
+    let headers = resp.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    headers.insert(
+        "grpc-status",
+        HeaderValue::from(u16::from(grpc_code(made.status))),
+    );
+    let mut message = String::with_capacity(made.detail.len());
+    for b in made.detail.bytes() {
+        if (0x20..=0x7e).contains(&b) && b != b'%' {
+            message.push(char::from(b));
+        } else {
+            message.push_str(&format!("%{b:02X}"));
+        }
+    }
+    if let Ok(v) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", v);
+    }
+    resp
+}
+
+/// Whether a request is gRPC: `content-type: application/grpc` (with `+proto` and the like).
+pub fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }

@@ -170,9 +170,16 @@ impl Proxy {
             upstream: None,
             regions: None,
         };
+        let grpc = crate::problem::is_grpc(req.headers());
         let method = self.config.access_log.then(|| req.method().clone());
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
         let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
+        if grpc {
+            // A gRPC client reads the status in trailers, not a problem+json body (SPEC §12).
+            if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
+                resp = crate::problem::grpc_response(made).map(Either::Right);
+            }
+        }
         resp.headers_mut()
             .insert(request_id::HEADER.clone(), request_id.clone());
 

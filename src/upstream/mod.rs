@@ -262,6 +262,12 @@ impl UpstreamState {
                 }
                 // Connection-specific fields are not allowed in HTTP/2 (RFC 9113 §8.2.2).
                 req.headers_mut().remove(http::header::HOST);
+                // `te` is hop-by-hop and was removed, but gRPC requires `te: trailers` on
+                // every HTTP/2 request (the gRPC HTTP/2 protocol).
+                if crate::problem::is_grpc(req.headers()) {
+                    req.headers_mut()
+                        .insert(http::header::TE, HeaderValue::from_static("trailers"));
+                }
             }
         }
         let sent = self.exchange(req);

@@ -1,0 +1,211 @@
+//! gRPC through the router (SPEC §12) over real HTTP/2: a client on hyper's HTTP/2 client
+//! (prior knowledge) reading every frame and the trailers, an upstream on hyper's HTTP/2
+//! server answering as a gRPC server does (length-prefixed messages, then `grpc-status` and
+//! custom metadata in trailers), routed by `x-entity-id` metadata.
+
+mod common;
+
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::{free_port, iuid_for, url, ConfigYaml, Router};
+use http_body_util::{BodyExt, Full, StreamBody};
+use hyper::body::Frame;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::net::{TcpListener, TcpStream};
+
+/// One gRPC message frame: flag 0, 4-byte big-endian length, the bytes.
+fn frame(message: &[u8]) -> Bytes {
+    let mut out = Vec::with_capacity(5 + message.len());
+    out.push(0);
+    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
+    out.extend_from_slice(message);
+    Bytes::from(out)
+}
+
+/// A gRPC-style upstream over HTTP/2 prior knowledge: each request is answered with `n`
+/// messages (`n` from the `x-messages` metadata, default 1), then trailers `grpc-status: 0`
+/// and `x-served-by: <name>`. Records the `te` each request carried.
+async fn grpc_upstream(name: &'static str) -> (String, Arc<Mutex<Vec<Option<String>>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let te: Arc<Mutex<Vec<Option<String>>>> = Arc::default();
+    let log = te.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let log = log.clone();
+                    async move {
+                        let te = req
+                            .headers()
+                            .get("te")
+                            .and_then(|v| v.to_str().ok())
+                            .map(str::to_owned);
+                        log.lock().expect("log").push(te);
+                        let n: usize = req
+                            .headers()
+                            .get("x-messages")
+                            .and_then(|v| v.to_str().ok())
+                            .and_then(|v| v.parse().ok())
+                            .unwrap_or(1);
+                        let _ = req.into_body().collect().await;
+                        let mut frames: Vec<Result<Frame<Bytes>, Infallible>> = (0..n)
+                            .map(|i| {
+                                Ok(Frame::data(frame(
+                                    format!("message {i} from {name}").as_bytes(),
+                                )))
+                            })
+                            .collect();
+                        let mut trailers = http::HeaderMap::new();
+                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
+                        trailers.insert("x-served-by", http::HeaderValue::from_static(name));
+                        frames.push(Ok(Frame::trailers(trailers)));
+                        let body = StreamBody::new(futures_util::stream::iter(frames));
+                        let mut resp = hyper::Response::new(body);
+                        resp.headers_mut().insert(
+                            "content-type",
+                            http::HeaderValue::from_static("application/grpc"),
+                        );
+                        Ok::<_, Infallible>(resp)
+                    }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    (url(addr), te)
+}
+
+/// What a gRPC client got: the HTTP status, the response headers, the data frames and the
+/// trailers.
+struct Answer {
+    status: u16,
+    headers: http::HeaderMap,
+    frames: Vec<Bytes>,
+    trailers: Option<http::HeaderMap>,
+}
+
+/// A unary or server-streaming call over HTTP/2 prior knowledge to the router.
+async fn call(router: &Router, metadata: &[(&str, &str)]) -> Answer {
+    let stream = TcpStream::connect(router.addr).await.expect("connect");
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2 handshake");
+    tokio::spawn(conn);
+    let mut req = hyper::Request::post(router.url("/orders.v1.Orders/GetOrder"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers");
+    for (k, v) in metadata {
+        req = req.header(*k, *v);
+    }
+    let req = req.body(Full::new(frame(b"\x0a\x03abc"))).expect("request");
+    let resp = sender.send_request(req).await.expect("response");
+    let status = resp.status().as_u16();
+    let headers = resp.headers().clone();
+    let mut body = resp.into_body();
+    let mut frames = Vec::new();
+    let mut trailers = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.expect("frame");
+        match frame.into_data() {
+            Ok(data) => frames.push(data),
+            Err(frame) => trailers = frame.into_trailers().ok(),
+        }
+    }
+    Answer {
+        status,
+        headers,
+        frames,
+        trailers,
+    }
+}
+
+fn config() -> String {
+    ConfigYaml::new()
+        .route_header("x-entity-id")
+        .timeouts(300, 500, 10_000)
+        .watch(false)
+        .yaml()
+}
+
+/// Region `a` (country 1) over `upstream` spoken to in HTTP/2.
+fn table(upstream: &str) -> String {
+    format!("version: grpc\nregions:\n  a: {{ upstreams: [\"{upstream}\"], protocol: h2 }}\ncountries:\n  1: a\ndefault_region: a\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unary_and_server_streaming_calls_keep_their_trailers() {
+    let (upstream, te) = grpc_upstream("eu-orders").await;
+    let router = Router::start(&config(), &table(&upstream)).await;
+    let id = iuid_for(1);
+
+    let unary = call(&router, &[("x-entity-id", &id)]).await;
+    assert_eq!(unary.status, 200);
+    assert_eq!(unary.headers["content-type"], "application/grpc");
+    assert_eq!(unary.frames.concat(), frame(b"message 0 from eu-orders"));
+    let trailers = unary.trailers.expect("trailers");
+    assert_eq!(trailers["grpc-status"], "0");
+    assert_eq!(
+        trailers["x-served-by"], "eu-orders",
+        "custom trailing metadata intact"
+    );
+
+    let streaming = call(&router, &[("x-entity-id", &id), ("x-messages", "3")]).await;
+    let all = streaming.frames.concat();
+    let want: Vec<u8> = (0..3)
+        .flat_map(|i| frame(format!("message {i} from eu-orders").as_bytes()).to_vec())
+        .collect();
+    assert_eq!(all, want);
+    assert_eq!(streaming.trailers.expect("trailers")["grpc-status"], "0");
+    // The upstream got `te: trailers`, which gRPC requires.
+    assert!(te
+        .lock()
+        .expect("te")
+        .iter()
+        .all(|t| t.as_deref() == Some("trailers")));
+}
+
+/// Each refusal the router makes is a gRPC status: HTTP 200, trailers-only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn router_made_errors_are_grpc_statuses() {
+    let (upstream, _) = grpc_upstream("eu-orders").await;
+    let router = Router::start(&config(), &table(&upstream)).await;
+    let dead = Router::start(&config(), &table(&url(free_port()))).await;
+    let hung = common::hanging_upstream().await;
+    let slow = Router::start(&config(), &table(&url(hung))).await;
+
+    let unowned = common::iuid(common::MINTED_MS, 9, 1, 7);
+    let cases: Vec<(&Router, Vec<(&str, String)>, &str)> = vec![
+        (&router, vec![("x-entity-id", "not-an-id".to_owned())], "3"),
+        (&router, vec![("x-entity-id", unowned)], "5"),
+        (
+            &router,
+            vec![("x-entity-id", iuid_for(1)), ("via", "1.1 edge".to_owned())],
+            "10",
+        ),
+        (&dead, vec![("x-entity-id", iuid_for(1))], "14"),
+        (&slow, vec![("x-entity-id", iuid_for(1))], "4"),
+    ];
+    for (router, metadata, code) in cases {
+        let metadata: Vec<(&str, &str)> = metadata.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let answer = tokio::time::timeout(Duration::from_secs(5), call(router, &metadata))
+            .await
+            .expect("an answer");
+        assert_eq!(answer.status, 200, "{metadata:?}");
+        assert_eq!(answer.headers["content-type"], "application/grpc");
+        assert_eq!(answer.headers["grpc-status"], code, "{metadata:?}");
+        assert!(answer.headers.contains_key("grpc-message"));
+        assert!(
+            answer.frames.is_empty() && answer.trailers.is_none(),
+            "trailers-only"
+        );
+    }
+}
