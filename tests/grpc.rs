@@ -183,7 +183,9 @@ async fn router_made_errors_are_grpc_statuses() {
     let slow = Router::start(&config(), &table(&url(hung))).await;
 
     let unowned = common::iuid(common::MINTED_MS, 9, 1, 7);
-    let cases: Vec<(&Router, Vec<(&str, String)>, &str)> = vec![
+    /// A router, the call's metadata, the gRPC status it must get.
+    type Case<'r> = (&'r Router, Vec<(&'static str, String)>, &'static str);
+    let cases: Vec<Case> = vec![
         (&router, vec![("x-entity-id", "not-an-id".to_owned())], "3"),
         (&router, vec![("x-entity-id", unowned)], "5"),
         (
