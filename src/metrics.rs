@@ -13,7 +13,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::ErrorKind;
 use crate::extract::RouteKind;
 
-/// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `none`), `region`
+/// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `grpc`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).
 pub const REQUESTS: &str = "iuid_router_requests_total";
 /// Requests being handled now.
@@ -190,11 +190,12 @@ pub fn legacy_cache(hit: bool) {
 
 /// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order: the route kinds,
 /// then `none`.
-const ROUTES: [Option<RouteKind>; 5] = [
+const ROUTES: [Option<RouteKind>; 6] = [
     Some(RouteKind::Path),
     Some(RouteKind::Header),
     Some(RouteKind::Graphql),
     Some(RouteKind::Fanout),
+    Some(RouteKind::Grpc),
     None,
 ];
 
@@ -316,7 +317,8 @@ impl RegionMetrics {
             Some(RouteKind::Header) => 1,
             Some(RouteKind::Graphql) => 2,
             Some(RouteKind::Fanout) => 3,
-            None => 4,
+            Some(RouteKind::Grpc) => 4,
+            None => 5,
         };
         let c = class_index(status);
         self.requests[r][c]

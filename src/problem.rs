@@ -86,6 +86,8 @@ pub enum Problem {
     /// A query parameter of a fan-out route that cannot be used: a `limit` that is no number,
     /// a cursor that is no id of the route's scheme (400).
     BadParameter(String),
+    /// A gRPC call whose first message holds no readable id (400; gRPC 3).
+    GrpcInvalid(String),
     /// A method other than `GET` on a `fanout:` route (405, `Allow: GET`).
     GetOnly,
     /// Regions failed a fan-out under `on_region_error: fail`, or every region did (502).
@@ -136,7 +138,7 @@ impl Problem {
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
-            Problem::BadParameter(_) => StatusCode::BAD_REQUEST,
+            Problem::BadParameter(_) | Problem::GrpcInvalid(_) => StatusCode::BAD_REQUEST,
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -175,6 +177,7 @@ impl Problem {
             ),
             Problem::InvalidTable { .. } => ("invalid-routing-table", "Invalid routing table"),
             Problem::BadParameter(_) => ("invalid-parameter", "Invalid query parameter"),
+            Problem::GrpcInvalid(_) => ("invalid-grpc", "No id in the gRPC message"),
             Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
         }
@@ -235,7 +238,7 @@ impl Problem {
             Problem::InvalidTable { serving, .. } => {
                 format!("the table was not installed; version {serving} keeps serving")
             }
-            Problem::BadParameter(m) => m.clone(),
+            Problem::BadParameter(m) | Problem::GrpcInvalid(m) => m.clone(),
             Problem::GetOnly => "a fan-out route answers GET only".to_owned(),
             Problem::RegionsFailed { regions } => {
                 let listed: Vec<String> =

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::{free_port, iuid_for, url, ConfigYaml, Router};
-use http_body_util::{BodyExt, Full, StreamBody};
+use futures_util::StreamExt;
+use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo};
@@ -53,7 +54,15 @@ async fn grpc_upstream(name: &'static str) -> (String, Arc<Mutex<Vec<Option<Stri
                             .and_then(|v| v.to_str().ok())
                             .and_then(|v| v.parse().ok())
                             .unwrap_or(1);
-                        let _ = req.into_body().collect().await;
+                        let got = req
+                            .into_body()
+                            .collect()
+                            .await
+                            .map(|b| b.to_bytes())
+                            .unwrap_or_default();
+                        log.lock()
+                            .expect("log")
+                            .push(Some(format!("body {}", got.len())));
                         let mut frames: Vec<Result<Frame<Bytes>, Infallible>> = (0..n)
                             .map(|i| {
                                 Ok(Frame::data(frame(
@@ -94,19 +103,39 @@ struct Answer {
 
 /// A unary or server-streaming call over HTTP/2 prior knowledge to the router.
 async fn call(router: &Router, metadata: &[(&str, &str)]) -> Answer {
+    call_with(router, metadata, vec![frame(b"\x0a\x03abc")]).await
+}
+
+/// A call whose request stream is `messages` (each a framed message), sent as separate
+/// DATA frames 50 ms apart.
+async fn call_with(router: &Router, metadata: &[(&str, &str)], messages: Vec<Bytes>) -> Answer {
+    call_method(router, "/orders.v1.Orders/GetOrder", metadata, messages).await
+}
+
+/// [`call_with`] for the method at `path`.
+async fn call_method(
+    router: &Router,
+    path: &str,
+    metadata: &[(&str, &str)],
+    messages: Vec<Bytes>,
+) -> Answer {
     let stream = TcpStream::connect(router.addr).await.expect("connect");
     let (mut sender, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
             .await
             .expect("h2 handshake");
     tokio::spawn(conn);
-    let mut req = hyper::Request::post(router.url("/orders.v1.Orders/GetOrder"))
+    let mut req = hyper::Request::post(router.url(path))
         .header("content-type", "application/grpc")
         .header("te", "trailers");
     for (k, v) in metadata {
         req = req.header(*k, *v);
     }
-    let req = req.body(Full::new(frame(b"\x0a\x03abc"))).expect("request");
+    let frames = Box::pin(futures_util::stream::iter(messages).then(|m| async move {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        Ok::<_, Infallible>(Frame::data(m))
+    }));
+    let req = req.body(StreamBody::new(frames)).expect("request");
     let resp = sender.send_request(req).await.expect("response");
     let status = resp.status().as_u16();
     let headers = resp.headers().clone();
@@ -166,11 +195,17 @@ async fn unary_and_server_streaming_calls_keep_their_trailers() {
     assert_eq!(all, want);
     assert_eq!(streaming.trailers.expect("trailers")["grpc-status"], "0");
     // The upstream got `te: trailers`, which gRPC requires.
-    assert!(te
+    let te: Vec<Option<String>> = te
         .lock()
         .expect("te")
         .iter()
-        .all(|t| t.as_deref() == Some("trailers")));
+        .filter(|t| !t.as_deref().is_some_and(|s| s.starts_with("body")))
+        .cloned()
+        .collect();
+    assert!(
+        te.iter().all(|t| t.as_deref() == Some("trailers")),
+        "{te:?}"
+    );
 }
 
 /// Each refusal the router makes is a gRPC status: HTTP 200, trailers-only.
@@ -210,4 +245,80 @@ async fn router_made_errors_are_grpc_statuses() {
             "trailers-only"
         );
     }
+}
+
+/// A protobuf length-delimited field: key (number, wire type 2), length, bytes.
+fn pb_field(number: u8, bytes: &[u8]) -> Vec<u8> {
+    let mut out = vec![(number << 3) | 2, bytes.len() as u8];
+    out.extend_from_slice(bytes);
+    out
+}
+
+/// A `grpc:` route reads the id from a field of the first message (also nested), routes by
+/// it, and streams the rest of the call on; a message without the field is `INVALID_ARGUMENT`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpc_route_reads_the_id_from_the_first_message() {
+    let (ap, _) = grpc_upstream("ap-orders").await;
+    let (us, us_log) = grpc_upstream("us-orders").await;
+    let table = format!(
+        "version: grpc\nregions:\n  ap: {{ upstreams: [\"{ap}\"], protocol: h2 }}\n  us: {{ upstreams: [\"{us}\"], protocol: h2 }}\ncountries:\n  1: ap\n  2: us\ndefault_region: ap\n"
+    );
+    let config = ConfigYaml::new()
+        .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
+        .route("{ grpc: /orders.v1.Orders/Watch, field: \"2.1\" }")
+        .timeouts(300, 2000, 10_000)
+        .watch(false)
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let (kz, us_id) = (iuid_for(1), iuid_for(2));
+
+    // field 1 of GetOrder: a string id.
+    let answer = call_with(&router, &[], vec![frame(&pb_field(1, kz.as_bytes()))]).await;
+    assert_eq!(
+        answer.trailers.expect("trailers")["x-served-by"],
+        "ap-orders"
+    );
+    let answer = call_with(&router, &[], vec![frame(&pb_field(1, us_id.as_bytes()))]).await;
+    assert_eq!(
+        answer.trailers.expect("trailers")["x-served-by"],
+        "us-orders"
+    );
+
+    // field 2.1 of Watch, a client stream of three messages: routed by the first, all of them
+    // arrive.
+    let first = frame(
+        &[
+            pb_field(3, b"x"),
+            pb_field(2, &pb_field(1, us_id.as_bytes())),
+        ]
+        .concat(),
+    );
+    let stream = vec![first.clone(), frame(b"second"), frame(b"third")];
+    let total: usize = stream.iter().map(Bytes::len).sum();
+    let router_watch = &router;
+    let mut watch_req = call_method(router_watch, "/orders.v1.Orders/Watch", &[], stream).await;
+    assert!(watch_req.trailers.is_some(), "{:?}", watch_req.headers);
+    assert_eq!(
+        watch_req.trailers.take().expect("trailers")["x-served-by"],
+        "us-orders"
+    );
+    let bodies: Vec<String> = us_log
+        .lock()
+        .expect("log")
+        .iter()
+        .flatten()
+        .filter(|l| l.starts_with("body"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        bodies.last().map(String::as_str),
+        Some(format!("body {total}").as_str())
+    );
+
+    // No field 1 in the message: INVALID_ARGUMENT, not forwarded.
+    let answer = call_with(&router, &[], vec![frame(&pb_field(5, b"nope"))]).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers["grpc-status"], "3");
+    let message = answer.headers["grpc-message"].to_str().expect("ascii");
+    assert!(message.contains("field 1"), "{message}");
 }

@@ -78,6 +78,9 @@ pub struct Limits {
     /// named as failed, `too_large`). Also bounds each region's answer to a split GraphQL
     /// `nodes` request.
     pub fanout_region_bytes: usize,
+    /// Largest first message a `grpc:` route reads to find its id, in bytes (SPEC §12; then
+    /// 413, `RESOURCE_EXHAUSTED` for a gRPC client).
+    pub grpc_message_bytes: usize,
 }
 
 impl Default for Limits {
@@ -92,6 +95,7 @@ impl Default for Limits {
             max_headers: 100,
             listen_backlog: DEFAULT_BACKLOG,
             fanout_region_bytes: 8 << 20,
+            grpc_message_bytes: 1 << 20,
         }
     }
 }

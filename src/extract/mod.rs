@@ -12,6 +12,7 @@
 
 pub mod fanout;
 pub mod graphql;
+pub mod grpc;
 mod path;
 
 use std::borrow::Cow;
@@ -75,6 +76,12 @@ pub struct RouteSpec {
     /// With `fanout:`: `partial` (default) or `fail`.
     #[serde(default)]
     pub on_region_error: Option<OnRegionError>,
+    /// A gRPC method path, matched exactly; the id is a field of its first message.
+    #[serde(default)]
+    pub grpc: Option<String>,
+    /// With `grpc:`: the field holding the id (`1`, or `2.1` inside field 2).
+    #[serde(default)]
+    pub field: Option<grpc::FieldSpec>,
 }
 
 impl RouteSpec {
@@ -192,6 +199,8 @@ pub enum RouteKind {
     Graphql,
     /// A `fanout:` route (every region asked).
     Fanout,
+    /// A `grpc:` route (the id in the first message).
+    Grpc,
 }
 
 impl RouteKind {
@@ -202,6 +211,7 @@ impl RouteKind {
             RouteKind::Header => "header",
             RouteKind::Graphql => "graphql",
             RouteKind::Fanout => "fanout",
+            RouteKind::Grpc => "grpc",
         }
     }
 }
@@ -219,6 +229,8 @@ pub enum Extraction<'r, 'q> {
     Graphql(&'r Arc<GraphqlRoute>),
     /// A list endpoint asked of every region.
     Fanout(&'r Arc<FanoutRoute>),
+    /// A gRPC method whose id is in the first message, which the caller reads.
+    Grpc(&'r Arc<grpc::GrpcRoute>),
     /// No route matched: the `unrouted` policy applies.
     NoId,
 }
@@ -230,6 +242,7 @@ impl Extraction<'_, '_> {
             Extraction::Id(_, kind) => Some(*kind),
             Extraction::Ids(..) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
             Extraction::Fanout(_) => Some(RouteKind::Fanout),
+            Extraction::Grpc(_) => Some(RouteKind::Grpc),
             Extraction::NoId => None,
         }
     }
@@ -241,6 +254,7 @@ enum Step {
     Header(HeaderName, String),
     Graphql(Arc<GraphqlRoute>),
     Fanout(Arc<FanoutRoute>),
+    Grpc(Arc<grpc::GrpcRoute>),
 }
 
 /// The compiled `routes:` list.
@@ -308,6 +322,44 @@ impl Routes {
                     "split_nodes",
                     "split_nodes goes with a graphql route",
                 ));
+                continue;
+            }
+            if spec.field.is_some() != spec.grpc.is_some() {
+                let (key, why) = match spec.grpc {
+                    Some(_) => (
+                        "grpc",
+                        "a grpc route needs `field:`, the field holding the id",
+                    ),
+                    None => ("field", "field goes with a grpc route"),
+                };
+                errors.push(RouteError::new(i, key, why));
+                continue;
+            }
+            if let (Some(path), Some(field)) = (&spec.grpc, &spec.field) {
+                let only = spec.path.is_none()
+                    && spec.graphql.is_none()
+                    && spec.header.is_none()
+                    && spec.fanout.is_none();
+                match (field.path(), only, path.starts_with('/')) {
+                    (Err(e), _, _) => errors.push(RouteError::new(i, "field", e)),
+                    (_, false, _) => errors.push(RouteError::new(
+                        i,
+                        "grpc",
+                        "a route has exactly one of path, graphql, header, fanout, grpc",
+                    )),
+                    (_, _, false) => errors.push(RouteError::new(
+                        i,
+                        "grpc",
+                        format!(
+                            "grpc method `{path}` must start with /, as /package.Service/Method"
+                        ),
+                    )),
+                    (Ok(field), true, true) => steps.push(Step::Grpc(Arc::new(grpc::GrpcRoute {
+                        path: path.clone(),
+                        field,
+                        scheme: scheme_of(spec),
+                    }))),
+                }
                 continue;
             }
             if let (None, Some(key)) = (&spec.fanout, spec.fanout_keys()) {
@@ -433,6 +485,10 @@ impl Routes {
                     return Extraction::Fanout(route)
                 }
                 Step::Fanout(_) => {}
+                Step::Grpc(route) if parts.uri.path() == route.path => {
+                    return Extraction::Grpc(route)
+                }
+                Step::Grpc(_) => {}
                 Step::Paths => {
                     if let Some(token) = self.path_token(parts.uri.path()) {
                         return Extraction::Id(token, RouteKind::Path);
@@ -497,6 +553,11 @@ impl IdAt {
 fn segment_at(path: &str, start: usize) -> Option<&str> {
     let rest = path.get(start..)?;
     rest.get(..memchr::memchr(b'/', rest.as_bytes()).unwrap_or(rest.len()))
+}
+
+/// A route's scheme name (default `iuid`).
+fn scheme_of(spec: &RouteSpec) -> String {
+    spec.scheme.clone().unwrap_or_else(|| IUID.to_owned())
 }
 
 #[cfg(test)]

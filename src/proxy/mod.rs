@@ -11,6 +11,7 @@
 mod admit;
 mod fanout;
 mod graphql;
+mod grpc;
 pub mod headers;
 mod probe;
 pub mod request_id;
@@ -39,7 +40,7 @@ use crate::fanout::owners::Owners;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
-use crate::upstream::body::{Guarded, IdleTimeout, Watched};
+use crate::upstream::body::{Guarded, IdleTimeout, Prefixed, Watched};
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
@@ -57,8 +58,9 @@ pub struct InFlightGuards {
     _upstream: upstream::health::InFlight,
 }
 
-/// A request body after extraction: still streaming, or read whole (GraphQL).
-type ClientBody = Either<Incoming, Bytes>;
+/// A request body after extraction: still streaming (with what a `grpc:` route read of it
+/// put back in front), or read whole (GraphQL).
+type ClientBody = Either<Prefixed, Bytes>;
 
 /// Where a request goes: the snapshot it was resolved on and the region (the snapshot is kept so
 /// the region outlives a reload without copying it), and whether it is a legacy id to probe.
@@ -375,9 +377,17 @@ impl Proxy {
                 let limit = self.config.limits.graphql_body_bytes;
                 let idle = self.config.timeouts.idle();
                 let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
+                let body = match body {
+                    Either::Left(streaming) => Either::Left(Prefixed::new(streaming)),
+                    Either::Right(bytes) => Either::Right(bytes),
+                };
                 Ok((Extraction::Ids(ids, route), body))
             }
-            found => Ok((found, Either::Left(body))),
+            Extraction::Grpc(route) => {
+                let limit = self.config.limits.grpc_message_bytes;
+                grpc::read_id(route, body, limit, self.config.timeouts.idle()).await
+            }
+            found => Ok((found, Either::Left(Prefixed::new(body)))),
         }
     }
 
@@ -407,7 +417,8 @@ impl Proxy {
             Extraction::NoId
             | Extraction::Ids(..)
             | Extraction::Graphql(_)
-            | Extraction::Fanout(_) => match self.config.unrouted {
+            | Extraction::Fanout(_)
+            | Extraction::Grpc(_) => match self.config.unrouted {
                 Unrouted::DefaultRegion => Ok((
                     Decision {
                         region: table.default_region,

@@ -314,3 +314,56 @@ mod tests {
         assert_eq!(client_error(&idle).kind, ErrorKind::BodyTimeout);
     }
 }
+
+/// A client's request body with bytes the router already read from it put back in front: a
+/// `grpc:` route reads the first message to find the id, then streams it and the rest on.
+#[derive(Debug)]
+pub struct Prefixed {
+    prefix: Option<bytes::Bytes>,
+    rest: hyper::body::Incoming,
+}
+
+impl Prefixed {
+    /// The body as it arrives, nothing read yet.
+    pub fn new(rest: hyper::body::Incoming) -> Prefixed {
+        Prefixed { prefix: None, rest }
+    }
+
+    /// `prefix` (already read), then what is left of `rest`.
+    pub fn with_prefix(prefix: bytes::Bytes, rest: hyper::body::Incoming) -> Prefixed {
+        Prefixed {
+            prefix: Some(prefix).filter(|p| !p.is_empty()),
+            rest,
+        }
+    }
+}
+
+impl Body for Prefixed {
+    type Data = bytes::Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(prefix) = this.prefix.take() {
+            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        }
+        Pin::new(&mut this.rest).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.prefix.is_none() && self.rest.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        let mut hint = self.rest.size_hint();
+        let extra = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        hint.set_lower(hint.lower() + extra);
+        if let Some(upper) = hint.upper() {
+            hint.set_upper(upper + extra);
+        }
+        hint
+    }
+}

@@ -47,7 +47,7 @@ use health::Health;
 /// A request body on its way upstream: the client's, streamed (with an idle timeout, reporting
 /// to a [`body::BodyWatch`]), or bytes the router holds (a GraphQL body it read, or a small
 /// body kept for a retry).
-pub type UpstreamBody = Either<Watched<IdleTimeout<Incoming>>, Full<Bytes>>;
+pub type UpstreamBody = Either<Watched<IdleTimeout<body::Prefixed>>, Full<Bytes>>;
 
 /// One upstream's pool and health, shared by every table that lists it.
 #[derive(Debug)]

@@ -1,0 +1,86 @@
+//! Phase 2 for `grpc:` routes (SPEC §12): read the call's first message, bounded, find the
+//! id field in it, and put what was read back in front of the rest of the stream.
+//!
+//! Only the first message is buffered: a client-streaming or bidirectional call streams on
+//! after it, so the upstream sees the first message as soon as it is routed.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use http_body::Body as _;
+use http_body_util::{BodyExt, Either};
+use hyper::body::Incoming;
+
+use super::ClientBody;
+use crate::extract::grpc::{self, GrpcRoute};
+use crate::extract::{Extraction, RouteKind, Token};
+use crate::problem::Problem;
+use crate::upstream::body::Prefixed;
+
+/// The id the route names, as an extraction, and the body to forward. The first message may
+/// be at most `limit` bytes (413, `RESOURCE_EXHAUSTED` for a gRPC client); each wait for more
+/// of it at most `idle` (408).
+pub async fn read_id<'r, 'q>(
+    route: &'r GrpcRoute,
+    mut body: Incoming,
+    limit: usize,
+    idle: Duration,
+) -> Result<(Extraction<'r, 'q>, ClientBody), Problem> {
+    let mut buf = BytesMut::new();
+    let mut ended = false;
+    while grpc::first_message(&buf).is_none() {
+        if grpc::declared_len(&buf).is_some_and(|len| len > limit) {
+            return Err(Problem::PayloadTooLarge { limit });
+        }
+        match tokio::time::timeout(idle, body.frame()).await {
+            Err(_) => {
+                let kind = crate::error::ErrorKind::BodyTimeout;
+                crate::metrics::client_error(kind);
+                let detail = format!("no request bytes for {} ms", idle.as_millis());
+                return Err(Problem::Client(crate::error::Error::new(kind, detail)));
+            }
+            Ok(None) => {
+                ended = true;
+                break;
+            }
+            Ok(Some(Err(e))) => return Err(super::client_body_problem(&e)),
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    buf.extend_from_slice(&data);
+                }
+            }
+        }
+    }
+    let read = buf.freeze();
+    let id = match grpc::first_message(&read) {
+        None => Err("the request has no complete first message".to_owned()),
+        Some((true, _)) => Err("the first message is compressed; its id cannot be read".to_owned()),
+        Some((false, message)) => grpc::field(message, &route.field)
+            .map(<[u8]>::to_vec)
+            .map_err(|e| {
+                format!(
+                    "the first message has no id at field {}: {e}",
+                    path_text(&route.field)
+                )
+            }),
+    }
+    .map_err(Problem::GrpcInvalid)?;
+    let body = if ended || body.is_end_stream() {
+        Either::Right(read)
+    } else {
+        Either::Left(Prefixed::with_prefix(read, body))
+    };
+    let token = Token {
+        text: Cow::Owned(id),
+        scheme: &route.scheme,
+    };
+    Ok((Extraction::Id(token, RouteKind::Grpc), body))
+}
+
+fn path_text(path: &[u32]) -> String {
+    path.iter()
+        .map(u32::to_string)
+        .collect::<Vec<_>>()
+        .join(".")
+}
