@@ -122,6 +122,11 @@ async fn upstream(
 /// A router (one region `a`, `workers: 2`) over `upstream` with the region's extra keys
 /// (`tls: …`, `protocol: …`), its files in `dir`.
 async fn router(dir: &Path, upstream: &str, region_extra: &str) -> Router {
+    router_with(dir, upstream, region_extra, "").await
+}
+
+/// [`router`] with more router config lines.
+async fn router_with(dir: &Path, upstream: &str, region_extra: &str, config_extra: &str) -> Router {
     let table = format!(
         "version: tls-up\nregions:\n  a: {{ upstreams: [\"{upstream}\"]{region_extra} }}\ncountries:\n  1: a\ndefault_region: a\n"
     );
@@ -136,6 +141,7 @@ async fn router(dir: &Path, upstream: &str, region_extra: &str) -> Router {
         .timeouts(1000, 5000, 10_000)
         .watch(false)
         .extra("workers: 2")
+        .extra(config_extra)
         .yaml();
     Router::start_in(router_dir, &config).await
 }
@@ -261,4 +267,25 @@ async fn h2_upstreams_carry_100_concurrent_requests_over_few_connections() {
             started.elapsed()
         );
     }
+}
+
+/// Active health checks speak to an `https://` upstream as requests do (its CA, its name):
+/// they pass, and the upstream sees them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_checks_reach_an_https_upstream() {
+    let (_keep, certs) = certs_dir();
+    let (url, seen) = upstream(Some(&certs), None, Duration::ZERO).await;
+    let router = router_with(
+        &certs,
+        &url,
+        ", tls: { ca: DIR/ca.pem, server_name: localhost }",
+        "health_check: { path: /healthz, interval_ms: 100, timeout_ms: 500 }",
+    )
+    .await;
+    let checked = common::eventually(Duration::from_secs(3), || async {
+        seen.versions.lock().expect("v").len() >= 3
+    })
+    .await;
+    assert!(checked.is_some(), "the upstream was checked over TLS");
+    assert_eq!(get(&router).await.0, 200, "and stays in balancing");
 }

@@ -1,6 +1,10 @@
 //! Active health checks (router config `health_check:`): each upstream is asked
-//! `GET http://host:port{path}` every `interval_ms`; a non-2xx answer, an error or no answer
-//! within `timeout_ms` takes it out of balancing until a check passes again.
+//! `GET {path}` every `interval_ms`; a non-2xx answer, an error or no answer within
+//! `timeout_ms` takes it out of balancing until a check passes again.
+//!
+//! A check goes through the upstream's own connection layer (`UpstreamState::probe`): the
+//! same TLS (CA, client certificate, server name) and protocol as the requests it vouches
+//! for, so an `https://` or `protocol: h2` upstream is checked as it is used.
 //!
 //! Checks run per upstream, not per region, and stop when no table lists the upstream any
 //! more (the task holds only a weak reference).
@@ -18,28 +22,14 @@ pub fn spawn(state: Weak<UpstreamState>, policy: CheckPolicy) {
         return;
     };
     runtime.spawn(async move {
-        let client = match reqwest::Client::builder()
-            .timeout(Duration::from_millis(policy.timeout_ms))
-            .redirect(reqwest::redirect::Policy::none())
-            .build()
-        {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::error!(error = %e, "health check client");
-                return;
-            }
-        };
         let interval = Duration::from_millis(policy.interval_ms.max(10));
+        let timeout = Duration::from_millis(policy.timeout_ms);
         loop {
             let Some(state) = state.upgrade() else { return };
-            let url = format!("http://{}{}", state.authority, policy.path);
-            let passed = client
-                .get(&url)
-                .send()
-                .await
-                .is_ok_and(|r| r.status().is_success());
+            let answer = tokio::time::timeout(timeout, state.probe(&policy.path)).await;
+            let passed = matches!(answer, Ok(Ok(status)) if status.is_success());
             if !passed {
-                tracing::debug!(upstream = %state.authority, "health check failed");
+                tracing::debug!(upstream = %state.authority, ?answer, "health check failed");
             }
             state.health.checked(passed);
             drop(state);

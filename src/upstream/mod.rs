@@ -222,6 +222,30 @@ impl UpstreamState {
         }
     }
 
+    /// An active health check: `GET path` on a pooled or new connection, its body read and
+    /// dropped (so the connection can be used again); the answer's status.
+    ///
+    /// Errors: as [`UpstreamState::send`].
+    pub async fn probe(&self, path: &str) -> Result<http::StatusCode, Error> {
+        /// The probe's own instance of `send` (see its `Caller`).
+        struct Probe;
+        let uri = format!("http://{}{}", self.authority, path);
+        let mut req = Request::new(Either::Right(Full::new(Bytes::new())));
+        *req.uri_mut() = uri
+            .parse()
+            .map_err(|e| Error::new(ErrorKind::Connect, format!("health check URI {uri}: {e}")))?;
+        req.headers_mut()
+            .insert(http::header::HOST, self.host.clone());
+        let resp = self.send::<Probe>(req, None).await?;
+        let status = resp.status();
+        let _ = http_body_util::BodyExt::collect(http_body_util::Limited::new(
+            resp.into_body(),
+            64 << 10,
+        ))
+        .await;
+        Ok(status)
+    }
+
     /// Sends a request whose URI is already absolute and waits for the response headers;
     /// the body streams afterwards.
     ///
