@@ -14,6 +14,7 @@ import os
 import platform
 import re
 import shutil
+import socket
 import signal
 import statistics
 import subprocess
@@ -27,6 +28,11 @@ BIN = os.environ.get("IUID_ROUTER_BIN", os.path.join(ROOT, "target", "release", 
 UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
 PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
 ADMIN = 18093
+# TLS termination (nginx `listen ssl`, iuid-router `tls:`), and a second iuid-router binary to
+# compare in the same run (`IUID_ROUTER_BEFORE_BIN`).
+TLS_PORTS = {"nginx TLS": 18101, "iuid-router TLS": 18102}
+BEFORE_PORT, BEFORE_ADMIN, TLS_ADMIN = 18103, 18104, 18105
+BEFORE_BIN = os.environ.get("IUID_ROUTER_BEFORE_BIN")
 # Ports of the callgrind runs: nginx, HAProxy, iuid-router, its admin API.
 CG_PORT = 18094
 # iUID country -> region; country 99 is owned by no region (404 everywhere).
@@ -51,6 +57,18 @@ def stop_all():
             p.wait(timeout=5)
         except subprocess.TimeoutExpired:
             p.kill()
+
+
+def wait_tcp(port, timeout=10.0):
+    """Waits until `port` accepts TCP connections (a TLS port answers HTTP with an alert)."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise SystemExit(f"nothing listens on port {port}")
 
 
 def wait_port(port, timeout=10.0):
@@ -167,6 +185,18 @@ http {{
       proxy_set_header Connection "";
     }}
   }}
+  server {{
+    listen 127.0.0.1:{TLS_PORTS["nginx TLS"]} ssl;
+    ssl_certificate {work}/certs/localhost.pem;
+    ssl_certificate_key {work}/certs/localhost-key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;
+    location /v1/orders/ {{
+      if ($region = "") {{ return 404; }}
+      proxy_pass http://$region;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}
+  }}
 }}
 """)
     write(f"{work}/countries.map", "".join(f"{c:02x} {r}\n" for c, r in COUNTRIES.items()))
@@ -203,6 +233,14 @@ routes:
   - path: /v1/orders/{{id}}
 reload: {{ watch: false }}
 """)
+    # The same router with HTTPS on its listener (the certificate nginx TLS uses), and the
+    # same router again for the binary compared against (IUID_ROUTER_BEFORE_BIN).
+    base = f"region: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /v1/orders/{{id}}\nreload: {{ watch: false }}\n"
+    write(f"{work}/router-tls.yaml",
+          f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base +
+          f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, key: {work}/certs/localhost-key.pem }}\n")
+    write(f"{work}/router-before.yaml",
+          f"listen: 127.0.0.1:{BEFORE_PORT}\nadmin_listen: 127.0.0.1:{BEFORE_ADMIN}\n" + base)
     write(f"{work}/ids.lua", f"""local ids = {{}}
 for line in io.lines("{ids_path}") do ids[#ids + 1] = line end
 local i = 0
@@ -234,9 +272,9 @@ def ms(text):
     return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
 
-def drive(port, work, args):
+def drive(port, work, args, scheme="http"):
     out = subprocess.run(["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s",
-                          "--latency", "-s", f"{work}/ids.lua", f"http://127.0.0.1:{port}"],
+                          "--latency", "-s", f"{work}/ids.lua", f"{scheme}://127.0.0.1:{port}"],
                          check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
@@ -315,6 +353,8 @@ def instructions(work):
     with open(f"{work}/nginx.conf") as f:
         ng = f.read().replace("worker_processes 2;", "worker_processes 1;\nmaster_process off;")
     ng = ng.replace(f"listen 127.0.0.1:{PORTS['nginx']}", f"listen 127.0.0.1:{CG_PORT}")
+    # The TLS server block must not collide with the running nginx's.
+    ng = ng.replace(f"listen 127.0.0.1:{TLS_PORTS['nginx TLS']}", f"listen 127.0.0.1:{CG_PORT + 20}")
     write(f"{work}/nginx-cg.conf", ng)
     with open(f"{work}/haproxy.cfg") as f:
         ha = f.read().replace("nbthread 2", "nbthread 1")
@@ -418,6 +458,9 @@ def main():
     # Spread countries through the file, as real traffic would be.
     samples.sort(key=lambda s: s[0][-6:])
     ids_path = write(f"{work}/ids.txt", "".join(u + "\n" for u, _ in samples))
+    # A throwaway CA and certificate for the TLS runs (the shipped script, openssl).
+    subprocess.run(["bash", os.path.join(ROOT, "config", "make-certs.sh"), f"{work}/certs", "localhost"],
+                   check=True, capture_output=True)
     configs(work, ids_path)
 
     try:
@@ -437,6 +480,20 @@ def main():
         print("== verifying routing")
         for name in procs:
             verify(name, PORTS[name], samples)
+        env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
+        # Extra targets: TLS termination, and the binary compared against.
+        extra = []
+        if not args.profile_only:
+            tls_router = start([BIN, "serve", "--config", f"{work}/router-tls.yaml"], env=env)
+            for name, port in TLS_PORTS.items():
+                wait_tcp(port)
+            extra += [("nginx TLS", TLS_PORTS["nginx TLS"], procs["nginx"], "https"),
+                      ("iuid-router TLS", TLS_PORTS["iuid-router TLS"], tls_router, "https")]
+            if BEFORE_BIN:
+                before = start([BEFORE_BIN, "serve", "--config", f"{work}/router-before.yaml"], env=env)
+                wait_port(BEFORE_PORT)
+                verify("iuid-router (before)", BEFORE_PORT, samples)
+                extra.append(("iuid-router (before)", BEFORE_PORT, before, "http"))
 
         if args.profile_only:
             print("== counting instructions per request (callgrind)")
@@ -444,17 +501,18 @@ def main():
             write(args.out, text)
             print(text)
             return
-        targets = [("upstream direct", UPSTREAMS["eu"], None)] + \
-                  [(name, PORTS[name], procs[name]) for name in procs]
-        results = {name: [] for name, _, _ in targets}
+        targets = [("upstream direct", UPSTREAMS["eu"], None, "http")] + \
+                  [(name, PORTS[name], procs[name], "http") for name in procs] + extra
+        results = {name: [] for name, _, _, _ in targets}
         for r in range(1, args.rounds + 1):
-            for name, port, proc in targets:
+            for name, port, proc, scheme in targets:
                 before = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
-                run = drive(port, work, args)
+                run = drive(port, work, args, scheme)
                 after = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
                 per100k = [(a - b) / run["total"] * 1e5 for a, b in zip(after, before)]
                 run["user100k"], run["sys100k"] = per100k if proc else (None, None)
                 run["cpu100k"] = sum(per100k) if proc else None
+                # nginx TLS shares the nginx process: its peak RSS is nginx's.
                 run["rss"] = peak_rss_mib(proc.pid) if proc else None
                 results[name].append(run)
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
@@ -507,6 +565,18 @@ def report(results, args, medians, profile):
             f"{rss:.1f}" if rss is not None else "—",
             f"{rps / n_rps:.2f}×", f"{cpu / n_cpu:.2f}×" if cpu is not None else "—"]) + " |")
     i = "iuid-router"
+    tls_lines = []
+    if "iuid-router TLS" in results and med("nginx TLS", "cpu100k"):
+        tls_lines.append(f"- TLS termination: iuid-router {med('iuid-router TLS', 'rps'):.0f} req/s at "
+                         f"{med('iuid-router TLS', 'cpu100k'):.2f} CPU-s/100k; nginx {med('nginx TLS', 'rps'):.0f} "
+                         f"req/s at {med('nginx TLS', 'cpu100k'):.2f} CPU-s/100k "
+                         f"({med('iuid-router TLS', 'cpu100k') / med('nginx TLS', 'cpu100k'):.2f}× nginx's CPU).")
+    if "iuid-router (before)" in results:
+        b, a = med("iuid-router (before)", "cpu100k"), med(i, "cpu100k")
+        tls_lines.append(f"- The plain HTTP/1.1 path, this binary against IUID_ROUTER_BEFORE_BIN in the same "
+                         f"rounds: {a:.2f} against {b:.2f} CPU-s/100k ({(a / b - 1) * 100:+.1f} %); "
+                         f"p99 {med(i, 'p99'):.2f} against {med('iuid-router (before)', 'p99'):.2f} ms "
+                         f"(HAProxy {med('haproxy', 'p99'):.2f} ms).")
     checks = [
         ("CPU-s per 100k ≤ 0.75× nginx", med(i, "cpu100k") <= 0.75 * n_cpu),
         ("req/s ≥ 1.1× nginx", med(i, "rps") >= 1.1 * n_rps),
@@ -522,6 +592,8 @@ def report(results, args, medians, profile):
                        f"(criterion median: {gql / 1000:.2f} µs)", gql <= 5000.0))
     lines += ["", "## Targets (issue 6)", ""] + \
              [f"- {'PASS' if ok else 'FAIL'}: {what}" for what, ok in checks]
+    if tls_lines:
+        lines += ["", "## TLS termination and the upstream layer (issue 16)", ""] + tls_lines
     non2xx = {name: sum(r["non2xx"] for r in results[name]) for name in results}
     lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""] + profile
     # Profiles and what was tried are kept by hand in bench/NOTES.md and carried along.
