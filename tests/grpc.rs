@@ -322,3 +322,19 @@ async fn a_grpc_route_reads_the_id_from_the_first_message() {
     let message = answer.headers["grpc-message"].to_str().expect("ascii");
     assert!(message.contains("field 1"), "{message}");
 }
+
+/// A first message over `limits.grpc_message_bytes` is RESOURCE_EXHAUSTED (8), not read on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_message_over_the_limit_is_resource_exhausted() {
+    let (upstream, _) = grpc_upstream("eu-orders").await;
+    let config = ConfigYaml::new()
+        .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
+        .limits("grpc_message_bytes: 64")
+        .watch(false)
+        .yaml();
+    let router = Router::start(&config, &table(&upstream)).await;
+    let big = frame(&pb_field(1, &[b'x'; 100]));
+    let answer = call_with(&router, &[], vec![big]).await;
+    assert_eq!(answer.status, 200);
+    assert_eq!(answer.headers["grpc-status"], "8");
+}

@@ -52,6 +52,10 @@ pub async fn read_id<'r, 'q>(
             }
         }
     }
+    // A message that arrived whole in one frame is checked here.
+    if grpc::declared_len(&buf).is_some_and(|len| len > limit) {
+        return Err(Problem::PayloadTooLarge { limit });
+    }
     let read = buf.freeze();
     let id = match grpc::first_message(&read) {
         None => Err("the request has no complete first message".to_owned()),
