@@ -17,6 +17,9 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio::net::TcpListener;
 
+/// The upstreams' HTTP/2 stream limit.
+const MAX_STREAMS: u32 = 20;
+
 fn make_certs(dir: &Path, client: bool, names: &[&str]) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
     let mut cmd = Command::new("bash");
@@ -37,6 +40,9 @@ fn make_certs(dir: &Path, client: bool, names: &[&str]) {
 struct Seen {
     connections: AtomicUsize,
     versions: Mutex<Vec<http::Version>>,
+    /// Requests being answered now, and the most at once.
+    in_flight: AtomicUsize,
+    most_in_flight: AtomicUsize,
 }
 
 /// An upstream serving HTTP/1.1 and HTTP/2 (by ALPN over TLS, or prior knowledge without) on
@@ -92,14 +98,20 @@ async fn upstream(
                     let seen = seen.clone();
                     async move {
                         seen.versions.lock().expect("versions").push(req.version());
+                        let now = seen.in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                        seen.most_in_flight.fetch_max(now, Ordering::SeqCst);
                         tokio::time::sleep(delay).await;
+                        seen.in_flight.fetch_sub(1, Ordering::SeqCst);
                         let body = format!("{:?} {}", req.version(), req.uri().path());
                         Ok::<_, std::convert::Infallible>(hyper::Response::new(
                             http_body_util::Full::new(bytes::Bytes::from(body)),
                         ))
                     }
                 });
-                let builder = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                let mut builder =
+                    hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                // SETTINGS_MAX_CONCURRENT_STREAMS, which the router must honour.
+                builder.http2().max_concurrent_streams(MAX_STREAMS);
                 match acceptor {
                     None => {
                         let _ = builder
@@ -261,6 +273,12 @@ async fn h2_upstreams_carry_100_concurrent_requests_over_few_connections() {
         assert!(
             connections <= 2,
             "tls={tls}: {connections} connections for 2 workers"
+        );
+        // Streams beyond each connection's SETTINGS_MAX_CONCURRENT_STREAMS waited their turn.
+        let most = seen.most_in_flight.load(Ordering::SeqCst);
+        assert!(
+            most <= 2 * MAX_STREAMS as usize,
+            "tls={tls}: {most} at once"
         );
         println!(
             "tls={tls}: 100 requests over {connections} connection(s) in {:?}",

@@ -172,6 +172,7 @@ impl UpstreamState {
         &self,
         mut req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, Exchange> {
+        let mut refusals = 0;
         loop {
             let (mut sender, pooled) = match self.pool().checkout() {
                 Some(sender) => (sender, true),
@@ -205,7 +206,21 @@ impl UpstreamState {
             let sent = match &mut sender {
                 pool::Sender::H1(s) => s.try_send_request(req).await,
                 // The shared HTTP/2 connection stays pooled while this stream runs.
-                pool::Sender::H2(s) => s.try_send_request(req).await,
+                pool::Sender::H2(s) => {
+                    // A new connection's first streams go out before the upstream's SETTINGS
+                    // say how many it takes; those beyond are refused (REFUSED_STREAM, RFC
+                    // 9113 §8.7: not processed) and are sent again, now within the limit. A
+                    // held body can be; a streamed one has gone.
+                    let again = held_copy(&req);
+                    match s.try_send_request(req).await {
+                        Err(e) if refusals < 8 && again.is_some() && refused(e.error()) => {
+                            refusals += 1;
+                            req = again.expect("checked");
+                            continue;
+                        }
+                        sent => sent,
+                    }
+                }
             };
             match sent {
                 Ok(resp) => {
@@ -328,6 +343,32 @@ impl UpstreamState {
             Ok(result) => classify(result, watch),
         }
     }
+}
+
+/// A copy of a request whose body the router holds (to send it again), `None` for a streamed
+/// body.
+fn held_copy(req: &Request<UpstreamBody>) -> Option<Request<UpstreamBody>> {
+    let Either::Right(full) = req.body() else {
+        return None;
+    };
+    let mut copy = Request::new(Either::Right(full.clone()));
+    *copy.method_mut() = req.method().clone();
+    *copy.uri_mut() = req.uri().clone();
+    *copy.version_mut() = req.version();
+    *copy.headers_mut() = req.headers().clone();
+    Some(copy)
+}
+
+/// Whether an HTTP/2 stream was refused unprocessed (`REFUSED_STREAM`).
+fn refused(e: &hyper::Error) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(h2) = c.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
+        }
+        cause = c.source();
+    }
+    false
 }
 
 /// How an exchange failed: no connection, or the exchange on one.
