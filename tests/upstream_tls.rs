@@ -307,3 +307,59 @@ async fn health_checks_reach_an_https_upstream() {
     assert!(checked.is_some(), "the upstream was checked over TLS");
     assert_eq!(get(&router).await.0, 200, "and stays in balancing");
 }
+
+/// An h2c upstream that sends GOAWAY (graceful shutdown) after answering 5 requests on a
+/// connection; counts connections.
+async fn goaway_upstream() -> (String, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let count = connections.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            tokio::spawn(async move {
+                let served = Arc::new(AtomicUsize::new(0));
+                let enough = Arc::new(tokio::sync::Notify::new());
+                let (s, e) = (served.clone(), enough.clone());
+                let service = service_fn(move |_req: hyper::Request<hyper::body::Incoming>| {
+                    let (s, e) = (s.clone(), e.clone());
+                    async move {
+                        if s.fetch_add(1, Ordering::SeqCst) + 1 == 5 {
+                            e.notify_one();
+                        }
+                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
+                            http_body_util::Full::new(bytes::Bytes::from_static(b"ok")),
+                        ))
+                    }
+                });
+                let conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(stream), service);
+                tokio::pin!(conn);
+                tokio::select! {
+                    _ = conn.as_mut() => {}
+                    () = enough.notified() => {
+                        conn.as_mut().graceful_shutdown();
+                        let _ = conn.await;
+                    }
+                }
+            });
+        }
+    });
+    (format!("http://127.0.0.1:{}", addr.port()), connections)
+}
+
+/// A GOAWAY ends the shared HTTP/2 connection: the next requests go over a new one, and none
+/// fails.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_goaway_moves_requests_to_a_new_connection() {
+    let (url, connections) = goaway_upstream().await;
+    let (_keep, certs) = certs_dir();
+    let router = router(&certs, &url, ", protocol: h2").await;
+    for i in 0..20 {
+        let (status, body) = get(&router).await;
+        assert_eq!(status, 200, "request {i}: {body}");
+    }
+    let n = connections.load(Ordering::SeqCst);
+    assert!(n >= 4, "a new connection after each GOAWAY: {n}");
+}
