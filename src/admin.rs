@@ -33,10 +33,17 @@ pub struct AdminState {
     pub draining: Arc<AtomicBool>,
     /// The listener's certificates, with `tls:`.
     pub tls: Option<Arc<crate::tls::Certificates>>,
+    /// `admin.token_file`: every route but `/healthz` and `/readyz` then needs its token
+    /// (`crate::admin_auth`).
+    pub token_file: Option<std::path::PathBuf>,
 }
 
 /// The admin API's routes.
 pub fn router(state: AdminState) -> Router {
+    let token_file = state.token_file.clone();
+    let login = Router::new()
+        .route("/admin/login", post(crate::admin_auth::login))
+        .with_state(token_file.clone());
     Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
@@ -46,6 +53,11 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
         .with_state(state)
+        .merge(login)
+        .layer(axum::middleware::from_fn_with_state(
+            token_file,
+            crate::admin_auth::require,
+        ))
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {

@@ -60,6 +60,16 @@ struct ConfigFile {
     legacy_cache: LegacyCache,
     #[serde(default)]
     tls: Option<crate::tls::TlsSpec>,
+    #[serde(default)]
+    admin: Option<AdminSpec>,
+}
+
+/// `admin:` (SPEC §13).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdminSpec {
+    /// A file holding the admin API's bearer token (relative to the config file).
+    token_file: String,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -168,6 +178,9 @@ pub struct RouterConfig {
     pub legacy: Legacy,
     /// The owner cache of `legacy: probe`.
     pub legacy_cache: LegacyCache,
+    /// The file holding the admin API's bearer token (SPEC §13), resolved against the
+    /// config's directory; read again on every check, so a new token takes effect at once.
+    pub admin_token_file: Option<PathBuf>,
     /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
@@ -347,6 +360,32 @@ impl RouterConfig {
         let base = source.path.parent().unwrap_or(Path::new("."));
         let routing_table = base.join(&file.routing_table);
         let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
+        let admin_token_file = file.admin.as_ref().map(|a| base.join(&a.token_file));
+        if let Some(path) = &admin_token_file {
+            match std::fs::read_to_string(path) {
+                Ok(text) if !text.trim().is_empty() => {}
+                Ok(_) => errors.push(source.error_at(
+                    &[key("admin"), key("token_file")],
+                    format!("the token file {} is empty", path.display()),
+                )),
+                Err(e) => errors.push(source.error_at(
+                    &[key("admin"), key("token_file")],
+                    format!("cannot read the token file {}: {e}", path.display()),
+                )),
+            }
+        }
+        if let (Some(addr), None) = (admin_listen, &admin_token_file) {
+            if !addr.ip().is_loopback() {
+                errors.push(source.error_at(
+                    &[key("admin_listen")],
+                    format!(
+                        "admin_listen {addr} is reachable from other hosts, and the admin API \
+                         can reload the table: set admin.token_file (SPEC §13), or listen on \
+                         127.0.0.1"
+                    ),
+                ));
+            }
+        }
         if let Some(settings) = &tls {
             if settings.certificates.is_empty() {
                 errors.push(source.error_at(
@@ -386,6 +425,7 @@ impl RouterConfig {
                 legacy: file.legacy,
                 legacy_cache: file.legacy_cache,
                 tls,
+                admin_token_file,
                 scheme_uses: SchemeUses {
                     uses,
                     table: routing_table,
