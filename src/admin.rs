@@ -8,6 +8,8 @@
 //! | `GET /admin/routing-table` | version, loaded_at, source, content_sha256, last reload error |
 //! | `GET /admin/resolve/{id}?scheme=NAME` | the `resolve` command's JSON (scheme default `iuid`); problem+json 400/404 |
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
+//! | `GET /admin/upstreams` | every region's upstreams with their health (SPEC §13) |
+//! | `GET /admin/decode/{id}` | the id read in every scheme, with its region or why not |
 //! | `GET /admin/tls` | the listener's certificates (file, names, SHA-256) and their reloads; 404 without `tls:` |
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,6 +38,8 @@ pub struct AdminState {
     /// `admin.token_file`: every route but `/healthz` and `/readyz` then needs its token
     /// (`crate::admin_auth`).
     pub token_file: Option<std::path::PathBuf>,
+    /// The regions' runtime, for `/admin/upstreams`.
+    pub regions: Option<Arc<crate::upstream::regions::Regions>>,
 }
 
 /// The admin API's routes.
@@ -52,6 +56,8 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/resolve/{id}", get(resolve))
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
+        .route("/admin/upstreams", get(upstreams))
+        .route("/admin/decode/{id}", get(decode_all))
         .with_state(state)
         .merge(login)
         .layer(axum::middleware::from_fn_with_state(
@@ -81,6 +87,51 @@ async fn metrics() -> Response {
 
 async fn routing_table(State(s): State<AdminState>) -> Response {
     Json(s.table.status()).into_response()
+}
+
+/// Every upstream of every region with its health (SPEC §13 `GET /admin/upstreams`).
+async fn upstreams(State(s): State<AdminState>) -> Response {
+    let Some(regions) = &s.regions else {
+        return Json(json!({ "regions": [] })).into_response();
+    };
+    let routing = regions.current();
+    let now = crate::upstream::health::now_ms();
+    let list: Vec<serde_json::Value> = routing
+        .all()
+        .map(|(_, region)| {
+            let upstreams: Vec<serde_json::Value> = region
+                .upstreams
+                .iter()
+                .map(|u| {
+                    let mut v = u.state.health.report(now);
+                    v["authority"] = json!(u.authority.as_str());
+                    v["protocol"] = json!(u.state.protocol);
+                    v
+                })
+                .collect();
+            json!({ "name": region.name, "upstreams": upstreams })
+        })
+        .collect();
+    Json(json!({ "table_version": routing.table.version, "regions": list })).into_response()
+}
+
+/// What an id is in every scheme (SPEC §13 `GET /admin/decode/{id}`): for each scheme of the
+/// serving table (`iuid` first), its reading and where it goes, or why it is not one.
+async fn decode_all(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
+    let table = s.table.current();
+    let readings: Vec<serde_json::Value> = table
+        .scheme_names()
+        .into_iter()
+        .map(|scheme| match inspect::resolve_text(scheme, &id, &table) {
+            Ok(resolved) => json!({ "scheme": scheme, "valid": true, "reading": resolved }),
+            Err(InspectError::Resolve(e)) => {
+                let decoded = inspect::decode_text(scheme, &id, Some(&table)).ok();
+                json!({ "scheme": scheme, "valid": true, "reading": decoded, "unowned": e.to_string() })
+            }
+            Err(e) => json!({ "scheme": scheme, "valid": false, "error": e.to_string() }),
+        })
+        .collect();
+    Json(json!({ "id": id, "table_version": table.version, "readings": readings })).into_response()
 }
 
 async fn tls_status(State(s): State<AdminState>) -> Response {

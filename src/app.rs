@@ -153,6 +153,7 @@ impl App {
                 draining: draining.clone(),
                 tls: tls.as_ref().map(|t| t.certs.clone()),
                 token_file: config.admin_token_file.clone(),
+                regions: Some(regions.clone()),
             };
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(admin, admin::router(state)).await {

@@ -52,6 +52,29 @@ impl Health {
             && !(self.probation.load(Ordering::Relaxed) && self.in_flight() > 0)
     }
 
+    /// The record as the admin API reports it at `now` (ms, [`now_ms`]): `state` is
+    /// `healthy`, `ejected` (with `ejected_until_ms`), `probing` (back from an ejection, one
+    /// request at a time) or `check_failed` (the active check fails).
+    pub fn report(&self, now: u64) -> serde_json::Value {
+        let until = self.ejected_until();
+        let state = if self.check_failed.load(Ordering::Relaxed) {
+            "check_failed"
+        } else if until > now {
+            "ejected"
+        } else if self.probation.load(Ordering::Relaxed) {
+            "probing"
+        } else {
+            "healthy"
+        };
+        serde_json::json!({
+            "state": state,
+            "ejected_until_ms": (until > now).then_some(until),
+            "in_flight": self.in_flight(),
+            "consecutive_failures": self.failures.load(Ordering::Relaxed),
+            "ejections": self.ejections.load(Ordering::Relaxed),
+        })
+    }
+
     /// When an ejection ends (ms, [`now_ms`]); 0 when not ejected.
     pub fn ejected_until(&self) -> u64 {
         self.ejected_until.load(Ordering::Relaxed)

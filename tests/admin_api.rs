@@ -1,0 +1,80 @@
+//! The admin API the support console reads (SPEC §13): `/admin/upstreams` and
+//! `/admin/decode/{id}`, over real sockets.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{client, free_port, iuid_for, url, ConfigYaml, Router, Upstream};
+use serde_json::Value;
+
+async fn get(router: &Router, path: &str) -> Value {
+    let resp = client()
+        .get(router.admin_url(path))
+        .send()
+        .await
+        .expect("admin");
+    assert_eq!(resp.status(), 200, "{path}");
+    resp.json().await.expect("json")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstreams_report_health_and_decode_reads_every_scheme() {
+    let up = Upstream::start("a").await;
+    let dead = url(free_port());
+    let table = format!(
+        "version: console\nregions:\n  a: {{ upstreams: [\"{}\"] }}\n  b: {{ upstreams: [\"{dead}\"] }}\ncountries:\n  1: a\n  2: b\nschemes:\n  posts: {{ kind: snowflake, layout: instagram, route_by: {{ field: shard }}, map: {{ \"0-8191\": a }} }}\ndefault_region: a\n",
+        up.url()
+    );
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(300, 2000, 10_000)
+        .watch(false)
+        .extra("health: { eject_after: 1, ejection_ms: 60000 }")
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    // One failed request to b ejects its only upstream.
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{}", iuid_for(2))))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 502);
+    let report = common::eventually(Duration::from_secs(2), || async {
+        let v = get(&router, "/admin/upstreams").await;
+        v["regions"][1]["upstreams"][0]["state"] == "ejected"
+    })
+    .await;
+    assert!(report.is_some(), "b's upstream shows as ejected");
+    let v = get(&router, "/admin/upstreams").await;
+    assert_eq!(v["regions"][0]["name"], "a");
+    assert_eq!(v["regions"][0]["upstreams"][0]["state"], "healthy");
+    assert_eq!(v["regions"][0]["upstreams"][0]["protocol"], "http1");
+    assert!(v["regions"][1]["upstreams"][0]["ejected_until_ms"]
+        .as_u64()
+        .is_some());
+    assert_eq!(v["regions"][1]["upstreams"][0]["ejections"], 1);
+
+    // An iUID: valid as `iuid` (owned by a), not a snowflake.
+    let d = get(&router, &format!("/admin/decode/{}", iuid_for(1))).await;
+    let readings = d["readings"].as_array().expect("readings");
+    assert_eq!(readings[0]["scheme"], "iuid");
+    assert_eq!(readings[0]["valid"], true);
+    assert_eq!(readings[0]["reading"]["region"], "a");
+    assert!(readings[0]["reading"]["created_at"].is_string());
+    assert_eq!(readings[1]["scheme"], "posts");
+    assert_eq!(readings[1]["valid"], false);
+    assert!(readings[1]["error"].is_string());
+
+    // A country no region owns: valid, unowned, with why.
+    let nobody = common::iuid(common::MINTED_MS, 9, 1, 7);
+    let d = get(&router, &format!("/admin/decode/{nobody}")).await;
+    assert_eq!(d["readings"][0]["valid"], true);
+    assert!(d["readings"][0]["unowned"].is_string(), "{d}");
+
+    // A snowflake: not an iUID, a post of shard 0 in a.
+    let d = get(&router, "/admin/decode/1234567890123").await;
+    assert_eq!(d["readings"][0]["valid"], false);
+    assert_eq!(d["readings"][1]["valid"], true);
+    assert_eq!(d["readings"][1]["reading"]["region"], "a");
+}
