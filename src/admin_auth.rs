@@ -20,6 +20,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use sha2::{Digest, Sha256};
 
+use crate::problem::Problem;
+
 /// The session cookie's name.
 pub const COOKIE: &str = "iuid_router_admin";
 
@@ -89,27 +91,9 @@ fn foreign_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-fn refusal(status: StatusCode, detail: &str) -> Response {
-    let body = serde_json::json!({
-        "type": if status == StatusCode::FORBIDDEN {
-            "urn:iuid-router:problem:foreign-origin"
-        } else {
-            "urn:iuid-router:problem:unauthorized"
-        },
-        "title": if status == StatusCode::FORBIDDEN { "Cross-origin request refused" } else { "Admin token required" },
-        "status": status.as_u16(),
-        "detail": detail,
-    });
-    let mut resp = (status, body.to_string()).into_response();
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
-    if status == StatusCode::UNAUTHORIZED {
-        headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-    }
-    resp
+/// A refusal, through the one problem+json renderer.
+fn refusal(problem: Problem) -> Response {
+    problem.into_response().map(axum::body::Body::new)
 }
 
 /// The middleware: passes open routes, refuses foreign-origin state changes, then checks
@@ -127,14 +111,11 @@ pub async fn require(
     }
     let changes = !matches!(*req.method(), Method::GET | Method::HEAD);
     if changes && foreign_origin(req.headers()) {
-        return refusal(
-            StatusCode::FORBIDDEN,
-            "a state-changing request from another origin is refused",
-        );
+        return refusal(Problem::ForeignOrigin);
     }
     let Some(token) = token(&path).await else {
         tracing::error!(file = %path.display(), "the admin token file is unreadable or empty; refusing every admin request");
-        return refusal(StatusCode::UNAUTHORIZED, "the admin token is not available");
+        return refusal(Problem::Unauthorized("the admin token is not available"));
     };
     let by_bearer = bearer(req.headers()).is_some_and(|b| constant_time_eq(b, token.as_bytes()));
     let by_cookie = cookie(req.headers())
@@ -142,10 +123,9 @@ pub async fn require(
     if by_bearer || by_cookie || req.uri().path() == "/admin/login" {
         return next.run(req).await;
     }
-    refusal(
-        StatusCode::UNAUTHORIZED,
+    refusal(Problem::Unauthorized(
         "send Authorization: Bearer <token> (admin.token_file), or log in at POST /admin/login",
-    )
+    ))
 }
 
 /// `POST /admin/login` with the token as the body: sets the session cookie (303 to `/`), or
@@ -177,7 +157,7 @@ pub async fn login(State(token_file): State<Option<PathBuf>>, body: String) -> R
                 .insert(header::LOCATION, HeaderValue::from_static("/"));
             resp
         }
-        _ => refusal(StatusCode::UNAUTHORIZED, "wrong token"),
+        _ => refusal(Problem::Unauthorized("wrong token")),
     }
 }
 

@@ -86,6 +86,10 @@ pub enum Problem {
     /// A query parameter of a fan-out route that cannot be used: a `limit` that is no number,
     /// a cursor that is no id of the route's scheme (400).
     BadParameter(String),
+    /// An admin request without the admin token (401, `WWW-Authenticate: Bearer`, SPEC §13).
+    Unauthorized(&'static str),
+    /// A state-changing admin request from another origin (403, SPEC §13).
+    ForeignOrigin,
     /// A gRPC call whose first message holds no readable id (400; gRPC 3).
     GrpcInvalid(String),
     /// A method other than `GET` on a `fanout:` route (405, `Allow: GET`).
@@ -139,6 +143,8 @@ impl Problem {
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::BadParameter(_) | Problem::GrpcInvalid(_) => StatusCode::BAD_REQUEST,
+            Problem::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            Problem::ForeignOrigin => StatusCode::FORBIDDEN,
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -178,6 +184,8 @@ impl Problem {
             Problem::InvalidTable { .. } => ("invalid-routing-table", "Invalid routing table"),
             Problem::BadParameter(_) => ("invalid-parameter", "Invalid query parameter"),
             Problem::GrpcInvalid(_) => ("invalid-grpc", "No id in the gRPC message"),
+            Problem::Unauthorized(_) => ("unauthorized", "Admin token required"),
+            Problem::ForeignOrigin => ("foreign-origin", "Cross-origin request refused"),
             Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
         }
@@ -239,6 +247,10 @@ impl Problem {
                 format!("the table was not installed; version {serving} keeps serving")
             }
             Problem::BadParameter(m) | Problem::GrpcInvalid(m) => m.clone(),
+            Problem::Unauthorized(why) => (*why).to_owned(),
+            Problem::ForeignOrigin => {
+                "a state-changing request from another origin is refused".to_owned()
+            }
             Problem::GetOnly => "a fan-out route answers GET only".to_owned(),
             Problem::RegionsFailed { regions } => {
                 let listed: Vec<String> =
@@ -303,6 +315,10 @@ impl Problem {
         if let Problem::MethodNotAllowed = &self {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static(ALLOW));
+        }
+        if let Problem::Unauthorized(_) = &self {
+            resp.headers_mut()
+                .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
         }
         if let Problem::GetOnly = &self {
             resp.headers_mut()

@@ -13,7 +13,7 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::Value;
 
-use super::fanout::json_response;
+use super::fanout::{json_response, LegFailure};
 use super::Proxy;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::RouteKind;
@@ -89,15 +89,15 @@ impl Proxy {
                 super::fanout::for_merging(&mut head.headers);
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-                let answer = match self.ask(region, head, body, timeout).await {
-                    Ok(leg) => serde_json::from_slice::<Value>(&leg.body)
-                        .map_err(|e| format!("not_json: the answer is not JSON: {e}")),
-                    Err(f) => Err(format!("{}: {}", f.error, f.detail)),
-                };
-                let outcome = match &answer {
-                    Ok(_) => "ok",
-                    Err(e) => e.split(':').next().map_or("reset", outcome_name),
-                };
+                let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
+                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| LegFailure {
+                        error: "not_json",
+                        status: None,
+                        detail: format!("the answer is not JSON: {e}"),
+                    })
+                });
+                let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
+                let answer = judged.map_err(|f| format!("{}: {}", f.error, f.detail));
                 metrics::fanout_leg(
                     &region.state.metrics.label,
                     outcome,
@@ -122,19 +122,4 @@ impl Proxy {
         let bytes = serde_json::to_vec(&merged).unwrap_or_default();
         Ok(json_response(StatusCode::OK, bytes))
     }
-}
-
-/// The leg outcome label of a failure reason (`"timeout: …"` → `timeout`).
-fn outcome_name(prefix: &str) -> &'static str {
-    const NAMES: [&str; 8] = [
-        "connect",
-        "reset",
-        "timeout",
-        "unavailable",
-        "status",
-        "too_large",
-        "not_json",
-        "bad_id",
-    ];
-    NAMES.into_iter().find(|n| *n == prefix).unwrap_or("reset")
 }

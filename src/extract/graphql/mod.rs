@@ -195,16 +195,7 @@ impl GraphqlRoute {
         let operation_name = op.operation_name.as_deref().filter(|n| !n.is_empty());
         LITERALS.with(|cell| {
             let mut literals = cell.borrow_mut();
-            let doc = query.as_bytes();
-            let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
-            let entry = match self.cache.get(key, doc, &literals, operation_name) {
-                Some(entry) => entry,
-                None => {
-                    let plan = plan::build(query, &literals, operation_name, self.limits);
-                    let shape = scan::shape_of(doc, &literals);
-                    self.cache.insert(key, shape, operation_name, plan)
-                }
-            };
+            let entry = self.entry(query, &mut literals, operation_name, |_| true)?;
             let split = entry.plan.as_ref().ok()?.split.clone()?;
             list.get(&*split.variable)?.is_array().then_some(split)
         })
@@ -285,6 +276,28 @@ impl GraphqlRoute {
         }
     }
 
+    /// The plan cache's entry for `query`: scanned into `literals`, looked up, and on a miss
+    /// planned and cached if `may_parse(document length)` allows; `None` when it does not.
+    fn entry(
+        &self,
+        query: &str,
+        literals: &mut Vec<Literal>,
+        operation_name: Option<&str>,
+        may_parse: impl FnOnce(usize) -> bool,
+    ) -> Option<std::sync::Arc<cache::Entry>> {
+        let doc = query.as_bytes();
+        let key = PlanCache::key(scan::scan(doc, literals), operation_name);
+        if let Some(entry) = self.cache.get(key, doc, literals, operation_name) {
+            return Some(entry);
+        }
+        if !may_parse(doc.len()) {
+            return None;
+        }
+        let plan = plan::build(query, literals, operation_name, self.limits);
+        let shape = scan::shape_of(doc, literals);
+        Some(self.cache.insert(key, shape, operation_name, plan))
+    }
+
     /// The ids of one operation.
     fn operation(
         &self,
@@ -320,17 +333,11 @@ impl GraphqlRoute {
         let operation_name = op.operation_name.as_deref().filter(|n| !n.is_empty());
         LITERALS.with(|cell| {
             let mut literals = cell.borrow_mut();
-            let doc = query.as_bytes();
-            let key = PlanCache::key(scan::scan(doc, &mut literals), operation_name);
-            let entry = match self.cache.get(key, doc, &literals, operation_name) {
-                Some(entry) => entry,
-                None if !budget.admit(doc.len()) => return Err(GraphqlError::ParseElsewhere),
-                None => {
-                    let plan = plan::build(query, &literals, operation_name, self.limits);
-                    let shape = scan::shape_of(doc, &literals);
-                    self.cache.insert(key, shape, operation_name, plan)
-                }
-            };
+            let entry = self
+                .entry(query, &mut literals, operation_name, |len| {
+                    budget.admit(len)
+                })
+                .ok_or(GraphqlError::ParseElsewhere)?;
             let plan = entry
                 .plan
                 .as_ref()
