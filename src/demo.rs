@@ -430,6 +430,25 @@ fn tour(
         "the admin API: the serving table's version, source and last reload",
         format!("curl -s {admin_base}/admin/routing-table"),
     );
+    line(
+        "200",
+        "the admin API: every upstream's health (healthy, ejected until, probing, in flight)",
+        format!("curl -s {admin_base}/admin/upstreams"),
+    );
+    line(
+        "200",
+        "the admin API: one id read in every scheme of the table, with its owner or why not",
+        format!("curl -s {admin_base}/admin/decode/{}", post(5000)),
+    );
+    line(
+        "200",
+        "gRPC: the router's own refusal (a malformed id in x-entity-id metadata) is a gRPC \
+         status, grpc-status: 3, trailers-only",
+        format!(
+            "curl -si --http2-prior-knowledge {base}/orders.v1.Orders/GetOrder \
+             -H 'content-type: application/grpc' -H 'x-entity-id: not-an-id' -d ''"
+        ),
+    );
     let _ = write!(
         out,
         "Decode any id with: cargo run --release -- decode {}\nPress Ctrl-C to stop.",

@@ -8,33 +8,33 @@ use std::process::{Command, Stdio};
 
 use common::{free_port, ChildGuard};
 
-/// One printed example: what it promises (`eu`, `404`, …), the URL, an optional header and
+/// One printed example: what it promises (`eu`, `404`, …), the URL, its headers and
 /// an optional body (then it is a POST, as with curl's `-d`).
 struct Example {
     expect: String,
     url: String,
-    header: Option<(String, String)>,
+    headers: Vec<(String, String)>,
     body: Option<String>,
 }
 
 /// Splits off curl's `-d '…'` (the body runs to the line's last quote).
-fn parse_curl_with_body(line: &str) -> (String, Option<(String, String)>, Option<String>) {
+fn parse_curl_with_body(line: &str) -> (String, Vec<(String, String)>, Option<String>) {
     match line.split_once(" -d '") {
         Some((head, rest)) => {
             let body = rest.strip_suffix('\'').expect("quoted body").to_owned();
-            let (url, header) = parse_curl(head);
-            (url, header, Some(body))
+            let (url, headers) = parse_curl(head);
+            (url, headers, Some(body))
         }
         None => {
-            let (url, header) = parse_curl(line);
-            (url, header, None)
+            let (url, headers) = parse_curl(line);
+            (url, headers, None)
         }
     }
 }
 
-fn parse_curl(line: &str) -> (String, Option<(String, String)>) {
+fn parse_curl(line: &str) -> (String, Vec<(String, String)>) {
     let mut url = None;
-    let mut header = None;
+    let mut headers = Vec::new();
     let mut words = line
         .split_whitespace()
         .map(|w| w.trim_matches('\''))
@@ -49,14 +49,14 @@ fn parse_curl(line: &str) -> (String, Option<(String, String)>) {
                 .trim_end_matches(':')
                 .to_owned();
             let value = words.next().expect("header value").to_owned();
-            header = Some((name, value));
+            headers.push((name, value));
         } else if w.starts_with("http://") {
             url = Some(w.to_owned());
         } else {
             rest.push(w);
         }
     }
-    (url.expect("a URL in the curl line"), header)
+    (url.expect("a URL in the curl line"), headers)
 }
 
 #[tokio::test]
@@ -85,11 +85,11 @@ async fn printed_curl_lines_reach_the_promised_region() {
             if let Some(rest) = line.strip_prefix("# → ") {
                 expect = rest.split(':').next().map(str::to_owned);
             } else if line.starts_with("curl ") {
-                let (url, header, body) = parse_curl_with_body(&line);
+                let (url, headers, body) = parse_curl_with_body(&line);
                 examples.push(Example {
                     expect: expect.take().expect("a comment before each curl line"),
                     url,
-                    header,
+                    headers,
                     body,
                 });
             } else if line.starts_with("Press Ctrl-C") {
@@ -114,7 +114,7 @@ async fn printed_curl_lines_reach_the_promised_region() {
             Some(body) => client.post(&ex.url).body(body.clone()),
             None => client.get(&ex.url),
         };
-        if let Some((name, value)) = &ex.header {
+        for (name, value) in &ex.headers {
             req = req.header(name, value);
         }
         let resp = req.send().await.expect("demo answers");
