@@ -33,4 +33,5 @@ pub mod source;
 pub mod table;
 pub mod tls;
 pub mod upstream;
+pub mod watch;
 pub mod workers;

@@ -11,20 +11,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use notify_debouncer_mini::notify::{RecommendedWatcher, RecursiveMode};
-use notify_debouncer_mini::{new_debouncer, DebounceEventResult, Debouncer};
-use tokio::sync::mpsc;
-
 use super::Certificates;
+use crate::watch::Changes;
 
 /// Keeps the watch alive; dropping it stops watching.
+#[derive(Debug)]
 pub struct Watch {
-    _debouncer: Debouncer<RecommendedWatcher>,
+    _task: tokio::task::JoinHandle<()>,
 }
 
-impl std::fmt::Debug for Watch {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("tls::Watch")
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self._task.abort();
     }
 }
 
@@ -36,28 +34,11 @@ pub fn watch(certs: Arc<Certificates>, debounce: Duration) -> Result<Watch, Stri
         .files()
         .iter()
         .flat_map(|f| [&f.cert, &f.key])
-        .map(|p| match p.parent() {
-            Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-            _ => PathBuf::from("."),
-        })
+        .map(|p| crate::watch::dir_of(p))
         .collect();
-    // Capacity 1: events during a pending reload fold into it.
-    let (tx, mut rx) = mpsc::channel::<()>(1);
-    let mut debouncer = new_debouncer(debounce, move |events: DebounceEventResult| match events {
-        Ok(_) => {
-            let _ = tx.try_send(());
-        }
-        Err(e) => tracing::warn!(error = %e, "certificate watch error"),
-    })
-    .map_err(|e| e.to_string())?;
-    for dir in &dirs {
-        debouncer
-            .watcher()
-            .watch(dir, RecursiveMode::NonRecursive)
-            .map_err(|e| format!("cannot watch {}: {e}", dir.display()))?;
-    }
-    tokio::spawn(async move {
-        while rx.recv().await.is_some() {
+    let mut changes = Changes::watch(dirs, debounce).map_err(|e| e.to_string())?;
+    let task = tokio::spawn(async move {
+        while changes.next().await.is_some() {
             match certs.reload() {
                 Ok(()) => tracing::info!("TLS certificates reloaded"),
                 Err(e) => {
@@ -66,7 +47,5 @@ pub fn watch(certs: Arc<Certificates>, debounce: Duration) -> Result<Watch, Stri
             }
         }
     });
-    Ok(Watch {
-        _debouncer: debouncer,
-    })
+    Ok(Watch { _task: task })
 }
