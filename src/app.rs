@@ -154,6 +154,7 @@ impl App {
                 tls: tls.as_ref().map(|t| t.certs.clone()),
                 token_file: config.admin_token_file.clone(),
                 regions: Some(regions.clone()),
+                rates: Some(admin::rates::Rates::spawn(regions.clone())),
             };
             tokio::spawn(async move {
                 if let Err(e) = axum::serve(admin, admin::router(state)).await {

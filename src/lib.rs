@@ -15,7 +15,6 @@
 #![warn(missing_docs)]
 
 pub mod admin;
-pub mod admin_auth;
 pub mod app;
 pub mod config;
 pub mod demo;

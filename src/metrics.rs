@@ -5,6 +5,7 @@
 //! The recorder is process-wide (the `metrics` facade has one global recorder), so routers
 //! started in one process — as the tests do — share one registry.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use ::metrics::{Counter, Gauge, Histogram, SharedString};
@@ -292,6 +293,10 @@ pub struct RegionMetrics {
     requests: [[OnceLock<Counter>; 5]; ROUTES.len()],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
+    /// Answered requests and those answered 5xx, readable (Prometheus handles are not) for
+    /// the console's per-region rates (`crate::admin::rates`).
+    answered: AtomicU64,
+    answered_5xx: AtomicU64,
 }
 
 impl RegionMetrics {
@@ -302,7 +307,17 @@ impl RegionMetrics {
             requests: Default::default(),
             upstream_duration: OnceLock::new(),
             upstream_errors: Default::default(),
+            answered: AtomicU64::new(0),
+            answered_5xx: AtomicU64::new(0),
         }
+    }
+
+    /// `(answered, answered 5xx)` since the region first appeared.
+    pub fn totals(&self) -> (u64, u64) {
+        (
+            self.answered.load(Ordering::Relaxed),
+            self.answered_5xx.load(Ordering::Relaxed),
+        )
     }
 
     fn shared_label(&self) -> SharedString {
@@ -321,6 +336,10 @@ impl RegionMetrics {
             None => 5,
         };
         let c = class_index(status);
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        if c == 4 {
+            self.answered_5xx.fetch_add(1, Ordering::Relaxed);
+        }
         self.requests[r][c]
             .get_or_init(|| {
                 handle();

@@ -33,7 +33,12 @@ fn protected() -> Vec<(&'static str, String)> {
         ("GET", "/admin/routing-table".to_owned()),
         ("GET", format!("/admin/resolve/{}", iuid_for(1))),
         ("GET", "/admin/tls".to_owned()),
+        ("GET", "/admin/upstreams".to_owned()),
+        ("GET", format!("/admin/decode/{}", iuid_for(1))),
+        ("GET", "/admin/routing-table/summary".to_owned()),
+        ("GET", "/admin/rates".to_owned()),
         ("POST", "/admin/reload".to_owned()),
+        ("POST", "/admin/logout".to_owned()),
     ]
 }
 
@@ -72,8 +77,12 @@ async fn every_protected_route_needs_the_token() {
         let wrong = send(&router, method, &path, &[("authorization", "Bearer guess")]).await;
         assert_eq!(wrong.status(), 401, "{method} {path} with a wrong token");
         let ok = send(&router, method, &path, &[("authorization", &bearer)]).await;
-        // /admin/tls is 404 without `tls:`, past the check.
-        let want = if path == "/admin/tls" { 404 } else { 200 };
+        // /admin/tls is 404 without `tls:`, past the check; logout answers 204.
+        let want = match path.as_str() {
+            "/admin/tls" => 404,
+            "/admin/logout" => 204,
+            _ => 200,
+        };
         assert_eq!(ok.status(), want, "{method} {path} with the token");
     }
 }
@@ -112,20 +121,71 @@ async fn login_sets_a_strict_http_only_cookie_that_opens_the_api() {
     assert_eq!(ok.status(), 200);
 }
 
+/// The console's page and script hold no data: served without a token, locked down by
+/// their headers; the page then asks for the token.
+#[tokio::test]
+async fn the_console_page_is_open_and_locked_down() {
+    let (router, _up) = router().await;
+    for (path, kind) in [("/", "text/html"), ("/console.js", "text/javascript")] {
+        let resp = send(&router, "GET", path, &[]).await;
+        assert_eq!(resp.status(), 200, "{path}");
+        let h = resp.headers();
+        assert!(h["content-type"].to_str().expect("ascii").starts_with(kind));
+        let csp = h["content-security-policy"].to_str().expect("ascii");
+        assert!(
+            csp.contains("script-src 'self'") && csp.contains("frame-ancestors 'none'"),
+            "{csp}"
+        );
+        assert_eq!(h["x-frame-options"], "DENY");
+        assert_eq!(h["cache-control"], "no-store");
+    }
+    let page = send(&router, "GET", "/", &[])
+        .await
+        .text()
+        .await
+        .expect("page");
+    assert!(page.contains("id=\"login-form\"") && page.contains("src=\"/console.js\""));
+    assert!(
+        !page.contains("<script>"),
+        "no inline script: the CSP forbids it"
+    );
+}
+
+#[tokio::test]
+async fn logout_expires_the_cookie() {
+    let (router, _up) = router().await;
+    let resp = send(
+        &router,
+        "POST",
+        "/admin/logout",
+        &[("authorization", &format!("Bearer {TOKEN}"))],
+    )
+    .await;
+    assert_eq!(resp.status(), 204);
+    let cookie = resp.headers()["set-cookie"].to_str().expect("ascii");
+    assert!(
+        cookie.starts_with("iuid_router_admin=;") && cookie.contains("Max-Age=0"),
+        "{cookie}"
+    );
+    assert!(cookie.contains("HttpOnly") && cookie.contains("SameSite=Strict"));
+}
+
 #[tokio::test]
 async fn a_cross_origin_state_change_is_refused() {
     let (router, _up) = router().await;
     let bearer = format!("Bearer {TOKEN}");
     let own = format!("http://{}", router.admin);
-    for origin in ["https://evil.example", "null"] {
-        let resp = send(
-            &router,
-            "POST",
-            "/admin/reload",
-            &[("authorization", &bearer), ("origin", origin)],
-        )
-        .await;
-        assert_eq!(resp.status(), 403, "{origin}");
+    for path in ["/admin/reload", "/admin/login", "/admin/logout"] {
+        for origin in ["https://evil.example", "null"] {
+            let resp = send(
+                &router,
+                "POST",
+                path,
+                &[("authorization", &bearer), ("origin", origin)],
+            )
+            .await;
+            assert_eq!(resp.status(), 403, "{path} from {origin}");
+        }
     }
     let same = send(
         &router,

@@ -11,6 +11,7 @@
 //! balancing, retry budgets) is reconciled with each new table by whoever registered with
 //! [`LiveTable::on_install`] (`crate::upstream::Regions`), so this module needs nothing of it.
 
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::SystemTime;
@@ -47,6 +48,39 @@ pub struct TableStatus {
     pub reloads: u64,
     /// Reloads refused because the file was invalid.
     pub failed_reloads: u64,
+    /// The last [`RECENT_RELOADS`] reloads, newest first, for the console.
+    pub recent_reloads: VecDeque<ReloadRecord>,
+}
+
+/// How many reloads [`TableStatus::recent_reloads`] keeps.
+pub const RECENT_RELOADS: usize = 10;
+
+/// One reload as the console lists it.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReloadRecord {
+    /// When it ended (RFC 3339).
+    pub at: String,
+    /// `installed`, `unchanged` (same bytes) or `refused`.
+    pub outcome: &'static str,
+    /// The version serving after it.
+    pub version: String,
+    /// Every error of a refused reload, as `file:line:column: message`.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub errors: Vec<String>,
+}
+
+impl TableStatus {
+    fn record(&mut self, outcome: &'static str, errors: Vec<String>) {
+        if self.recent_reloads.len() == RECENT_RELOADS {
+            self.recent_reloads.pop_back();
+        }
+        self.recent_reloads.push_front(ReloadRecord {
+            at: now_rfc3339(),
+            outcome,
+            version: self.version.clone(),
+            errors,
+        });
+    }
 }
 
 /// A refused reload.
@@ -133,6 +167,7 @@ impl LiveTable {
             last_reload_error: None,
             reloads: 0,
             failed_reloads: 0,
+            recent_reloads: VecDeque::new(),
         };
         crate::metrics::reload(ReloadResult::Success, None, Some(&table.version));
         Ok(LiveTable {
@@ -214,10 +249,9 @@ impl LiveTable {
         };
         match compiled {
             None => {
-                self.status
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .last_reload_error = None;
+                let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+                st.last_reload_error = None;
+                st.record("unchanged", Vec::new());
                 Ok(ReloadOutcome::Unchanged)
             }
             Some(Ok(table)) => {
@@ -246,6 +280,7 @@ impl LiveTable {
                 st.content_sha256 = hash;
                 st.last_reload_error = None;
                 st.reloads += 1;
+                st.record("installed", Vec::new());
                 Ok(ReloadOutcome::Installed)
             }
             Some(Err(errors)) => Err(self.refuse(errors)),
@@ -256,9 +291,11 @@ impl LiveTable {
         crate::metrics::reload(ReloadResult::Failure, None, None);
         tracing::error!(errors = %errors, "routing table reload refused; the previous table keeps serving");
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
+        let listed: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
+        st.record("refused", listed.clone());
         st.last_reload_error = Some(ReloadError {
             at: now_rfc3339(),
-            errors: errors.0.iter().map(ToString::to_string).collect(),
+            errors: listed,
         });
         st.failed_reloads += 1;
         errors

@@ -514,10 +514,6 @@ fn compile(
     let mut plans: Vec<Plan> = Vec::new();
     let mut plan_ids: HashMap<Plan, u16> = HashMap::new();
     let mut plan_index = vec![0u16; 1 << 16].into_boxed_slice();
-    let mut country_owned = [false; 256];
-    for (c, r) in country_region.iter().enumerate() {
-        country_owned[c] = r.is_some();
-    }
     for country in 0..=255u8 {
         for service in 0..=255u8 {
             let plan = plan_for(
@@ -542,7 +538,7 @@ fn compile(
         default_region,
         schemes,
         country_codes: Box::new([const { None }; 256]),
-        country_owned,
+        country_region,
         service_names: Box::new([const { None }; 256]),
         plan_index,
         plans,

@@ -15,6 +15,7 @@ mod live;
 mod load;
 pub mod model;
 mod schemes;
+mod summary;
 pub mod watch;
 
 use http::uri::Authority;
@@ -26,8 +27,11 @@ use crate::scheme::iuid::IuidKey;
 use crate::scheme::{Key, Kind, SchemeError, IUID};
 
 pub use schemes::TableScheme;
+pub use summary::Summary;
 
-pub use live::{rfc3339_ms, LiveTable, ReloadError, ReloadOutcome, TableStatus};
+pub use live::{
+    rfc3339_ms, LiveTable, ReloadError, ReloadOutcome, ReloadRecord, TableStatus, RECENT_RELOADS,
+};
 pub use load::{load_file, load_source};
 
 /// Index of a region in [`RoutingTable::regions`].
@@ -261,7 +265,7 @@ pub struct RoutingTable {
     /// Declared schemes (SPEC §10) in file order; [`SchemeSlot::Table`] indexes this.
     pub schemes: Vec<TableScheme>,
     country_codes: Box<[Option<String>; 256]>,
-    country_owned: [bool; 256],
+    country_region: [Option<RegionId>; 256],
     service_names: Box<[Option<String>; 256]>,
     /// `(country << 8) | service_entity` → index into `plans`.
     plan_index: Box<[u16]>,
@@ -389,9 +393,14 @@ impl RoutingTable {
         self.service_names[usize::from(service_entity)].as_deref()
     }
 
+    /// The region the `countries:` map gives a country, before overrides.
+    pub fn country_region(&self, country: u8) -> Option<RegionId> {
+        self.country_region[usize::from(country)]
+    }
+
     /// How many countries the map covers.
     pub fn country_count(&self) -> usize {
-        self.country_owned.iter().filter(|&&b| b).count()
+        self.country_region.iter().filter(|r| r.is_some()).count()
     }
 
     /// How many service entities are named.

@@ -29,6 +29,15 @@ pub fn now_ms() -> u64 {
     START.get_or_init(Instant::now).elapsed().as_millis() as u64
 }
 
+/// RFC 3339 text of the wall-clock time `ms` from now: [`now_ms`] is monotonic, so reports
+/// for people convert through the system clock.
+fn wall_clock_in(ms: u64) -> String {
+    let epoch_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    crate::table::rfc3339_ms(epoch_ms + ms)
+}
+
 /// One upstream's health record.
 #[derive(Debug, Default)]
 pub struct Health {
@@ -53,7 +62,7 @@ impl Health {
     }
 
     /// The record as the admin API reports it at `now` (ms, [`now_ms`]): `state` is
-    /// `healthy`, `ejected` (with `ejected_until_ms`), `probing` (back from an ejection, one
+    /// `healthy`, `ejected` (with `ejected_for_ms`, what is left of it, and `ejected_until`, RFC 3339), `probing` (back from an ejection, one
     /// request at a time) or `check_failed` (the active check fails).
     pub fn report(&self, now: u64) -> serde_json::Value {
         let until = self.ejected_until();
@@ -68,7 +77,8 @@ impl Health {
         };
         serde_json::json!({
             "state": state,
-            "ejected_until_ms": (until > now).then_some(until),
+            "ejected_for_ms": (until > now).then(|| until - now),
+            "ejected_until": (until > now).then(|| wall_clock_in(until - now)),
             "in_flight": self.in_flight(),
             "consecutive_failures": self.failures.load(Ordering::Relaxed),
             "ejections": self.ejections.load(Ordering::Relaxed),

@@ -25,8 +25,9 @@ use crate::problem::Problem;
 /// The session cookie's name.
 pub const COOKIE: &str = "iuid_router_admin";
 
-/// Routes open without a token: load balancers and kubelets probe them.
-const OPEN: [&str; 2] = ["/healthz", "/readyz"];
+/// Routes open without a token: load balancers and kubelets probe the first two; the
+/// console's page and script hold no data and ask for the token themselves.
+const OPEN: [&str; 4] = ["/healthz", "/readyz", "/", "/console.js"];
 
 /// The token, read from its file now (trimmed); `None` if unreadable or empty.
 async fn token(path: &std::path::Path) -> Option<String> {
@@ -159,6 +160,18 @@ pub async fn login(State(token_file): State<Option<PathBuf>>, body: String) -> R
         }
         _ => refusal(Problem::Unauthorized("wrong token")),
     }
+}
+
+/// `POST /admin/logout`: expires the session cookie (204).
+pub async fn logout() -> Response {
+    let mut resp = StatusCode::NO_CONTENT.into_response();
+    resp.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static(
+            "iuid_router_admin=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0",
+        ),
+    );
+    resp
 }
 
 #[cfg(test)]

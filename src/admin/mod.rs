@@ -10,6 +10,11 @@
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
 //! | `GET /admin/upstreams` | every region's upstreams with their health (SPEC §13) |
 //! | `GET /admin/decode/{id}` | the id read in every scheme, with its region or why not |
+//! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
+//! | `GET /admin/rates` | requests and 5xx per region over the last minute |
+//! | `GET /` | the support console, a page that reads the routes above (`console`) |
+//! | `POST /admin/login` | the console's login: sets the session cookie (`auth`) |
+//! | `POST /admin/logout` | clears the session cookie |
 //! | `GET /admin/tls` | the listener's certificates (file, names, SHA-256) and their reloads; 404 without `tls:` |
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -21,6 +26,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::json;
+
+pub mod auth;
+mod console;
+pub mod rates;
 
 use crate::inspect::{self, InspectError};
 use crate::problem::Problem;
@@ -36,23 +45,30 @@ pub struct AdminState {
     /// The listener's certificates, with `tls:`.
     pub tls: Option<Arc<crate::tls::Certificates>>,
     /// `admin.token_file`: every route but `/healthz` and `/readyz` then needs its token
-    /// (`crate::admin_auth`).
+    /// (`auth`).
     pub token_file: Option<std::path::PathBuf>,
     /// The regions' runtime, for `/admin/upstreams`.
     pub regions: Option<Arc<crate::upstream::regions::Regions>>,
+    /// Per-region rates, sampled from `regions`.
+    pub rates: Option<Arc<rates::Rates>>,
 }
 
 /// The admin API's routes.
 pub fn router(state: AdminState) -> Router {
     let token_file = state.token_file.clone();
     let login = Router::new()
-        .route("/admin/login", post(crate::admin_auth::login))
+        .route("/admin/login", post(auth::login))
+        .route("/admin/logout", post(auth::logout))
         .with_state(token_file.clone());
     Router::new()
+        .route("/", get(console::page))
+        .route("/console.js", get(console::script))
         .route("/healthz", get(|| async { "ok\n" }))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
         .route("/admin/routing-table", get(routing_table))
+        .route("/admin/routing-table/summary", get(table_summary))
+        .route("/admin/rates", get(region_rates))
         .route("/admin/resolve/{id}", get(resolve))
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
@@ -62,7 +78,7 @@ pub fn router(state: AdminState) -> Router {
         .merge(login)
         .layer(axum::middleware::from_fn_with_state(
             token_file,
-            crate::admin_auth::require,
+            auth::require,
         ))
 }
 
@@ -87,6 +103,19 @@ async fn metrics() -> Response {
 
 async fn routing_table(State(s): State<AdminState>) -> Response {
     Json(s.table.status()).into_response()
+}
+
+async fn table_summary(State(s): State<AdminState>) -> Response {
+    Json(s.table.current().summary()).into_response()
+}
+
+/// Requests and 5xx per region over the last minute (SPEC §13).
+async fn region_rates(State(s): State<AdminState>) -> Response {
+    let list = match (&s.rates, &s.regions) {
+        (Some(rates), Some(regions)) => rates.report(regions, crate::upstream::health::now_ms()),
+        _ => Vec::new(),
+    };
+    Json(json!({ "window_s": rates::WINDOW.as_secs(), "regions": list })).into_response()
 }
 
 /// Every upstream of every region with its health (SPEC §13 `GET /admin/upstreams`).
