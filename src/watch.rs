@@ -75,19 +75,18 @@ impl Changes {
     ) -> Result<Changes, WatchError> {
         // Capacity 1: events while one is pending fold into it.
         let (tx, rx) = mpsc::channel::<()>(1);
-        let mut watcher = notify::recommended_watcher(move |event: notify::Result<notify::Event>| {
-            match event {
+        let mut watcher =
+            notify::recommended_watcher(move |event: notify::Result<notify::Event>| match event {
                 Ok(e) if is_change(&e.kind) => {
                     let _ = tx.try_send(());
                 }
                 Ok(_) => {}
                 Err(e) => tracing::warn!(error = %e, "file watch error"),
-            }
-        })
-        .map_err(|e| WatchError {
-            dir: PathBuf::new(),
-            reason: e.to_string(),
-        })?;
+            })
+            .map_err(|e| WatchError {
+                dir: PathBuf::new(),
+                reason: e.to_string(),
+            })?;
         for dir in dirs {
             watcher
                 .watch(&dir, RecursiveMode::NonRecursive)
