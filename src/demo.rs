@@ -442,6 +442,21 @@ fn tour(
     );
     line(
         "200",
+        "the admin API: the table at a glance (regions, countries, services, schemes, overrides)",
+        format!("curl -s {admin_base}/admin/routing-table/summary"),
+    );
+    line(
+        "200",
+        "the admin API: requests and 5xx per region over the last minute",
+        format!("curl -s {admin_base}/admin/rates"),
+    );
+    line(
+        "200",
+        "the support console: open this in a browser, paste any id",
+        format!("curl -s {admin_base}/"),
+    );
+    line(
+        "200",
         "gRPC: the router's own refusal (a malformed id in x-entity-id metadata) is a gRPC \
          status, grpc-status: 3, trailers-only",
         format!(

@@ -52,7 +52,7 @@ function showConsole() {
   $("console").hidden = false;
 }
 
-const relative = new Intl.RelativeTimeFormat("en", { numeric: "auto" });
+const relative = new Intl.RelativeTimeFormat("en", { numeric: "always" });
 function ago(ms) {
   const s = (ms - Date.now()) / 1000;
   const steps = [[60, "second"], [60, "minute"], [24, "hour"], [30, "day"], [12, "month"], [Infinity, "year"]];

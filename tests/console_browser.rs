@@ -1,0 +1,329 @@
+//! The support console (SPEC §13) in a real browser: headless Chromium driven through
+//! chromedriver (WebDriver), against the real router on loopback.
+//!
+//! Needs `chromium` and `chromium-driver` (Debian; `.ci/run` installs them);
+//! `IUID_ROUTER_CHROMEDRIVER` names another driver binary. Every test saves a screenshot
+//! under `target/console-screenshots/` (kept by CI as an artifact, never committed). The
+//! tests take turns: one Chromium at a time on a small machine.
+
+mod common;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use common::{client, free_port, url, ConfigYaml, Router, Upstream};
+use fantoccini::{Client, ClientBuilder, Locator};
+use hyper_util::client::legacy::connect::HttpConnector;
+
+const TOKEN: &str = "console-test-token";
+
+/// One browser at a time.
+static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Chromium under chromedriver; the driver is killed on drop.
+struct Browser {
+    client: Client,
+    driver: Child,
+}
+
+impl Browser {
+    async fn start() -> Browser {
+        let bin =
+            std::env::var("IUID_ROUTER_CHROMEDRIVER").unwrap_or_else(|_| "chromedriver".into());
+        let port = free_port().port();
+        let driver = Command::new(&bin)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!("{bin}: {e}: install chromium and chromium-driver (as .ci/run does)")
+            });
+        let mut args = vec![
+            "--headless=new",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-dev-shm-usage",
+            "--window-size=1400,1000",
+        ];
+        if std::env::var_os("CI").is_some() {
+            args.push("--disable-software-rasterizer");
+        }
+        let mut caps = serde_json::Map::new();
+        caps.insert(
+            "goog:chromeOptions".into(),
+            serde_json::json!({ "args": args }),
+        );
+        let webdriver = format!("http://127.0.0.1:{port}");
+        let mut last = String::new();
+        for _ in 0..100 {
+            match ClientBuilder::new(HttpConnector::new())
+                .capabilities(caps.clone())
+                .connect(&webdriver)
+                .await
+            {
+                Ok(client) => return Browser { client, driver },
+                Err(e) => last = e.to_string(),
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        panic!("no browser session from {bin}: {last}");
+    }
+
+    /// Saves the page as `target/console-screenshots/NAME.png`.
+    async fn shot(&self, name: &str) {
+        let png = self.client.screenshot().await.expect("screenshot");
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("target/console-screenshots");
+        std::fs::create_dir_all(&dir).expect("screenshot dir");
+        std::fs::write(dir.join(format!("{name}.png")), png).expect("write screenshot");
+    }
+
+    /// The text of the first element matching `css`, or "" if there is none yet.
+    async fn text(&self, css: &str) -> String {
+        match self.client.find(Locator::Css(css)).await {
+            Ok(e) => e.text().await.unwrap_or_default(),
+            Err(_) => String::new(),
+        }
+    }
+
+    /// Waits up to 10 s for `css` to have text containing `want`; panics with what it had.
+    async fn wait_text(&self, css: &str, want: &str) -> String {
+        let mut seen = String::new();
+        for _ in 0..200 {
+            seen = self.text(css).await;
+            if seen.contains(want) {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css}: wanted {want:?}, saw {seen:?}");
+    }
+
+    async fn displayed(&self, css: &str) -> bool {
+        match self.client.find(Locator::Css(css)).await {
+            Ok(e) => e.is_displayed().await.unwrap_or(false),
+            Err(_) => false,
+        }
+    }
+
+    async fn wait_displayed(&self, css: &str) {
+        for _ in 0..200 {
+            if self.displayed(css).await {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        panic!("{css} never showed");
+    }
+
+    /// Types `text` into the input `css` (cleared first) and submits its form.
+    async fn submit(&self, css: &str, text: &str) {
+        let input = self.client.find(Locator::Css(css)).await.expect("input");
+        input.clear().await.expect("clear");
+        input.send_keys(text).await.expect("type");
+        input.send_keys("\u{E007}").await.expect("enter"); // WebDriver's Enter key
+    }
+
+    async fn close(mut self) {
+        let _ = self.client.clone().close().await;
+        let _ = self.driver.kill();
+        let _ = self.driver.wait();
+    }
+}
+
+impl Drop for Browser {
+    fn drop(&mut self) {
+        let _ = self.driver.kill();
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+/// A router over regions a, b, c (countries 1, 2, 3): a and c live upstreams, b's dead
+/// (one failure ejects it for a minute). With `token`, the admin API needs it.
+async fn router(token: bool) -> (Router, Upstream, Upstream) {
+    let (a, c) = (Upstream::start("a").await, Upstream::start("c").await);
+    let dir = tempfile::tempdir().expect("tempdir");
+    let table = common::lettered_table(
+        "console-test",
+        &[&[a.url()], &[url(free_port())], &[c.url()]],
+    );
+    common::write(&dir, "routing-table.yaml", &table);
+    let mut config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(300, 2000, 10_000)
+        .watch(false)
+        .extra("health: { eject_after: 1, ejection_ms: 60000 }");
+    if token {
+        common::write(&dir, "admin-token", TOKEN);
+        config = config.extra("admin: { token_file: admin-token }");
+    }
+    (Router::start_in(dir, &config.yaml()).await, a, c)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_page_asks_for_the_token_once_and_keeps_it_in_an_http_only_cookie() {
+    let _turn = TURN.lock().await;
+    let (router, _a, _c) = router(true).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#login").await;
+    assert!(!b.displayed("#console").await, "no data before the token");
+
+    b.submit("#token", "a wrong guess").await;
+    b.wait_text("#login-error", "Wrong token").await;
+    b.submit("#token", TOKEN).await;
+    b.wait_displayed("#console").await;
+    b.wait_text("#version", "table console-test").await;
+    b.wait_text("#upstreams", "healthy").await;
+
+    // The session survives a reload of the page without asking again.
+    b.client.refresh().await.expect("refresh");
+    b.wait_displayed("#console").await;
+    assert!(!b.displayed("#login").await);
+
+    // The browser holds the cookie with the flags, and page scripts cannot read it.
+    let cookies = b.client.get_all_cookies().await.expect("cookies");
+    let session = cookies
+        .iter()
+        .find(|c| c.name() == "iuid_router_admin")
+        .expect("session cookie");
+    assert_eq!(session.http_only(), Some(true));
+    assert_eq!(format!("{:?}", session.same_site()), "Some(Strict)");
+    let visible = b
+        .client
+        .execute("return document.cookie", vec![])
+        .await
+        .expect("script");
+    assert!(
+        !visible.as_str().unwrap_or("").contains("iuid_router_admin"),
+        "{visible}"
+    );
+    b.shot("login").await;
+
+    // Logging out drops the cookie: the page asks again.
+    b.client
+        .find(Locator::Css("#logout"))
+        .await
+        .expect("logout")
+        .click()
+        .await
+        .expect("click");
+    b.wait_displayed("#login").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_of_each_region_shows_its_owner_and_creation_time() {
+    let _turn = TURN.lock().await;
+    let (router, a, c) = router(false).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    let day = 86_400_000;
+    for (country, region, age_days, upstream) in [
+        (1u8, "a", 3, Some(&a)),
+        (2, "b", 40, None),
+        (3, "c", 400, Some(&c)),
+    ] {
+        let minted = now_ms() - age_days * day;
+        let id = common::iuid(minted, country, 1, 99);
+        b.submit("#id", &id).await;
+        let card = "#readings .reading[data-scheme=\"iuid\"]";
+        let owner = b.wait_text(&format!("{card} .owner"), region).await;
+        assert_eq!(owner, region);
+        let created = b
+            .wait_text(
+                &format!("{card} .created"),
+                &iuid_router::table::rfc3339_ms(minted),
+            )
+            .await;
+        assert!(created.contains("ago"), "relative time: {created}");
+        let canonical = b.text(&format!("{card} .kv")).await;
+        assert!(canonical.contains(&id), "{canonical}");
+        if let Some(up) = upstream {
+            let authority = up.url().trim_start_matches("http://").to_owned();
+            b.wait_text(&format!("{card} ul"), &authority).await;
+        }
+        // The URL names the id, so a link to this view can be shared.
+        let at = b.client.current_url().await.expect("url");
+        assert!(at.fragment().unwrap_or("").contains(&id), "{at}");
+        b.shot(&format!("id-of-region-{region}")).await;
+    }
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_invalid_id_shows_why() {
+    let _turn = TURN.lock().await;
+    let (router, _a, _c) = router(false).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    let bad = "01a20a43-e7ee-8001-8056-067ff3c503fZ";
+    b.submit("#id", bad).await;
+    b.wait_displayed("#no-scheme").await;
+    // The reason is the API's own, shown as is.
+    let api: serde_json::Value = client()
+        .get(router.admin_url(&format!("/admin/decode/{bad}")))
+        .send()
+        .await
+        .expect("decode")
+        .json()
+        .await
+        .expect("json");
+    let why = api["readings"][0]["error"]
+        .as_str()
+        .expect("error")
+        .to_owned();
+    assert!(!why.is_empty());
+    let shown = b
+        .wait_text(".reading-invalid[data-scheme=\"iuid\"] .reason", &why)
+        .await;
+    assert_eq!(shown, why);
+    b.shot("invalid-id").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_ejected_upstream_shows_as_ejected_without_reloading_the_page() {
+    let _turn = TURN.lock().await;
+    let (router, _a, _c) = router(false).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    b.wait_text("tr[data-region=\"b\"]", "healthy").await;
+    b.client
+        .execute("window.sameDocument = true", vec![])
+        .await
+        .expect("mark");
+
+    // One failed request ejects b's only upstream.
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{}", common::iuid_for(2))))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 502);
+
+    let row = b.wait_text("tr[data-region=\"b\"]", "ejected").await;
+    assert!(row.contains("until") && row.contains("UTC"), "{row}");
+    let rates = b.wait_text("#rates tr[data-region=\"b\"]", "100.0 %").await;
+    assert!(
+        rates.starts_with("b 1"),
+        "one request, answered 5xx: {rates}"
+    );
+    let same = b
+        .client
+        .execute("return window.sameDocument === true", vec![])
+        .await
+        .expect("script");
+    assert_eq!(same, serde_json::Value::Bool(true), "refreshed in place");
+    b.shot("ejected-upstream").await;
+    b.close().await;
+}
