@@ -93,8 +93,12 @@ impl App {
             Some(settings) => {
                 let certs =
                     Certificates::load(settings.certificates.clone()).map_err(StartError::Tls)?;
-                let config = crate::tls::server_config(certs.clone(), settings.min_version)
-                    .map_err(|e| StartError::Tls(e.to_string()))?;
+                let config = crate::tls::server_config(
+                    certs.clone(),
+                    settings.min_version,
+                    settings.client_auth.as_ref(),
+                )
+                .map_err(StartError::Tls)?;
                 Some(Tls { certs, config })
             }
         };

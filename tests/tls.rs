@@ -337,3 +337,93 @@ async fn a_plain_listener_takes_h2c_with_prior_knowledge() {
     assert_eq!(up.last().headers["x-forwarded-proto"], "http");
     assert_eq!(up.last().headers["via"], "2 edge");
 }
+
+/// `tls.client_auth` with `required: false`: a client without a certificate is let in, one
+/// with a certificate of the configured CA too, one with another CA's certificate is refused
+/// in the handshake. (`required: true`, the default, is the mesh test's.) A CA file that
+/// does not load is a config error at its key.
+#[tokio::test]
+async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certificate() {
+    let upstream = Upstream::start("eu").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    make_certs(&certs, &["localhost"]);
+    let status = Command::new("bash")
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh"))
+        .arg("--client")
+        .arg(&certs)
+        .arg("peer")
+        .output()
+        .expect("make-certs.sh");
+    assert!(status.status.success());
+    let foreign = dir.path().join("foreign");
+    make_certs(&foreign, &["peer"]); // another CA, same name
+    let table = common::lettered_table("mtls", &[&[upstream.url()]]);
+    let tls = |ca: &str| {
+        format!(
+            "tls:\n  certificates: [ {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }} ]\n  client_auth: {{ ca: {ca}, required: false }}\n",
+            c = certs.display()
+        )
+    };
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .extra(&tls(&certs.join("ca.pem").display().to_string()))
+        .yaml();
+    let router_dir = tempfile::tempdir().expect("tempdir");
+    common::write(&router_dir, "routing-table.yaml", &table);
+    let router = Router::start_in(router_dir, &config).await;
+    let port = router.addr.port();
+    let get = |extra: Vec<String>| {
+        let mut args = vec![
+            "-sS".to_owned(),
+            "--max-time".into(),
+            "10".into(),
+            "--cacert".into(),
+            certs.join("ca.pem").display().to_string(),
+            "--resolve".into(),
+            format!("localhost:{port}:127.0.0.1"),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+        ];
+        args.extend(extra);
+        args.push(format!(
+            "https://localhost:{port}/v1/orders/{}",
+            iuid_for(1)
+        ));
+        curl(args)
+    };
+    let cert = |dir: &Path| {
+        vec![
+            "--cert".to_owned(),
+            dir.join("peer.pem").display().to_string(),
+            "--key".into(),
+            dir.join("peer-key.pem").display().to_string(),
+        ]
+    };
+    assert_eq!(get(vec![]).await.0, "200", "no certificate: let in");
+    assert_eq!(get(cert(&certs)).await.0, "200", "the CA's certificate");
+    let (code, err) = get(cert(&foreign)).await;
+    assert_ne!(code, "200", "another CA's certificate is refused: {err}");
+
+    // A CA file that does not load: `check` names the key, file:line:column.
+    let bad_dir = tempfile::tempdir().expect("tempdir");
+    common::write(&bad_dir, "routing-table.yaml", &table);
+    let bad = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .extra(&tls("missing-ca.pem"))
+        .yaml();
+    let path = common::write(&bad_dir, "router.yaml", &bad);
+    let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+        .args(["check", "--config", path.to_str().expect("utf8")])
+        .output()
+        .expect("check");
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("router.yaml:") && err.contains("missing-ca.pem"),
+        "{err}"
+    );
+}

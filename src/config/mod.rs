@@ -400,6 +400,12 @@ impl RouterConfig {
                     errors.push(source.error_at(&at, e));
                 }
             }
+            if let Some(auth) = &settings.client_auth {
+                if let Err(e) = crate::tls::load_roots(&auth.ca) {
+                    let at = [key("tls"), key("client_auth"), key("ca")];
+                    errors.push(source.error_at(&at, e));
+                }
+            }
         }
 
         match (listen, routes) {

@@ -72,17 +72,7 @@ pub fn client_config(
     let at = |path: &Path, e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
     let roots = match files.ca {
         None => system_roots(),
-        Some(path) => {
-            let mut roots = rustls::RootCertStore::empty();
-            for cert in CertificateDer::pem_file_iter(path).map_err(|e| at(path, &e))? {
-                let cert = cert.map_err(|e| at(path, &e))?;
-                roots.add(cert).map_err(|e| at(path, &e))?;
-            }
-            if roots.is_empty() {
-                return Err(at(path, &"no CERTIFICATE in the file"));
-            }
-            Arc::new(roots)
-        }
+        Some(path) => Arc::new(super::load_roots(path)?),
     };
     let builder = rustls::ClientConfig::builder_with_provider(super::provider())
         .with_safe_default_protocol_versions()

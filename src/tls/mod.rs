@@ -33,6 +33,34 @@ pub struct TlsSpec {
     /// The oldest TLS version accepted.
     #[serde(default)]
     pub min_version: MinVersion,
+    /// Client certificates (mTLS between edges, SPEC §14): the CA they must chain to.
+    #[serde(default)]
+    pub client_auth: Option<ClientAuthSpec>,
+}
+
+/// `tls.client_auth`: verify client certificates against `ca`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClientAuthSpec {
+    /// PEM file of the CA certificates a client certificate must chain to.
+    pub ca: String,
+    /// `true` (the default): a client without a certificate is refused in the handshake.
+    /// `false`: one without is let in; a client that presents one must still pass.
+    #[serde(default = "required_by_default")]
+    pub required: bool,
+}
+
+fn required_by_default() -> bool {
+    true
+}
+
+/// `tls.client_auth`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientAuth {
+    /// The CA file.
+    pub ca: PathBuf,
+    /// Whether a client must present a certificate.
+    pub required: bool,
 }
 
 /// One certificate of `tls.certificates`.
@@ -79,6 +107,8 @@ pub struct TlsSettings {
     pub certificates: Vec<CertFiles>,
     /// The oldest version accepted.
     pub min_version: MinVersion,
+    /// Client certificate verification, if any.
+    pub client_auth: Option<ClientAuth>,
 }
 
 impl TlsSpec {
@@ -99,6 +129,10 @@ impl TlsSpec {
                 })
                 .collect(),
             min_version: self.min_version,
+            client_auth: self.client_auth.as_ref().map(|c| ClientAuth {
+                ca: base.join(&c.ca),
+                required: c.required,
+            }),
         }
     }
 }
@@ -108,22 +142,58 @@ pub fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// The listener's rustls config: the SNI resolver over `certs`, the versions from
-/// `min_version`, ALPN `h2` then `http/1.1`.
+/// The CA certificates in a PEM file, as roots to verify against.
 ///
-/// Errors: the provider does not support the versions (not expected with ring).
+/// Errors: the file cannot be read or parsed, or holds no certificate (`path: reason`).
+pub fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
+    use rustls::pki_types::pem::PemObject;
+    let at = |e: &dyn std::fmt::Display| format!("{}: {e}", path.display());
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(path).map_err(|e| at(&e))? {
+        roots.add(cert.map_err(|e| at(&e))?).map_err(|e| at(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(at(&"no CERTIFICATE in the file"));
+    }
+    Ok(roots)
+}
+
+/// The listener's rustls config: the SNI resolver over `certs`, the versions from
+/// `min_version`, client certificates verified against `client_auth`'s CA, ALPN `h2` then
+/// `http/1.1`.
+///
+/// Errors: the CA file cannot be loaded (`path: reason`); the provider does not support the
+/// versions (not expected with ring).
 pub fn server_config(
     certs: Arc<Certificates>,
     min_version: MinVersion,
-) -> Result<Arc<rustls::ServerConfig>, rustls::Error> {
+    client_auth: Option<&ClientAuth>,
+) -> Result<Arc<rustls::ServerConfig>, String> {
     let versions: &[&rustls::SupportedProtocolVersion] = match min_version {
         MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
         MinVersion::Tls13 => &[&rustls::version::TLS13],
     };
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
-        .with_protocol_versions(versions)?
-        .with_no_client_auth()
-        .with_cert_resolver(certs);
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(versions)
+        .map_err(|e| e.to_string())?;
+    let builder = match client_auth {
+        None => builder.with_no_client_auth(),
+        Some(auth) => {
+            let roots = Arc::new(load_roots(&auth.ca)?);
+            let verifier =
+                rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider());
+            let verifier = if auth.required {
+                verifier
+            } else {
+                verifier.allow_unauthenticated()
+            };
+            let verifier = verifier
+                .build()
+                .map_err(|e| format!("{}: {e}", auth.ca.display()))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(certs);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
