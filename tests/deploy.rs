@@ -1,0 +1,65 @@
+//! The router config and routing table each Kubernetes overlay ships (`deploy/kubernetes/`)
+//! pass `iuid-router check`, with the Secrets' files (`/etc/iuid-router/...`) stood in for by
+//! throwaway ones. (`deploy/kubernetes/validate.sh` validates the rendered objects.)
+
+use std::path::Path;
+use std::process::Command;
+
+#[test]
+fn every_overlay_config_and_table_pass_check() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("deploy/kubernetes");
+    let mut dirs: Vec<_> = std::fs::read_dir(root.join("overlays"))
+        .expect("overlays")
+        .map(|e| e.expect("entry").path())
+        .collect();
+    dirs.push(root.join("base"));
+    dirs.sort();
+    assert!(dirs.len() >= 4, "base and three regions: {dirs:?}");
+    for dir in dirs {
+        let work = tempfile::tempdir().expect("tempdir");
+        let etc = work.path().join("etc");
+        // The Secrets' files: the mesh certificate (tls.crt, tls.key, ca.crt), the admin token.
+        let certs = work.path().join("certs");
+        let made = Command::new("bash")
+            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh"))
+            .arg(&certs)
+            .arg("edge")
+            .output()
+            .expect("make-certs.sh");
+        assert!(made.status.success());
+        std::fs::create_dir_all(etc.join("tls")).expect("tls dir");
+        std::fs::create_dir_all(etc.join("admin")).expect("admin dir");
+        for (from, to) in [
+            ("edge.pem", "tls.crt"),
+            ("edge-key.pem", "tls.key"),
+            ("ca.pem", "ca.crt"),
+        ] {
+            std::fs::copy(certs.join(from), etc.join("tls").join(to)).expect("copy");
+        }
+        std::fs::write(etc.join("admin/token"), "t0ken\n").expect("token");
+        let config_dir = etc.join("config");
+        std::fs::create_dir_all(&config_dir).expect("config dir");
+        let prefix = format!("{}/", etc.display());
+        for file in ["router.yaml", "routing-table.yaml"] {
+            let text = std::fs::read_to_string(dir.join(file))
+                .unwrap_or_else(|e| panic!("{}: {e}", dir.join(file).display()));
+            std::fs::write(
+                config_dir.join(file),
+                text.replace("/etc/iuid-router/", &prefix),
+            )
+            .expect("write");
+        }
+        let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+            .args(["check", "--config"])
+            .arg(config_dir.join("router.yaml"))
+            .output()
+            .expect("check");
+        assert!(
+            out.status.success(),
+            "{}: {}{}",
+            dir.display(),
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
