@@ -240,7 +240,7 @@ fn edge_config(edge: &Edge) -> String {
         "listen: {listen}\nadmin_listen: {admin}\nregion: {name}\nrouting_table: routing-table.yaml\n\
          routes:\n  - path: /v1/orders/{{id}}\n\
          tls:\n  certificates: [ {{ cert: ../certs/{name}.pem, key: ../certs/{name}-key.pem }} ]\n  client_auth: {{ ca: ../certs/ca.pem }}\n\
-         timeouts: {{ connect_ms: 300, response_headers_ms: 3000, idle_ms: 10000 }}\n\
+         timeouts: {{ connect_ms: 2000, response_headers_ms: 5000, idle_ms: 10000 }}\n\
          reload: {{ watch: true, debounce_ms: 50 }}\n\
          shutdown: {{ drain_delay_ms: 0, grace_ms: 1000 }}\n\
          access_log: false\n",
