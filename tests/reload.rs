@@ -98,6 +98,21 @@ async fn a_table_change_on_disk_serves_within_two_seconds() {
     assert_eq!(status["reloads"], 1);
 }
 
+/// A reload reads the file, and reading is not a change: with the watch on, one reload stays
+/// one (inotify reports opens too; counting them made every reload trigger the next).
+#[tokio::test]
+async fn a_reload_does_not_trigger_another() {
+    let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
+    let router = Router::start(&config(true), &table("v1", &us, &ap, "us")).await;
+    assert_eq!(post_reload(&router).await.status(), 200);
+    // Ten debounce periods (100 ms) for a loop to show.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let status = admin_json(&router, "/admin/routing-table").await;
+    let recent = status["recent_reloads"].as_array().expect("recent_reloads");
+    assert_eq!(recent.len(), 1, "{recent:?}");
+    assert_eq!(recent[0]["outcome"], "unchanged");
+}
+
 #[tokio::test]
 async fn a_configmap_symlink_swap_serves_within_two_seconds() {
     let (us, ap) = (Upstream::start("us").await, Upstream::start("ap").await);
