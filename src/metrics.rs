@@ -52,6 +52,9 @@ pub const LEGACY_CACHE: &str = "iuid_router_legacy_cache_total";
 pub const TLS_RELOADS: &str = "iuid_router_tls_reloads_total";
 /// TLS handshakes that did not complete, by `reason` (`timeout`, `error`).
 pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_total";
+/// Admin requests refused (SPEC §13), by `reason` (`unauthorized`: no or a wrong token;
+/// `foreign_origin`: a state change from another origin). A rising count is someone guessing.
+pub const ADMIN_REFUSALS: &str = "iuid_router_admin_refusals_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -145,6 +148,7 @@ fn describe() {
         TLS_HANDSHAKE_FAILURES,
         "TLS handshakes that did not complete, by reason."
     );
+    ::metrics::describe_counter!(ADMIN_REFUSALS, "Admin requests refused, by reason.");
 }
 
 /// Counts one request sent to several regions (`kind`: `list` or `split_nodes`) and its
@@ -180,6 +184,12 @@ pub fn tls_reload(success: bool) {
 pub fn tls_handshake_failure(reason: &'static str) {
     handle();
     ::metrics::counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(1);
+}
+
+/// Counts one refused admin request (`reason`: `unauthorized` or `foreign_origin`).
+pub fn admin_refusal(reason: &'static str) {
+    handle();
+    ::metrics::counter!(ADMIN_REFUSALS, "reason" => reason).increment(1);
 }
 
 /// Counts one legacy owner cache lookup.

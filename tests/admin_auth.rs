@@ -85,6 +85,19 @@ async fn every_protected_route_needs_the_token() {
         };
         assert_eq!(ok.status(), want, "{method} {path} with the token");
     }
+    // Two refusals a route (none and a wrong token), counted for alerting. The recorder is
+    // the process's, shared with the other tests here: at least these.
+    let metrics = send(&router, "GET", "/metrics", &[("authorization", &bearer)])
+        .await
+        .text()
+        .await
+        .expect("metrics");
+    let counted: f64 = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("iuid_router_admin_refusals_total{reason=\"unauthorized\"} "))
+        .and_then(|v| v.parse().ok())
+        .expect("the refusal counter");
+    assert!(counted >= 2.0 * protected().len() as f64, "{counted}");
 }
 
 #[tokio::test]

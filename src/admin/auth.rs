@@ -92,8 +92,12 @@ fn foreign_origin(headers: &HeaderMap) -> bool {
     }
 }
 
-/// A refusal, through the one problem+json renderer.
+/// A refusal, counted, through the one problem+json renderer.
 fn refusal(problem: Problem) -> Response {
+    crate::metrics::admin_refusal(match problem {
+        Problem::ForeignOrigin => "foreign_origin",
+        _ => "unauthorized",
+    });
     problem.into_response().map(axum::body::Body::new)
 }
 
