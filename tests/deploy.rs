@@ -2,6 +2,8 @@
 //! pass `iuid-router check`, with the Secrets' files (`/etc/iuid-router/...`) stood in for by
 //! throwaway ones. (`deploy/kubernetes/validate.sh` validates the rendered objects.)
 
+mod common;
+
 use std::path::Path;
 use std::process::Command;
 
@@ -20,13 +22,7 @@ fn every_overlay_config_and_table_pass_check() {
         let etc = work.path().join("etc");
         // The Secrets' files: the mesh certificate (tls.crt, tls.key, ca.crt), the admin token.
         let certs = work.path().join("certs");
-        let made = Command::new("bash")
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh"))
-            .arg(&certs)
-            .arg("edge")
-            .output()
-            .expect("make-certs.sh");
-        assert!(made.status.success());
+        common::make_certs(&certs, false, &["edge"]);
         std::fs::create_dir_all(etc.join("tls")).expect("tls dir");
         std::fs::create_dir_all(etc.join("admin")).expect("admin dir");
         for (from, to) in [

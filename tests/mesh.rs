@@ -54,25 +54,9 @@ fn owners() -> Vec<(u8, usize)> {
 }
 
 fn make_certs(dir: &Path) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
     let certs = dir.join("certs");
-    for (client, names) in [
-        (false, &REGIONS[..]),
-        (true, &["eu-peer", "us-peer", "ap-peer", "lb"][..]),
-    ] {
-        let mut cmd = Command::new("bash");
-        cmd.arg(&script);
-        if client {
-            cmd.arg("--client");
-        }
-        let status = cmd
-            .arg(&certs)
-            .args(names)
-            .stdout(Stdio::null())
-            .status()
-            .expect("make-certs.sh");
-        assert!(status.success(), "make-certs.sh (needs openssl)");
-    }
+    common::make_certs(&certs, false, &REGIONS);
+    common::make_certs(&certs, true, &["eu-peer", "us-peer", "ap-peer", "lb"]);
 }
 
 impl Mesh {

@@ -15,22 +15,6 @@ use rustls::pki_types::{CertificateDer, ServerName};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-/// Runs `config/make-certs.sh dir names…` (a CA once, then one certificate per name).
-fn make_certs(dir: &Path, names: &[&str]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
-    let out = Command::new("bash")
-        .arg(script)
-        .arg(dir)
-        .args(names)
-        .output()
-        .expect("run make-certs.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// Runs curl with `args` off the runtime (the router runs on it): its stdout and stderr.
 async fn curl(args: Vec<String>) -> (String, String) {
     let out = tokio::task::spawn_blocking(move || Command::new("curl").args(&args).output())
@@ -107,7 +91,11 @@ async fn tls_router(
 ) -> (Router, Upstream, tempfile::TempDir) {
     let upstream = Upstream::start("eu").await;
     let dir = tempfile::tempdir().expect("tempdir");
-    make_certs(&dir.path().join("certs"), &["localhost", "api.example.com"]);
+    common::make_certs(
+        &dir.path().join("certs"),
+        false,
+        &["localhost", "api.example.com"],
+    );
     let table = common::lettered_table("tls", &[&[upstream.url()]]);
     common::write(&dir, "routing-table.yaml", &table);
     let config = ConfigYaml::new()
@@ -236,7 +224,7 @@ async fn a_changed_certificate_is_served_and_a_broken_one_is_not() {
     std::fs::create_dir_all(&renewed).expect("dir");
     std::fs::copy(&ca, renewed.join("ca.pem")).expect("ca");
     std::fs::copy(certs.join("ca-key.pem"), renewed.join("ca-key.pem")).expect("ca key");
-    make_certs(&renewed, &["localhost"]);
+    common::make_certs(&renewed, false, &["localhost"]);
     let new_leaf = leaf(&renewed.join("localhost.pem"));
     let started = Instant::now();
     std::fs::copy(
@@ -347,17 +335,10 @@ async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certifi
     let upstream = Upstream::start("eu").await;
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
-    make_certs(&certs, &["localhost"]);
-    let status = Command::new("bash")
-        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh"))
-        .arg("--client")
-        .arg(&certs)
-        .arg("peer")
-        .output()
-        .expect("make-certs.sh");
-    assert!(status.status.success());
+    common::make_certs(&certs, false, &["localhost"]);
+    common::make_certs(&certs, true, &["peer"]);
     let foreign = dir.path().join("foreign");
-    make_certs(&foreign, &["peer"]); // another CA, same name
+    common::make_certs(&foreign, false, &["peer"]); // another CA, same name
     let table = common::lettered_table("mtls", &[&[upstream.url()]]);
     let tls = |ca: &str| {
         format!(

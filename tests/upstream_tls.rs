@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -19,21 +18,6 @@ use tokio::net::TcpListener;
 
 /// The upstreams' HTTP/2 stream limit.
 const MAX_STREAMS: u32 = 20;
-
-fn make_certs(dir: &Path, client: bool, names: &[&str]) {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
-    let mut cmd = Command::new("bash");
-    cmd.arg(script);
-    if client {
-        cmd.arg("--client");
-    }
-    let out = cmd.arg(dir).args(names).output().expect("make-certs.sh");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 /// What an upstream saw: connections accepted and the HTTP version of each request.
 #[derive(Default)]
@@ -161,7 +145,7 @@ async fn router_with(dir: &Path, upstream: &str, region_extra: &str, config_extr
 fn certs_dir() -> (tempfile::TempDir, PathBuf) {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
-    make_certs(&certs, false, &["localhost"]);
+    common::make_certs(&certs, false, &["localhost"]);
     (dir, certs)
 }
 
@@ -192,7 +176,7 @@ async fn an_https_upstream_with_a_private_ca_and_a_wrong_ca() {
 
     // Another CA: the upstream's certificate does not verify; 502 at once, not a hang.
     let other = certs.parent().expect("dir").join("other");
-    make_certs(&other, false, &["localhost"]);
+    common::make_certs(&other, false, &["localhost"]);
     let wrong = router(
         &other,
         &url,
@@ -216,7 +200,7 @@ async fn an_https_upstream_with_a_private_ca_and_a_wrong_ca() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upstream_that_requires_a_client_certificate() {
     let (_keep, certs) = certs_dir();
-    make_certs(&certs, true, &["edge-eu"]);
+    common::make_certs(&certs, true, &["edge-eu"]);
     let (url, _seen) = upstream(Some(&certs), Some(&certs.join("ca.pem")), Duration::ZERO).await;
     let without = router(
         &certs,

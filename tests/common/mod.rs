@@ -524,3 +524,20 @@ impl Drop for ChildGuard {
         let _ = self.0.wait();
     }
 }
+
+/// Runs `config/make-certs.sh [--client] DIR NAME...` (openssl): a throwaway CA in `dir`, made
+/// once and reused, then a server certificate per name, or with `client` a client one.
+pub fn make_certs(dir: &std::path::Path, client: bool, names: &[&str]) {
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("config/make-certs.sh");
+    let mut cmd = Command::new("bash");
+    cmd.arg(script);
+    if client {
+        cmd.arg("--client");
+    }
+    let out = cmd.arg(dir).args(names).output().expect("make-certs.sh");
+    assert!(
+        out.status.success(),
+        "make-certs.sh (needs openssl): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
