@@ -92,13 +92,10 @@ impl App {
             None => None,
             Some(settings) => {
                 let certs =
-                    Certificates::load(settings.certificates.clone()).map_err(StartError::Tls)?;
-                let config = crate::tls::server_config(
-                    certs.clone(),
-                    settings.min_version,
-                    settings.client_auth.as_ref(),
-                )
-                .map_err(StartError::Tls)?;
+                    Certificates::load(settings.certificates.clone(), settings.client_auth.clone())
+                        .map_err(StartError::Tls)?;
+                let config = crate::tls::server_config(certs.clone(), settings.min_version)
+                    .map_err(StartError::Tls)?;
                 Some(Tls { certs, config })
             }
         };

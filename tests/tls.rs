@@ -408,3 +408,95 @@ async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certifi
         "{err}"
     );
 }
+
+/// A rotated client CA (`tls.client_auth.ca`, as cert-manager rewrites `ca.crt`) is used from
+/// the next handshake without a restart; a broken one is reported and the one in use kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rotated_client_ca_takes_effect_without_a_restart() {
+    let upstream = Upstream::start("eu").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (old, new) = (dir.path().join("old"), dir.path().join("new"));
+    common::make_certs(&old, false, &["localhost"]);
+    common::make_certs(&old, true, &["peer"]);
+    common::make_certs(&new, true, &["peer"]);
+    let client_ca = dir.path().join("client-ca").join("ca.pem");
+    std::fs::create_dir_all(client_ca.parent().expect("dir")).expect("dir");
+    std::fs::copy(old.join("ca.pem"), &client_ca).expect("ca");
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .debounce_ms(100)
+        .extra(&format!(
+            "tls:\n  certificates: [ {{ cert: {o}/localhost.pem, key: {o}/localhost-key.pem }} ]\n  client_auth: {{ ca: {ca} }}\n",
+            o = old.display(),
+            ca = client_ca.display()
+        ))
+        .yaml();
+    let router_dir = tempfile::tempdir().expect("tempdir");
+    common::write(
+        &router_dir,
+        "routing-table.yaml",
+        &common::lettered_table("ca", &[&[upstream.url()]]),
+    );
+    let router = Router::start_in(router_dir, &config).await;
+    let port = router.addr.port();
+    let server_ca = old.join("ca.pem");
+    let with = |certs: &Path| {
+        curl(vec![
+            "-sS".to_owned(),
+            "--max-time".into(),
+            "10".into(),
+            "--cacert".into(),
+            server_ca.display().to_string(),
+            "--cert".into(),
+            certs.join("peer.pem").display().to_string(),
+            "--key".into(),
+            certs.join("peer-key.pem").display().to_string(),
+            "--resolve".into(),
+            format!("localhost:{port}:127.0.0.1"),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+            format!("https://localhost:{port}/v1/orders/{}", iuid_for(1)),
+        ])
+    };
+    let tls_status = || async {
+        reqwest::get(router.admin_url("/admin/tls"))
+            .await
+            .expect("admin")
+            .json::<serde_json::Value>()
+            .await
+            .expect("json")
+    };
+    assert_eq!(with(&old).await.0, "200");
+    assert_ne!(with(&new).await.0, "200", "the new CA is not trusted yet");
+    let before = tls_status().await;
+    assert_eq!(before["client_auth"]["required"], true);
+
+    // The rotation: the new CA written aside and renamed over the file in use.
+    let tmp = client_ca.with_extension("tmp");
+    std::fs::copy(new.join("ca.pem"), &tmp).expect("copy");
+    std::fs::rename(&tmp, &client_ca).expect("rename");
+    let rotated = common::eventually(Duration::from_secs(5), || async {
+        with(&new).await.0 == "200"
+    })
+    .await;
+    assert!(rotated.is_some(), "the new CA's client is let in");
+    assert_ne!(with(&old).await.0, "200", "the old CA's client is not");
+    let after = tls_status().await;
+    assert_ne!(
+        after["client_auth"]["sha256"], before["client_auth"]["sha256"],
+        "{after}"
+    );
+
+    // A broken CA file: reported, and the CA in use kept.
+    std::fs::write(&client_ca, "-----BEGIN CERTIFICATE-----\nnot base64\n").expect("write");
+    let reported = common::eventually(Duration::from_secs(3), || async {
+        tls_status().await["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("ca.pem"))
+    })
+    .await;
+    assert!(reported.is_some(), "the broken CA is reported");
+    assert_eq!(with(&new).await.0, "200", "the CA in use is kept");
+}

@@ -395,13 +395,13 @@ impl RouterConfig {
             }
             // Each pair is loaded now, so that a bad file is reported at its entry.
             for (i, files) in settings.certificates.iter().enumerate() {
-                if let Err(e) = crate::tls::Certificates::load(vec![files.clone()]) {
+                if let Err(e) = crate::tls::Certificates::load(vec![files.clone()], None) {
                     let at = [key("tls"), key("certificates"), Seg::Index(i)];
                     errors.push(source.error_at(&at, e));
                 }
             }
             if let Some(auth) = &settings.client_auth {
-                if let Err(e) = crate::tls::load_roots(&auth.ca) {
+                if let Err(e) = crate::tls::client_auth::build(auth) {
                     let at = [key("tls"), key("client_auth"), key("ca")];
                     errors.push(source.error_at(&at, e));
                 }

@@ -1,10 +1,11 @@
 //! The listener's certificates: loaded from PEM files, chosen per handshake by SNI, swapped
-//! whole on a reload.
+//! whole on a reload — with the CA that client certificates must chain to, if any
+//! (`tls.client_auth`, [`super::client_auth`]).
 //!
-//! A reload builds the complete new set first; if any file fails to read or parse, or a key
-//! does not match its certificate, nothing changes (handshakes keep the certificates in use)
-//! and the error is kept for [`Certificates::status`]. Reads of the set are lock-free
-//! (`arc-swap`), one load per handshake.
+//! A reload builds the complete new set (and the client verifier) first; if any file fails
+//! to read or parse, or a key does not match its certificate, nothing changes (handshakes
+//! keep what is in use) and the error is kept for [`Certificates::status`]. Reads of the set
+//! are lock-free (`arc-swap`), one load per handshake.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,7 +19,8 @@ use rustls::sign::CertifiedKey;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
-use super::CertFiles;
+use super::client_auth::{self, ClientVerifier};
+use super::{CertFiles, ClientAuth};
 
 /// One loaded certificate: its key for handshakes, and what the status reports.
 #[derive(Debug)]
@@ -44,6 +46,8 @@ struct Set {
 pub struct Certificates {
     files: Vec<CertFiles>,
     set: ArcSwap<Set>,
+    /// `tls.client_auth` and its verifier, which the listener's config holds too.
+    client: Option<(ClientAuth, Arc<ClientVerifier>)>,
     status: Mutex<History>,
 }
 
@@ -76,6 +80,19 @@ pub struct TlsStatus {
     pub failed_reloads: u64,
     /// Why the last refused reload failed, until one succeeds.
     pub last_error: Option<String>,
+    /// The CA client certificates must chain to (`tls.client_auth`), if any.
+    pub client_auth: Option<ClientAuthStatus>,
+}
+
+/// `tls.client_auth` in [`TlsStatus`].
+#[derive(Debug, Clone, Serialize)]
+pub struct ClientAuthStatus {
+    /// The CA file.
+    pub ca: String,
+    /// Whether clients without a certificate are refused.
+    pub required: bool,
+    /// SHA-256 of the CA file in use, hex: compare with `sha256sum`.
+    pub sha256: String,
 }
 
 /// One certificate in [`TlsStatus`].
@@ -92,15 +109,27 @@ pub struct CertStatus {
 }
 
 impl Certificates {
-    /// Loads every certificate of `files` (at least one).
+    /// Loads every certificate of `files` (at least one), and the CA of `client_auth`.
     ///
     /// Errors: the first file that cannot be read or parsed, or a key that does not match
     /// its certificate, as `path: reason`.
-    pub fn load(files: Vec<CertFiles>) -> Result<Arc<Certificates>, String> {
+    pub fn load(
+        files: Vec<CertFiles>,
+        client_auth: Option<ClientAuth>,
+    ) -> Result<Arc<Certificates>, String> {
         let set = build(&files)?;
+        let client = match client_auth {
+            None => None,
+            Some(auth) => {
+                let built = client_auth::build(&auth)?;
+                let verifier = Arc::new(ClientVerifier::new(auth.required, built));
+                Some((auth, verifier))
+            }
+        };
         Ok(Arc::new(Certificates {
             files,
             set: ArcSwap::from_pointee(set),
+            client,
             status: Mutex::new(History {
                 loaded_at: Some(SystemTime::now()),
                 ..History::default()
@@ -108,20 +137,40 @@ impl Certificates {
         }))
     }
 
-    /// The files watched for changes.
-    pub fn files(&self) -> &[CertFiles] {
-        &self.files
+    /// Every file a reload reads: certificates, keys, the client CA.
+    pub fn files(&self) -> Vec<&std::path::Path> {
+        let mut files: Vec<&std::path::Path> = self
+            .files
+            .iter()
+            .flat_map(|f| [f.cert.as_path(), f.key.as_path()])
+            .collect();
+        files.extend(self.client.iter().map(|(auth, _)| auth.ca.as_path()));
+        files
     }
 
-    /// Reads the files again and installs the new set, or keeps the one in use.
+    /// The client certificate verifier for the listener's config, with `tls.client_auth`.
+    pub fn client_verifier(&self) -> Option<Arc<ClientVerifier>> {
+        self.client.as_ref().map(|(_, v)| v.clone())
+    }
+
+    /// Reads the files again and installs the new set and client CA, or keeps those in use.
     ///
-    /// Errors: as [`Certificates::load`]; the set in use is kept.
+    /// Errors: as [`Certificates::load`]; what is in use is kept.
     pub fn reload(&self) -> Result<(), String> {
-        let built = build(&self.files);
+        let built = build(&self.files).and_then(|set| {
+            let client = match &self.client {
+                Some((auth, _)) => Some(client_auth::build(auth)?),
+                None => None,
+            };
+            Ok((set, client))
+        });
         let mut history = self.status.lock().unwrap_or_else(|p| p.into_inner());
         match built {
-            Ok(set) => {
+            Ok((set, client)) => {
                 self.set.store(Arc::new(set));
+                if let (Some((_, verifier)), Some(built)) = (&self.client, client) {
+                    verifier.install(built);
+                }
                 history.loaded_at = Some(SystemTime::now());
                 history.successes += 1;
                 history.last_error = None;
@@ -162,6 +211,14 @@ impl Certificates {
             reloads: history.successes,
             failed_reloads: history.failures,
             last_error: history.last_error.clone(),
+            client_auth: self
+                .client
+                .as_ref()
+                .map(|(auth, verifier)| ClientAuthStatus {
+                    ca: auth.ca.display().to_string(),
+                    required: auth.required,
+                    sha256: verifier.sha256(),
+                }),
         }
     }
 }

@@ -7,14 +7,17 @@
 //!
 //! - [`certs`]: loading a certificate chain and its key, the SNI resolver (which swaps its
 //!   whole set of certificates at once on a reload) and its status for the admin API.
-//! - [`watch`]: reloads when a certificate or key file changes; a broken file is reported
-//!   and the certificates in use are kept.
+//! - [`client_auth`]: client certificates verified against `tls.client_auth.ca` (the mTLS
+//!   between edges), the CA reloaded with the certificates.
+//! - [`watch`]: reloads when a certificate, key or client CA file changes; a broken file is
+//!   reported and what is in use is kept.
 //!
 //! The handshake itself runs on the worker that serves the connection (`crate::server`),
 //! bounded by `limits.header_read_timeout_ms` like a client's first request bytes.
 
 pub mod certs;
 pub mod client;
+pub mod client_auth;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -159,15 +162,13 @@ pub fn load_roots(path: &Path) -> Result<rustls::RootCertStore, String> {
 }
 
 /// The listener's rustls config: the SNI resolver over `certs`, the versions from
-/// `min_version`, client certificates verified against `client_auth`'s CA, ALPN `h2` then
-/// `http/1.1`.
+/// `min_version`, client certificates verified by `certs`' client verifier
+/// (`tls.client_auth`), ALPN `h2` then `http/1.1`.
 ///
-/// Errors: the CA file cannot be loaded (`path: reason`); the provider does not support the
-/// versions (not expected with ring).
+/// Errors: the provider does not support the versions (not expected with ring).
 pub fn server_config(
     certs: Arc<Certificates>,
     min_version: MinVersion,
-    client_auth: Option<&ClientAuth>,
 ) -> Result<Arc<rustls::ServerConfig>, String> {
     let versions: &[&rustls::SupportedProtocolVersion] = match min_version {
         MinVersion::Tls12 => &[&rustls::version::TLS13, &rustls::version::TLS12],
@@ -176,22 +177,9 @@ pub fn server_config(
     let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(versions)
         .map_err(|e| e.to_string())?;
-    let builder = match client_auth {
+    let builder = match certs.client_verifier() {
         None => builder.with_no_client_auth(),
-        Some(auth) => {
-            let roots = Arc::new(load_roots(&auth.ca)?);
-            let verifier =
-                rustls::server::WebPkiClientVerifier::builder_with_provider(roots, provider());
-            let verifier = if auth.required {
-                verifier
-            } else {
-                verifier.allow_unauthenticated()
-            };
-            let verifier = verifier
-                .build()
-                .map_err(|e| format!("{}: {e}", auth.ca.display()))?;
-            builder.with_client_cert_verifier(verifier)
-        }
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
     };
     let mut config = builder.with_cert_resolver(certs);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];

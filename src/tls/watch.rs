@@ -32,9 +32,8 @@ impl Drop for Watch {
 pub fn watch(certs: Arc<Certificates>, debounce: Duration) -> Result<Watch, String> {
     let dirs: BTreeSet<PathBuf> = certs
         .files()
-        .iter()
-        .flat_map(|f| [&f.cert, &f.key])
-        .map(|p| crate::watch::dir_of(p))
+        .into_iter()
+        .map(crate::watch::dir_of)
         .collect();
     let mut changes = Changes::watch(dirs, debounce).map_err(|e| e.to_string())?;
     let task = tokio::spawn(async move {
