@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{free_port, iuid_for, Upstream};
+use common::{iuid_for, Upstream};
 use iuid_router::tls::client::{client_config, TlsFiles};
 
 const REGIONS: [&str; 3] = ["eu", "us", "ap"];
@@ -68,34 +68,59 @@ impl Mesh {
         for name in REGIONS {
             upstreams.push(Upstream::start(name).await);
         }
-        let mut edges: Vec<Edge> = REGIONS
-            .iter()
-            .map(|name| Edge {
-                name,
-                listen: free_port(),
-                admin: free_port(),
-                child: None,
-            })
-            .collect();
         let mut mesh = Mesh {
             client: HttpsClient::new(dir.path(), true),
             dir,
             edges: Vec::new(),
             upstreams,
         };
+        // Ports are picked free and released for the processes to bind, so another test may
+        // take one first: then the mesh starts again on new ones.
+        let mut why = String::new();
+        for _attempt in 0..3 {
+            match mesh.start_edges().await {
+                Ok(edges) => {
+                    mesh.edges = edges;
+                    return mesh;
+                }
+                Err(e) => why = e,
+            }
+        }
+        panic!("the mesh did not start: {why}");
+    }
+
+    /// Starts the three edges on fresh ports; an edge that exits or does not become ready
+    /// (its own, by its table's path) within 15 s fails the attempt, with its log.
+    async fn start_edges(&self) -> Result<Vec<Edge>, String> {
+        // Held together, so that no two of them are the same port.
+        let held: Vec<std::net::TcpListener> = (0..2 * REGIONS.len())
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind"))
+            .collect();
+        let port = |i: usize| held[i].local_addr().expect("addr");
+        let mut edges: Vec<Edge> = REGIONS
+            .iter()
+            .enumerate()
+            .map(|(i, name)| Edge {
+                name,
+                listen: port(2 * i),
+                admin: port(2 * i + 1),
+                child: None,
+            })
+            .collect();
+        drop(held);
         let addrs: Vec<SocketAddr> = edges.iter().map(|e| e.listen).collect();
         for (i, edge) in edges.iter().enumerate() {
-            let edge_dir = mesh.dir.path().join(edge.name);
+            let edge_dir = self.dir.path().join(edge.name);
             std::fs::create_dir_all(&edge_dir).expect("edge dir");
             std::fs::write(edge_dir.join("router.yaml"), edge_config(edge)).expect("config");
             std::fs::write(
                 edge_dir.join("routing-table.yaml"),
-                mesh.table_for(i, "mesh-1", &owners(), &addrs),
+                self.table_for(i, "mesh-1", &owners(), &addrs),
             )
             .expect("table");
         }
         for edge in edges.iter_mut() {
-            let dir = mesh.dir.path().join(edge.name);
+            let dir = self.dir.path().join(edge.name);
             let log = std::fs::File::create(dir.join("router.log")).expect("log");
             let child = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
                 .args(["serve", "--config"])
@@ -106,17 +131,30 @@ impl Mesh {
                 .expect("start edge");
             edge.child = Some(child);
         }
-        for edge in &edges {
+        for edge in edges.iter_mut() {
+            let table = self.dir.path().join(edge.name).join("routing-table.yaml");
+            let admin = edge.admin;
             let ready = common::eventually(Duration::from_secs(15), || async {
-                reqwest::get(format!("http://{}/readyz", edge.admin))
-                    .await
-                    .is_ok_and(|r| r.status() == 200)
+                let Ok(resp) = reqwest::get(format!("http://{admin}/admin/routing-table")).await
+                else {
+                    return false;
+                };
+                let status: serde_json::Value = resp.json().await.unwrap_or_default();
+                status["source"].as_str() == table.to_str()
             })
             .await;
-            assert!(ready.is_some(), "edge {} never became ready", edge.name);
+            let exited = edge
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if ready.is_none() || exited.is_some() {
+                let log =
+                    std::fs::read_to_string(self.dir.path().join(edge.name).join("router.log"))
+                        .unwrap_or_default();
+                return Err(format!("edge {} did not start: {log}", edge.name));
+            }
         }
-        mesh.edges = edges;
-        mesh
+        Ok(edges)
     }
 
     /// Edge `me`'s table: its own region to its upstream, the others to their edges.
