@@ -246,7 +246,11 @@ $("login-form").addEventListener("submit", async (ev) => {
 
 $("lookup-form").addEventListener("submit", (ev) => {
   ev.preventDefault();
-  lookup($("id").value).catch(() => {});
+  lookup($("id").value).catch((e) => {
+    if (!(e instanceof Unauthorized)) {
+      $("readings").replaceChildren(el("p", { class: "error" }, "Lookup failed: " + e.message));
+    }
+  });
 });
 
 $("reload").addEventListener("click", async () => {
