@@ -5,8 +5,9 @@
 //! Kubernetes ConfigMap or Secret update (a `..data` symlink swap) and cert-manager renewals
 //! are only seen there. Reads are not changes: the inotify watch also reports opens and
 //! read-only closes, and counting those made every reload (which reads the file) trigger the
-//! next one. A burst of events (an editor's save is several) folds into one reload,
-//! [`Changes::debounce`] after its first event.
+//! next one. A burst of events (an editor's save is several) folds into one reload, the
+//! debounce after its first event. [`on_change`] runs a reload for each burst until its
+//! [`Watch`] is dropped.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -34,7 +35,7 @@ impl std::error::Error for WatchError {}
 
 /// Debounced changes in some directories: [`Changes::next`] resolves once per burst.
 /// Dropping it stops watching.
-pub struct Changes {
+struct Changes {
     _watcher: RecommendedWatcher,
     rx: mpsc::Receiver<()>,
     debounce: Duration,
@@ -69,7 +70,7 @@ impl Changes {
     /// Watches `dirs` (not recursively).
     ///
     /// Errors: a directory cannot be watched.
-    pub fn watch(
+    fn watch(
         dirs: impl IntoIterator<Item = PathBuf>,
         debounce: Duration,
     ) -> Result<Changes, WatchError> {
@@ -103,12 +104,46 @@ impl Changes {
     }
 
     /// Waits for the next burst of changes and its debounce; `None` if the watch ended.
-    pub async fn next(&mut self) -> Option<()> {
+    async fn next(&mut self) -> Option<()> {
         self.rx.recv().await?;
         tokio::time::sleep(self.debounce).await;
         while self.rx.try_recv().is_ok() {}
         Some(())
     }
+}
+
+/// A running watch: dropping it stops watching and reloading.
+#[derive(Debug)]
+pub struct Watch {
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Watches `dirs` and awaits `reload()` after each debounced burst of changes, one at a time.
+/// Must be called inside a tokio runtime.
+///
+/// Errors: a directory cannot be watched.
+pub fn on_change<F, Fut>(
+    dirs: impl IntoIterator<Item = PathBuf>,
+    debounce: Duration,
+    mut reload: F,
+) -> Result<Watch, WatchError>
+where
+    F: FnMut() -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = ()> + Send,
+{
+    let mut changes = Changes::watch(dirs, debounce)?;
+    let task = tokio::spawn(async move {
+        while changes.next().await.is_some() {
+            reload().await;
+        }
+    });
+    Ok(Watch { task })
 }
 
 #[cfg(test)]

@@ -10,21 +10,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::LiveTable;
-use crate::watch::Changes;
 
-pub use crate::watch::WatchError;
-
-/// Keeps the watch alive; dropping it stops watching.
-#[derive(Debug)]
-pub struct Watch {
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self._task.abort();
-    }
-}
+pub use crate::watch::{Watch, WatchError};
 
 /// Starts watching `live`'s file; changes reload it within `debounce` plus a reload's time.
 /// Must be called inside a tokio runtime.
@@ -32,13 +19,13 @@ impl Drop for Watch {
 /// Errors: the file's directory cannot be watched.
 pub fn watch(live: Arc<LiveTable>, debounce: Duration) -> Result<Watch, WatchError> {
     let dir = crate::watch::dir_of(live.path());
-    let mut changes = Changes::watch([dir.clone()], debounce)?;
-    let task = tokio::spawn(async move {
-        while changes.next().await.is_some() {
-            // Errors are logged and recorded by the reload itself.
+    let watch = crate::watch::on_change([dir.clone()], debounce, move || {
+        let live = live.clone();
+        // Errors are logged and recorded by the reload itself.
+        async move {
             let _ = live.reload().await;
         }
-    });
+    })?;
     tracing::info!(dir = %dir.display(), "watching the routing table's directory");
-    Ok(Watch { _task: task })
+    Ok(watch)
 }

@@ -12,19 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::Certificates;
-use crate::watch::Changes;
 
-/// Keeps the watch alive; dropping it stops watching.
-#[derive(Debug)]
-pub struct Watch {
-    _task: tokio::task::JoinHandle<()>,
-}
-
-impl Drop for Watch {
-    fn drop(&mut self) {
-        self._task.abort();
-    }
-}
+pub use crate::watch::Watch;
 
 /// Starts watching the directories of `certs`' files; must be called inside a tokio runtime.
 ///
@@ -35,16 +24,21 @@ pub fn watch(certs: Arc<Certificates>, debounce: Duration) -> Result<Watch, Stri
         .into_iter()
         .map(crate::watch::dir_of)
         .collect();
-    let mut changes = Changes::watch(dirs, debounce).map_err(|e| e.to_string())?;
-    let task = tokio::spawn(async move {
-        while changes.next().await.is_some() {
-            match certs.reload() {
+    let watch = crate::watch::on_change(dirs, debounce, move || {
+        let certs = certs.clone();
+        async move {
+            // Reading and parsing PEM files is blocking work: off the runtime's threads.
+            let reloaded = tokio::task::spawn_blocking(move || certs.reload())
+                .await
+                .unwrap_or_else(|e| Err(format!("reload task failed: {e}")));
+            match reloaded {
                 Ok(()) => tracing::info!("TLS certificates reloaded"),
                 Err(e) => {
                     tracing::error!(error = %e, "TLS certificates not reloaded; the ones in use are kept")
                 }
             }
         }
-    });
-    Ok(Watch { _task: task })
+    })
+    .map_err(|e| e.to_string())?;
+    Ok(watch)
 }
