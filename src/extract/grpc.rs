@@ -2,20 +2,70 @@
 //! without the schema from the protobuf wire format.
 //!
 //! `field: 1` is field 1 of the message; `field: 2.1` is field 1 of the message in field 2.
-//! The field must be length-delimited (a `string` or `bytes`, or the enclosing message); its
-//! first occurrence is taken. The message framing is the gRPC HTTP/2 protocol's: a 1-byte
+//! The field must be length-delimited (a `string` or `bytes`, or the enclosing message). It is
+//! read as the service's protobuf decoder reads it, so that the router and the service agree
+//! on the entity: the last occurrence wins, and occurrences of an embedded message merge. The message framing is the gRPC HTTP/2 protocol's: a 1-byte
 //! compressed flag, a 4-byte big-endian length, the message.
 
 use serde::Deserialize;
 
-/// `field:` as written: a number, or a dotted path of numbers.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(untagged)]
+/// `field:` as written: a number (`field: 1`), or a dotted path of numbers, bare
+/// (`field: 2.1`, which YAML would read as a float) or quoted (`field: "2.1"`).
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FieldSpec {
     /// `field: 1`.
     Number(u32),
-    /// `field: "2.1"`.
+    /// `field: 2.1` or `field: "2.1"`, as its text.
     Path(String),
+}
+
+impl<'de> Deserialize<'de> for FieldSpec {
+    /// Asks for the scalar's text, so that `2.10` stays field 10 of field 2 (as a float it
+    /// would be 2.1). Errors: anything but a scalar number or string.
+    fn deserialize<D: serde::Deserializer<'de>>(de: D) -> Result<Self, D::Error> {
+        de.deserialize_str(FieldVisitor)
+    }
+}
+
+struct FieldVisitor;
+
+impl serde::de::Visitor<'_> for FieldVisitor {
+    type Value = FieldSpec;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("a protobuf field number such as 1, or a path of them such as 2.1")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<FieldSpec, E> {
+        Ok(match text.trim().parse::<u32>() {
+            Ok(n) => FieldSpec::Number(n),
+            Err(_) => FieldSpec::Path(text.to_owned()),
+        })
+    }
+
+    fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<FieldSpec, E> {
+        u32::try_from(n).map(FieldSpec::Number).map_err(|_| {
+            E::custom(format!(
+                "{n} is not a protobuf field number (1 to 536870911)"
+            ))
+        })
+    }
+
+    fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<FieldSpec, E> {
+        u64::try_from(n)
+            .map_err(|_| {
+                E::custom(format!(
+                    "{n} is not a protobuf field number (1 to 536870911)"
+                ))
+            })
+            .and_then(|n| self.visit_u64(n))
+    }
+
+    /// Only reached through a deserializer that does not keep the scalar's text; the float's
+    /// shortest text is then the path.
+    fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<FieldSpec, E> {
+        Ok(FieldSpec::Path(n.to_string()))
+    }
 }
 
 /// A compiled `grpc:` route.
@@ -32,7 +82,7 @@ pub struct GrpcRoute {
 impl FieldSpec {
     /// The field numbers, outer first.
     ///
-    /// Errors: a part that is not a field number (1 to 2^29 − 1).
+    /// Errors: a part that is not a field number (1 to 2^29 − 1), or an empty part.
     pub fn path(&self) -> Result<Vec<u32>, String> {
         let check = |n: u32| {
             if (1..(1 << 29)).contains(&n) {
@@ -75,18 +125,51 @@ pub fn declared_len(buf: &[u8]) -> Option<usize> {
     Some(u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize)
 }
 
-/// The bytes of the length-delimited field at `path` in a protobuf `message`.
+/// How deep messages may nest before the reader gives up (protobuf's own decoders stop at
+/// 100, e.g. prost's `RECURSION_LIMIT`).
+const MAX_DEPTH: usize = 100;
+
+/// The bytes of the length-delimited field at `path` in a protobuf `message`, read as a
+/// protobuf decoder reads it (protobuf language guide, "Updating a message type" and
+/// encoding: "Last one wins"): of a field that occurs several times the last occurrence
+/// wins, and the occurrences of an embedded message merge, so `2.1` is field 1 of every
+/// occurrence of field 2 taken together, the last one found winning. Fields of other numbers,
+/// groups included, are skipped.
 ///
-/// Errors: the message is not valid wire format, or has no such field, or the field is not
-/// length-delimited.
+/// Errors: the message is not valid wire format (cut short, a varint over 10 bytes, an
+/// unmatched group end), a field on the path has a wire type other than length-delimited,
+/// or no occurrence holds the field.
 pub fn field<'m>(message: &'m [u8], path: &[u32]) -> Result<&'m [u8], String> {
+    match last(message, path, 0)? {
+        Some(found) => Ok(found),
+        None => Err(format!("no field {} in the message", path_text(path))),
+    }
+}
+
+/// `path` as written in the config (`2.1`).
+pub fn path_text(path: &[u32]) -> String {
+    let parts: Vec<String> = path.iter().map(u32::to_string).collect();
+    parts.join(".")
+}
+
+/// The last occurrence of `path` in `message`, `None` if no occurrence has it.
+fn last<'m>(message: &'m [u8], path: &[u32], depth: usize) -> Result<Option<&'m [u8]>, String> {
     let Some((&want, inner)) = path.split_first() else {
-        return Ok(message);
+        return Ok(Some(message));
     };
+    if depth >= MAX_DEPTH {
+        return Err(format!("messages nested more than {MAX_DEPTH} deep"));
+    }
+    let mut found = None;
     let mut at = 0usize;
     while at < message.len() {
         let key = varint(message, &mut at)?;
         let (number, wire) = (key >> 3, key & 7);
+        if number == u64::from(want) && wire != 2 {
+            return Err(format!(
+                "field {want} is not a string, bytes or message field (wire type {wire})"
+            ));
+        }
         match wire {
             0 => {
                 varint(message, &mut at)?;
@@ -98,19 +181,46 @@ pub fn field<'m>(message: &'m [u8], path: &[u32]) -> Result<&'m [u8], String> {
                     .map_err(|_| "a length too large".to_owned())?;
                 let end = skip(message, at, len)?;
                 if number == u64::from(want) {
-                    return field(&message[at..end], inner);
+                    // Merged occurrences: one without the inner field leaves the value found
+                    // in an earlier one.
+                    if let Some(value) = last(&message[at..end], inner, depth + 1)? {
+                        found = Some(value);
+                    }
                 }
                 at = end;
             }
-            _ => return Err(format!("wire type {wire} (groups are not read)")),
-        }
-        if number == u64::from(want) && wire != 2 {
-            return Err(format!(
-                "field {want} is not a string, bytes or message field"
-            ));
+            3 => at = skip_group(message, at, number, depth)?,
+            _ => return Err(format!("wire type {wire} where a field was expected")),
         }
     }
-    Err(format!("no field {want} in the message"))
+    Ok(found)
+}
+
+/// Skips a group whose start (field `number`, wire type 3) was just read, up to and past its
+/// matching end.
+fn skip_group(message: &[u8], mut at: usize, number: u64, depth: usize) -> Result<usize, String> {
+    if depth >= MAX_DEPTH {
+        return Err(format!("groups nested more than {MAX_DEPTH} deep"));
+    }
+    loop {
+        let key = varint(message, &mut at)?;
+        let (inner, wire) = (key >> 3, key & 7);
+        match wire {
+            0 => {
+                varint(message, &mut at)?;
+            }
+            1 => at = skip(message, at, 8)?,
+            5 => at = skip(message, at, 4)?,
+            2 => {
+                let len = usize::try_from(varint(message, &mut at)?)
+                    .map_err(|_| "a length too large".to_owned())?;
+                at = skip(message, at, len)?;
+            }
+            3 => at = skip_group(message, at, inner, depth + 1)?,
+            4 if inner == number => return Ok(at),
+            _ => return Err(format!("wire type {wire} inside group {number}")),
+        }
+    }
 }
 
 fn skip(message: &[u8], at: usize, n: usize) -> Result<usize, String> {

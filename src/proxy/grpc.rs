@@ -31,7 +31,10 @@ pub async fn read_id<'r, 'q>(
     let mut ended = false;
     while grpc::first_message(&buf).is_none() {
         if grpc::declared_len(&buf).is_some_and(|len| len > limit) {
-            return Err(Problem::PayloadTooLarge { limit });
+            return Err(Problem::PayloadTooLarge {
+                what: crate::problem::LimitedBody::GrpcMessage,
+                limit,
+            });
         }
         match tokio::time::timeout(idle, body.frame()).await {
             Err(_) => {
@@ -54,7 +57,10 @@ pub async fn read_id<'r, 'q>(
     }
     // A message that arrived whole in one frame is checked here.
     if grpc::declared_len(&buf).is_some_and(|len| len > limit) {
-        return Err(Problem::PayloadTooLarge { limit });
+        return Err(Problem::PayloadTooLarge {
+            what: crate::problem::LimitedBody::GrpcMessage,
+            limit,
+        });
     }
     let read = buf.freeze();
     let id = match grpc::first_message(&read) {
@@ -65,7 +71,7 @@ pub async fn read_id<'r, 'q>(
             .map_err(|e| {
                 format!(
                     "the first message has no id at field {}: {e}",
-                    path_text(&route.field)
+                    grpc::path_text(&route.field)
                 )
             }),
     }
@@ -80,11 +86,4 @@ pub async fn read_id<'r, 'q>(
         scheme: &route.scheme,
     };
     Ok((Extraction::Id(token, RouteKind::Grpc), body))
-}
-
-fn path_text(path: &[u32]) -> String {
-    path.iter()
-        .map(u32::to_string)
-        .collect::<Vec<_>>()
-        .join(".")
 }
