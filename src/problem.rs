@@ -46,8 +46,12 @@ pub enum Problem {
         /// `(id, region)` in request order.
         ids: Vec<(String, String)>,
     },
-    /// A GraphQL body over `limits.graphql_body_bytes` (413).
+    /// A body the router must read whole over its limit (413; `RESOURCE_EXHAUSTED` for gRPC):
+    /// a GraphQL body over `limits.graphql_body_bytes`, a gRPC first message over
+    /// `limits.grpc_message_bytes`.
     PayloadTooLarge {
+        /// Which body it was.
+        what: LimitedBody,
         /// The limit, in bytes.
         limit: usize,
     },
@@ -111,6 +115,32 @@ pub enum Problem {
 /// The methods a `405` lists in `Allow` (RFC 9110 §15.5.6): every one but `CONNECT`.
 const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
 
+/// A body the router reads whole before routing, named in its 413.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitedBody {
+    /// A GraphQL request body (`limits.graphql_body_bytes`).
+    GraphqlBody,
+    /// A gRPC call's first message (`limits.grpc_message_bytes`).
+    GrpcMessage,
+}
+
+impl LimitedBody {
+    /// As the problem's detail names it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitedBody::GraphqlBody => "the GraphQL body",
+            LimitedBody::GrpcMessage => "the gRPC call's first message",
+        }
+    }
+
+    fn title(self) -> &'static str {
+        match self {
+            LimitedBody::GraphqlBody => "GraphQL body too large",
+            LimitedBody::GrpcMessage => "gRPC message too large",
+        }
+    }
+}
+
 impl Problem {
     /// The problem for an id (`text`, as sent) the table could not resolve: malformed (400,
     /// naming the id and the route kind) or owned by no region (404).
@@ -165,7 +195,7 @@ impl Problem {
             Problem::RegionConflict { .. } => {
                 ("ids-in-several-regions", "Ids owned by different regions")
             }
-            Problem::PayloadTooLarge { .. } => ("payload-too-large", "GraphQL body too large"),
+            Problem::PayloadTooLarge { what, .. } => ("payload-too-large", what.title()),
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
             Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
@@ -216,8 +246,8 @@ impl Problem {
                     listed.join(", ")
                 )
             }
-            Problem::PayloadTooLarge { limit } => {
-                format!("the GraphQL body is over the {limit}-byte limit")
+            Problem::PayloadTooLarge { what, limit } => {
+                format!("{} is over the {limit}-byte limit", what.as_str())
             }
             Problem::Loop(LoopReason::SeenRegion) => {
                 "the request's Via already names this router's region".to_owned()

@@ -382,3 +382,42 @@ fn the_tls_example_checks_and_a_missing_certificate_is_reported_at_its_entry() {
         "{err}"
     );
 }
+
+/// SPEC §12 writes `field: 2.1` bare, which YAML reads as a float: it is the field path 2.1
+/// (and `2.10` field 10 of field 2, not the float 2.1), as is the quoted form; anything else
+/// is refused with where it is and what a field path looks like.
+#[test]
+fn check_reads_a_bare_grpc_field_path_and_refuses_other_shapes() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: x\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ncountries:\n  1: eu\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let path = dir.path().join("router.yaml");
+    let config = |field: &str| {
+        format!("listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - grpc: /orders.v1.Orders/Get\n    field: {field}\n")
+    };
+    for ok in ["2.1", "2.10", "\"2.1\"", "'3.1.4'", "1"] {
+        std::fs::write(&path, config(ok)).expect("write");
+        let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+        assert_eq!(o.status.code(), Some(0), "field: {ok}: {}", stderr(&o));
+    }
+    for (bad, want) in [
+        ("[2, 1]", "router.yaml:6:12: "),
+        ("{ a: 1 }", "router.yaml:6:12: "),
+        ("2.x", "`2.x` is not a field path such as 2.1"),
+        ("-1", "`-1` is not a field path such as 2.1"),
+        ("0.1", "0 is not a protobuf field number"),
+    ] {
+        std::fs::write(&path, config(bad)).expect("write");
+        let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+        assert_eq!(o.status.code(), Some(1), "field: {bad}");
+        let err = stderr(&o);
+        assert!(
+            err.contains(want),
+            "field: {bad}: missing {want:?} in:\n{err}"
+        );
+        assert!(!err.contains("untagged enum"), "{err}");
+    }
+}

@@ -58,7 +58,10 @@ pub async fn read_ids(
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|n| n > limit as u64) {
-        return Err(Problem::PayloadTooLarge { limit });
+        return Err(Problem::PayloadTooLarge {
+            what: crate::problem::LimitedBody::GraphqlBody,
+            limit,
+        });
     }
     // The idle timer: a client that declares a length and stops sending is the client's
     // fault (408), not a request to hold forever.
@@ -67,7 +70,12 @@ pub async fn read_ids(
         .await
     {
         Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => return Err(Problem::PayloadTooLarge { limit }),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err(Problem::PayloadTooLarge {
+                what: crate::problem::LimitedBody::GraphqlBody,
+                limit,
+            })
+        }
         Err(e) => return Err(super::client_body_problem(&*e)),
     };
     let content_type = parts.headers.get(CONTENT_TYPE).cloned();
