@@ -17,18 +17,30 @@ const MAX_LEN: usize = 128;
 /// `[A-Za-z0-9._:-]` (what request ids are made of: UUIDs, hex, trace ids), else a fresh one
 /// (32 hex digits: a random per-process prefix and a counter). The header is set on
 /// `headers`, so it goes upstream.
+///
+/// Exactly one line goes upstream: with several `x-request-id` lines the first is judged and
+/// every line replaced by the id kept, so no unchecked line rides along behind a sane one.
 pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
-    if let Some(v) = headers.get(&HEADER) {
+    let mut lines = headers.get_all(&HEADER).iter();
+    let kept = lines.next().filter(|v| {
         let b = v.as_bytes();
         // Anything else (`/`, `%`, quotes, spaces) could forge a path or a log field
         // downstream, so it is replaced rather than passed on.
-        if !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|&c| sane(c)) {
-            return v.clone();
+        !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|&c| sane(c))
+    });
+    match (kept, lines.next()) {
+        (Some(v), None) => v.clone(),
+        (Some(v), Some(_)) => {
+            let id = v.clone();
+            headers.insert(HEADER.clone(), id.clone());
+            id
+        }
+        (None, _) => {
+            let id = make();
+            headers.insert(HEADER.clone(), id.clone());
+            id
         }
     }
-    let id = make();
-    headers.insert(HEADER.clone(), id.clone());
-    id
 }
 
 /// A byte a client's request id may hold.
