@@ -1,7 +1,11 @@
 //! Header rules of a forwarding proxy (RFC 9110 §7.6, RFC 7239; SPEC §6).
 //!
 //! - Hop-by-hop fields describe one connection, so they are removed in both directions, with
-//!   every field the `Connection` lines name (RFC 9110 §7.6.1).
+//!   every field the `Connection` lines name (RFC 9110 §7.6.1) except those the proxies
+//!   own (`Forwarded`, `X-Forwarded-*`, `Via`, the request id and trace context, credentials,
+//!   client-certificate fields), which a client must not be able to erase.
+//! - Client-certificate fields (`X-Forwarded-Client-Cert`, `X-SSL-Client-*`, …) are removed
+//!   from every request: only the router vouches for a certificate it verified.
 //! - `Via` records each proxy a message passed (RFC 9110 §7.6.3); it is also how routing
 //!   loops are caught: a request that already passed this region, or too many proxies, is
 //!   answered 508 instead of being sent round again.
@@ -54,20 +58,102 @@ const HOP_BY_HOP_LENGTHS: u32 = {
     mask
 };
 
-/// Bit `i` set when `HOP_BY_HOP[i]` is in `headers`.
-fn hop_by_hop_present(headers: &HeaderMap) -> u8 {
+/// Fields that carry a client certificate's identity, as TLS-terminating proxies set them
+/// (Envoy's `X-Forwarded-Client-Cert`, nginx's and HAProxy's `X-SSL-Client-*` conventions,
+/// RFC 9440's `Client-Cert`). Only this router may vouch for a certificate it verified, so a
+/// client's own are removed from every request (SPEC §12); with
+/// `tls.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
+const CLIENT_CERT_NAMES: [&str; 11] = [
+    "x-forwarded-client-cert",
+    "x-ssl-client-verify",
+    "x-ssl-client-cert",
+    "x-ssl-client-dn",
+    "x-ssl-client-s-dn",
+    "x-client-cert",
+    "x-client-cert-cn",
+    "x-client-verify",
+    "ssl-client-cert",
+    "client-cert",
+    "client-cert-chain",
+];
+
+/// `CLIENT_CERT_NAMES` as names, for removal.
+static CLIENT_CERT: [HeaderName; 11] = {
+    let n = CLIENT_CERT_NAMES;
+    [
+        HeaderName::from_static(n[0]),
+        HeaderName::from_static(n[1]),
+        HeaderName::from_static(n[2]),
+        HeaderName::from_static(n[3]),
+        HeaderName::from_static(n[4]),
+        HeaderName::from_static(n[5]),
+        HeaderName::from_static(n[6]),
+        HeaderName::from_static(n[7]),
+        HeaderName::from_static(n[8]),
+        HeaderName::from_static(n[9]),
+        HeaderName::from_static(n[10]),
+    ]
+};
+
+/// `X-Forwarded-Client-Cert`: the verified client certificate (Envoy's format).
+pub static X_FORWARDED_CLIENT_CERT: HeaderName = HeaderName::from_static("x-forwarded-client-cert");
+
+/// Bit `n` set when some client-certificate name is `n` bytes long (as for hop-by-hop).
+const CLIENT_CERT_LENGTHS: u32 = {
+    let mut mask = 0u32;
+    let mut i = 0;
+    while i < CLIENT_CERT_NAMES.len() {
+        mask |= 1 << CLIENT_CERT_NAMES[i].len();
+        i += 1;
+    }
+    mask
+};
+
+/// In the bits of [`hop_by_hop_present`]: some client-certificate field is present.
+const CLIENT_CERT_BIT: u8 = 1 << 7;
+
+/// Bit `i` set when `HOP_BY_HOP[i]` is in `headers`; with `requests`, [`CLIENT_CERT_BIT`]
+/// set when a client-certificate field is. The same pass over the names finds both.
+fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u8 {
     let lengths = HOP_BY_HOP_LENGTHS;
+    let certs = if requests { CLIENT_CERT_LENGTHS } else { 0 };
     let mut present = 0u8;
     for name in headers.keys() {
         let len = name.as_str().len();
-        if len >= 32 || lengths & (1 << len) == 0 {
+        if len >= 32 || (lengths | certs) & (1 << len) == 0 {
             continue;
         }
         if let Some(i) = HOP_BY_HOP.iter().position(|h| h == name) {
             present |= 1 << i;
+        } else if certs & (1 << len) != 0 && CLIENT_CERT.iter().any(|h| h == name) {
+            present |= CLIENT_CERT_BIT;
         }
     }
     present
+}
+
+/// Fields a `Connection` line may not nominate for removal (RFC 9110 §7.6.1 lets a sender
+/// nominate any field, but these were added or vouched for by the router or a proxy in front
+/// of it, and a client could otherwise erase, for example, the `X-Forwarded-For` chain before
+/// it): `Forwarded`, `X-Forwarded-*`, `Via`, `X-Request-Id`, the trace context, credentials
+/// and the client-certificate fields.
+fn owned_by_proxies(token: &[u8]) -> bool {
+    const OWNED: [&str; 6] = [
+        "forwarded",
+        "via",
+        "x-request-id",
+        "traceparent",
+        "tracestate",
+        "authorization",
+    ];
+    let prefixed = token.len() > 12 && token[..12].eq_ignore_ascii_case(b"x-forwarded-");
+    prefixed
+        || OWNED
+            .iter()
+            .any(|o| o.as_bytes().eq_ignore_ascii_case(token))
+        || CLIENT_CERT_NAMES
+            .iter()
+            .any(|o| o.as_bytes().eq_ignore_ascii_case(token))
 }
 
 /// `present` (from [`hop_by_hop_present`]) has `Transfer-Encoding`.
@@ -89,14 +175,15 @@ pub static X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-
 /// `X-Forwarded-Host`: the `Host` the client sent.
 pub static X_FORWARDED_HOST: HeaderName = HeaderName::from_static("x-forwarded-host");
 
-/// Removes hop-by-hop fields and the fields named in `Connection` (RFC 9110 §7.6.1).
+/// Removes hop-by-hop fields and the fields named in `Connection` (RFC 9110 §7.6.1), but
+/// never one the proxies own (`owned_by_proxies`).
 ///
 /// One pass over the names (standard names compare as integers) finds which hop-by-hop
 /// fields are present, usually none or just `Connection`; only those are removed, each
 /// removal being a hash and a probe. Names listed in `Connection` are looked up without
 /// allocating.
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    strip_present(headers, hop_by_hop_present(headers));
+    strip_present(headers, hop_by_hop_present(headers, false));
 }
 
 /// [`strip_hop_by_hop`] with the fields present already known.
@@ -117,7 +204,7 @@ fn strip_present(headers: &mut HeaderMap, present: u8) {
                 let listed = HOP_BY_HOP
                     .iter()
                     .any(|h| h.as_str().as_bytes().eq_ignore_ascii_case(token));
-                if listed || token.is_empty() {
+                if listed || token.is_empty() || owned_by_proxies(token) {
                     continue;
                 }
                 if let Ok(name) = std::str::from_utf8(token) {
@@ -128,6 +215,11 @@ fn strip_present(headers: &mut HeaderMap, present: u8) {
     }
     for (i, name) in HOP_BY_HOP.iter().enumerate() {
         if present & (1 << i) != 0 {
+            headers.remove(name);
+        }
+    }
+    if present & CLIENT_CERT_BIT != 0 {
+        for name in &CLIENT_CERT {
             headers.remove(name);
         }
     }
@@ -277,7 +369,7 @@ pub struct Forwarding<'a> {
 /// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let original_host = f.original_host.cloned();
-    let present = hop_by_hop_present(headers);
+    let present = hop_by_hop_present(headers, true);
     let upgrade = if may_upgrade(present) {
         upgrade_of(headers)
     } else {
@@ -405,7 +497,7 @@ pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
 /// intermediary MUST remove it before forwarding); kept, it would announce a length the body
 /// as forwarded does not have, and the client would get a complete-looking, truncated answer.
 pub fn rewrite_response(status: http::StatusCode, headers: &mut HeaderMap, via: &HeaderValue) {
-    let present = hop_by_hop_present(headers);
+    let present = hop_by_hop_present(headers, false);
     if has_transfer_encoding(present) {
         headers.remove(http::header::CONTENT_LENGTH);
     }
