@@ -268,6 +268,32 @@ async fn a_changed_certificate_is_served_and_a_broken_one_is_not() {
         .await
         .expect("still served");
     assert_eq!(h.leaf, new_leaf);
+
+    // Well-formed PEM around a certificate that does not parse: the certificate file is
+    // named, not the key file beside it.
+    let tls_error = || async {
+        let status: serde_json::Value = reqwest::get(router.admin_url("/admin/tls"))
+            .await
+            .expect("admin")
+            .json()
+            .await
+            .expect("json");
+        status["last_error"].as_str().unwrap_or_default().to_owned()
+    };
+    let before = tls_error().await;
+    std::fs::write(
+        certs.join("localhost.pem"),
+        "-----BEGIN CERTIFICATE-----\nMAMCAQE=\n-----END CERTIFICATE-----\n",
+    )
+    .expect("write");
+    let changed = common::eventually(Duration::from_secs(3), || async {
+        tls_error().await != before
+    })
+    .await;
+    let last = tls_error().await;
+    assert!(changed.is_some(), "the new failure is reported: {last}");
+    assert!(last.contains("localhost.pem: "), "{last}");
+    assert!(!last.contains("localhost-key.pem"), "{last}");
     let metrics = reqwest::get(router.admin_url("/metrics"))
         .await
         .expect("metrics")

@@ -16,6 +16,7 @@ use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use rustls::server::{ClientHello, ResolvesServerCert};
 use rustls::sign::CertifiedKey;
+use rustls::InconsistentKeys;
 use serde::Serialize;
 use sha2::{Digest, Sha256};
 
@@ -298,7 +299,24 @@ fn load_pair(
         .map(|b| format!("{b:02x}"))
         .collect();
     let key = PrivateKeyDer::from_pem_file(&files.key).map_err(|e| at(&files.key, &e))?;
-    let key = CertifiedKey::from_der(chain, key, provider).map_err(|e| at(&files.key, &e))?;
+    let signer = provider
+        .key_provider
+        .load_private_key(key)
+        .map_err(|e| at(&files.key, &e))?;
+    // What `CertifiedKey::from_der` does, but each failure names the file at fault: a
+    // certificate that does not parse is the certificate file's, not the key file's.
+    let key = CertifiedKey::new(chain, signer);
+    match key.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(rustls::Error::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+            return Err(format!(
+                "{}: the key does not match the certificate in {}",
+                files.key.display(),
+                files.cert.display()
+            ))
+        }
+        Err(e) => return Err(at(&files.cert, &e)),
+    }
     Ok(Loaded {
         key: Arc::new(key),
         sha256,
