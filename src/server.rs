@@ -49,6 +49,12 @@ pub async fn serve(
     let limits = proxy.config().limits;
     let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
     let send_timeout = proxy.config().timeouts.idle();
+    let forward_client_cert = proxy
+        .config()
+        .tls
+        .as_ref()
+        .and_then(|t| t.client_auth.as_ref())
+        .is_some_and(|c| c.forward_client_cert == crate::tls::ForwardClientCert::Set);
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -87,12 +93,7 @@ pub async fn serve(
                 continue;
             }
         };
-        // Per connection, so that a request clones a handle no other thread touches.
-        let addr = match tls {
-            Some(_) => ClientAddr::with_tls(client),
-            None => ClientAddr::new(client),
-        };
-        let conn = Arc::new((proxy.clone(), addr));
+        let proxy = proxy.clone();
         let builder = builder.clone();
         let draining = draining_rx.clone();
         let open = open_tx.clone();
@@ -106,16 +107,21 @@ pub async fn serve(
                     return;
                 }
             };
-            let service = service_fn(move |req| {
-                let conn = conn.clone();
-                async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
-            });
+            // Per connection, so that a request clones a handle no other thread touches.
+            let service = |addr: ClientAddr| {
+                let conn = Arc::new((proxy, addr));
+                service_fn(move |req| {
+                    let conn = conn.clone();
+                    async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
+                })
+            };
             let Some(acceptor) = tls else {
                 if !protocol_announced(&stream, header_timeout).await {
                     tracing::debug!(%client, "nothing sent within the header read timeout; closed");
                     return;
                 }
                 let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
+                let service = service(ClientAddr::new(client));
                 return serve_connection(&builder, io, service, draining, client).await;
             };
             let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
@@ -131,8 +137,16 @@ pub async fn serve(
                     return;
                 }
             };
+            let mut addr = ClientAddr::with_tls(client);
+            if forward_client_cert {
+                let (_, session) = stream.get_ref();
+                addr.client_cert = session
+                    .peer_certificates()
+                    .and_then(|chain| chain.first())
+                    .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
+            }
             let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
-            serve_connection(&builder, io, service, draining, client).await
+            serve_connection(&builder, io, service(addr), draining, client).await
         });
     }
     drop(listener);

@@ -412,6 +412,20 @@ async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certifi
     };
     assert_eq!(get(vec![]).await.0, "200", "no certificate: let in");
     assert_eq!(get(cert(&certs)).await.0, "200", "the CA's certificate");
+    // Without `forward_client_cert: set` the upstream is told nothing of the certificate,
+    // and a client cannot tell it either.
+    let mut forged = cert(&certs);
+    forged.extend([
+        "-H".to_owned(),
+        "X-Forwarded-Client-Cert: Hash=00".to_owned(),
+    ]);
+    assert_eq!(get(forged).await.0, "200");
+    let got = upstream.last();
+    assert!(
+        !got.headers.contains_key("x-forwarded-client-cert"),
+        "{:?}",
+        got.headers
+    );
     let (code, err) = get(cert(&foreign)).await;
     assert_ne!(code, "200", "another CA's certificate is refused: {err}");
 
@@ -525,4 +539,152 @@ async fn a_rotated_client_ca_takes_effect_without_a_restart() {
     .await;
     assert!(reported.is_some(), "the broken CA is reported");
     assert_eq!(with(&new).await.0, "200", "the CA in use is kept");
+}
+
+/// `forward_client_cert: set` on an mTLS listener: the upstream gets the verified
+/// certificate in `X-Forwarded-Client-Cert`, Envoy's format (hash of the DER, RFC 4514
+/// subject, SAN URI and DNS), and never what a client wrote in that field or in the
+/// `X-SSL-Client-*` ones; a client without a certificate gets none.
+#[tokio::test]
+async fn forward_client_cert_set_vouches_for_the_verified_certificate_only() {
+    let upstream = Upstream::start("eu").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    common::make_certs(&certs, false, &["localhost"]);
+    // A client certificate with an organisation, a URI and a DNS name, signed by the CA.
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(&certs)
+            .output()
+            .expect("openssl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "genpkey",
+        "-algorithm",
+        "EC",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-out",
+        "edge-key.pem",
+    ]);
+    openssl(&[
+        "req",
+        "-new",
+        "-key",
+        "edge-key.pem",
+        "-subj",
+        "/O=Example, Inc./CN=edge-eu",
+        "-out",
+        "edge.csr",
+    ]);
+    std::fs::write(
+        certs.join("edge.ext"),
+        "subjectAltName=URI:spiffe://mesh/edge/eu,DNS:edge-eu\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("ext");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "edge.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca-key.pem",
+        "-CAcreateserial",
+        "-days",
+        "2",
+        "-extfile",
+        "edge.ext",
+        "-out",
+        "edge.pem",
+    ]);
+
+    let table = common::lettered_table("xfcc", &[&[upstream.url()]]);
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .extra(&format!(
+            "tls:\n  certificates: [ {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }} ]\n  client_auth: {{ ca: {c}/ca.pem, required: false, forward_client_cert: set }}\n",
+            c = certs.display()
+        ))
+        .yaml();
+    let router_dir = tempfile::tempdir().expect("tempdir");
+    common::write(&router_dir, "routing-table.yaml", &table);
+    let router = Router::start_in(router_dir, &config).await;
+    let port = router.addr.port();
+    let get = |with_cert: bool| {
+        let mut args = vec![
+            "-sS".to_owned(),
+            "--max-time".into(),
+            "10".into(),
+            "--cacert".into(),
+            certs.join("ca.pem").display().to_string(),
+            "--resolve".into(),
+            format!("localhost:{port}:127.0.0.1"),
+            "-o".into(),
+            "/dev/null".into(),
+            "-w".into(),
+            "%{http_code}".into(),
+            "-H".into(),
+            "X-Forwarded-Client-Cert: Hash=forged;Subject=\"CN=admin\"".into(),
+            "-H".into(),
+            "X-SSL-Client-Verify: SUCCESS".into(),
+            "-H".into(),
+            "X-Client-Cert-CN: admin".into(),
+        ];
+        if with_cert {
+            for a in ["--cert", "edge.pem", "--key", "edge-key.pem"] {
+                args.push(if a.ends_with(".pem") {
+                    certs.join(a).display().to_string()
+                } else {
+                    a.to_owned()
+                });
+            }
+        }
+        args.push(format!(
+            "https://localhost:{port}/v1/orders/{}",
+            iuid_for(1)
+        ));
+        curl(args)
+    };
+
+    let (code, err) = get(true).await;
+    assert_eq!(code, "200", "{err}");
+    let got = upstream.last();
+    let hash: String = {
+        use sha2::Digest;
+        sha2::Sha256::digest(leaf(&certs.join("edge.pem")))
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    let xfcc: Vec<_> = got
+        .headers
+        .get_all("x-forwarded-client-cert")
+        .iter()
+        .collect();
+    assert_eq!(
+        xfcc,
+        [&format!(
+            "Hash={hash};Subject=\"CN=edge-eu,O=Example\\, Inc.\";URI=spiffe://mesh/edge/eu;DNS=edge-eu"
+        )],
+    );
+    assert!(!got.headers.contains_key("x-ssl-client-verify"));
+    assert!(!got.headers.contains_key("x-client-cert-cn"));
+
+    let (code, err) = get(false).await;
+    assert_eq!(code, "200", "{err}");
+    let got = upstream.last();
+    assert!(
+        !got.headers.contains_key("x-forwarded-client-cert"),
+        "no certificate, no field: {:?}",
+        got.headers
+    );
 }

@@ -321,6 +321,9 @@ pub struct ClientAddr {
     /// Whether the client spoke TLS to this router: `X-Forwarded-Proto` and `Forwarded:
     /// proto=` then say `https` (SPEC §12).
     pub tls: bool,
+    /// `X-Forwarded-Client-Cert` for the certificate the client presented, when
+    /// `tls.client_auth.forward_client_cert: set` (made once per connection).
+    pub client_cert: Option<HeaderValue>,
 }
 
 impl ClientAddr {
@@ -346,6 +349,7 @@ impl ClientAddr {
                 .unwrap_or(HeaderValue::from_static("unknown")),
             forwarded_for: forwarded_for.into(),
             tls: false,
+            client_cert: None,
         }
     }
 }
@@ -416,6 +420,10 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     }
 
     headers.append(VIA, f.via.clone());
+    // A client's own client-certificate fields were removed above.
+    if let Some(cert) = &f.client.client_cert {
+        headers.insert(&X_FORWARDED_CLIENT_CERT, cert.clone());
+    }
 
     if f.preserve_host {
         if let Some(host) = original_host {

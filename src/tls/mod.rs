@@ -18,6 +18,7 @@
 pub mod certs;
 pub mod client;
 pub mod client_auth;
+pub mod peer;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -51,6 +52,24 @@ pub struct ClientAuthSpec {
     /// `false`: one without is let in; a client that presents one must still pass.
     #[serde(default = "required_by_default")]
     pub required: bool,
+    /// What the upstream is told of the client's certificate.
+    #[serde(default)]
+    pub forward_client_cert: ForwardClientCert,
+}
+
+/// `tls.client_auth.forward_client_cert` (named after Envoy's setting): client-certificate
+/// fields a client sends are removed from every request whatever this says
+/// (`proxy::headers`); this decides whether the router then vouches for the certificate
+/// it verified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ForwardClientCert {
+    /// Tell the upstream nothing (the default).
+    #[default]
+    Sanitize,
+    /// Set `X-Forwarded-Client-Cert` from the verified certificate (`peer.rs`, Envoy's
+    /// format); a client without a certificate (`required: false`) gets none.
+    Set,
 }
 
 fn required_by_default() -> bool {
@@ -64,6 +83,8 @@ pub struct ClientAuth {
     pub ca: PathBuf,
     /// Whether a client must present a certificate.
     pub required: bool,
+    /// Whether the upstream is told of the certificate.
+    pub forward_client_cert: ForwardClientCert,
 }
 
 /// One certificate of `tls.certificates`.
@@ -135,6 +156,7 @@ impl TlsSpec {
             client_auth: self.client_auth.as_ref().map(|c| ClientAuth {
                 ca: base.join(&c.ca),
                 required: c.required,
+                forward_client_cert: c.forward_client_cert,
             }),
         }
     }
