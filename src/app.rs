@@ -153,12 +153,15 @@ impl App {
                 table: table.clone(),
                 draining: draining.clone(),
                 tls: tls.as_ref().map(|t| t.certs.clone()),
-                token_file: config.admin_token_file.clone(),
+                admin: config.admin.clone(),
                 regions: Some(regions.clone()),
                 rates: Some(admin::rates::Rates::spawn(regions.clone())),
             };
             tokio::spawn(async move {
-                if let Err(e) = axum::serve(admin, admin::router(state)).await {
+                // With each client's address, for the admin token throttle.
+                let service = admin::router(state)
+                    .into_make_service_with_connect_info::<std::net::SocketAddr>();
+                if let Err(e) = axum::serve(admin, service).await {
                     tracing::error!(error = %e, "admin API stopped");
                 }
             });

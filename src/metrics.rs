@@ -52,8 +52,10 @@ pub const LEGACY_CACHE: &str = "iuid_router_legacy_cache_total";
 pub const TLS_RELOADS: &str = "iuid_router_tls_reloads_total";
 /// TLS handshakes that did not complete, by `reason` (`timeout`, `error`).
 pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_total";
-/// Admin requests refused (SPEC §13), by `reason` (`unauthorized`: no or a wrong token;
-/// `foreign_origin`: a state change from another origin). A rising count is someone guessing.
+/// Admin requests refused (SPEC §13), by `reason` (`unauthorized`: no or a wrong token, or
+/// an ended session; `foreign_origin`: a state change from another origin;
+/// `host_not_allowed`: a tokenless admin asked for another `Host`, as DNS rebinding does;
+/// `throttled`: too many wrong tokens from the address). A rising count is someone guessing.
 pub const ADMIN_REFUSALS: &str = "iuid_router_admin_refusals_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
@@ -186,7 +188,7 @@ pub fn tls_handshake_failure(reason: &'static str) {
     ::metrics::counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(1);
 }
 
-/// Counts one refused admin request (`reason`: `unauthorized` or `foreign_origin`).
+/// Counts one refused admin request (`reason`: see [`ADMIN_REFUSALS`]).
 pub fn admin_refusal(reason: &'static str) {
     handle();
     ::metrics::counter!(ADMIN_REFUSALS, "reason" => reason).increment(1);

@@ -94,6 +94,14 @@ pub enum Problem {
     Unauthorized(&'static str),
     /// A state-changing admin request from another origin (403, SPEC §13).
     ForeignOrigin,
+    /// A request to a tokenless admin API for a `Host` it does not serve (403, SPEC §13:
+    /// DNS rebinding).
+    HostNotAllowed,
+    /// Too many wrong admin tokens from the client's address (429, with `Retry-After`).
+    TooManyAttempts {
+        /// How long until the next attempt is looked at.
+        retry_after: std::time::Duration,
+    },
     /// A gRPC call whose first message holds no readable id (400; gRPC 3).
     GrpcInvalid(String),
     /// A method other than `GET` on a `fanout:` route (405, `Allow: GET`).
@@ -174,7 +182,8 @@ impl Problem {
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             Problem::BadParameter(_) | Problem::GrpcInvalid(_) => StatusCode::BAD_REQUEST,
             Problem::Unauthorized(_) => StatusCode::UNAUTHORIZED,
-            Problem::ForeignOrigin => StatusCode::FORBIDDEN,
+            Problem::ForeignOrigin | Problem::HostNotAllowed => StatusCode::FORBIDDEN,
+            Problem::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
         }
@@ -216,6 +225,8 @@ impl Problem {
             Problem::GrpcInvalid(_) => ("invalid-grpc", "No id in the gRPC message"),
             Problem::Unauthorized(_) => ("unauthorized", "Admin token required"),
             Problem::ForeignOrigin => ("foreign-origin", "Cross-origin request refused"),
+            Problem::HostNotAllowed => ("host-not-allowed", "Host not served"),
+            Problem::TooManyAttempts { .. } => ("too-many-attempts", "Too many wrong tokens"),
             Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
         }
@@ -281,6 +292,13 @@ impl Problem {
             Problem::ForeignOrigin => {
                 "a state-changing request from another origin is refused".to_owned()
             }
+            Problem::HostNotAllowed => "an admin API without admin.token_file answers only to \
+                Host 127.0.0.1, localhost, [::1] and admin.allowed_hosts"
+                .to_owned(),
+            Problem::TooManyAttempts { retry_after } => format!(
+                "too many wrong tokens from this address: try again in {} s",
+                retry_after.as_millis().div_ceil(1000).max(1)
+            ),
             Problem::GetOnly => "a fan-out route answers GET only".to_owned(),
             Problem::RegionsFailed { regions } => {
                 let listed: Vec<String> =
@@ -354,7 +372,9 @@ impl Problem {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET"));
         }
-        if let Problem::Unavailable { retry_after, .. } = &self {
+        if let Problem::Unavailable { retry_after, .. } | Problem::TooManyAttempts { retry_after } =
+            &self
+        {
             // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
             let secs = retry_after.as_millis().div_ceil(1000).max(1);
             if let Ok(v) = HeaderValue::from_str(&secs.to_string()) {

@@ -7,7 +7,7 @@ use std::process::Command;
 
 use common::{client, iuid_for, ConfigYaml, Router, Upstream};
 
-const TOKEN: &str = "s3cret-admin-token";
+const TOKEN: &str = "s3cret-admin-token-of-32-chars-xx";
 
 async fn router() -> (Router, Upstream) {
     let up = Upstream::start("eu").await;
@@ -213,7 +213,12 @@ async fn a_cross_origin_state_change_is_refused() {
 #[tokio::test]
 async fn a_new_token_in_the_file_takes_effect_at_once() {
     let (router, _up) = router().await;
-    std::fs::write(router.dir.path().join("admin-token"), "rotated-token\n").expect("write");
+    let rotated = "rotated-admin-token-of-32-chars-x";
+    std::fs::write(
+        router.dir.path().join("admin-token"),
+        format!("{rotated}\n"),
+    )
+    .expect("write");
     let old = send(
         &router,
         "GET",
@@ -226,7 +231,7 @@ async fn a_new_token_in_the_file_takes_effect_at_once() {
         &router,
         "GET",
         "/metrics",
-        &[("authorization", "Bearer rotated-token")],
+        &[("authorization", &format!("Bearer {rotated}"))],
     )
     .await;
     assert_eq!(new.status(), 200);

@@ -16,7 +16,7 @@ use common::{client, free_port, url, ConfigYaml, Router, Upstream};
 use fantoccini::{Client, ClientBuilder, Locator};
 use hyper_util::client::legacy::connect::HttpConnector;
 
-const TOKEN: &str = "console-test-token";
+const TOKEN: &str = "console-test-token-of-32-chars-xx";
 
 /// One browser at a time.
 static TURN: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

@@ -32,7 +32,11 @@ fn every_overlay_config_and_table_pass_check() {
         ] {
             std::fs::copy(certs.join(from), etc.join("tls").join(to)).expect("copy");
         }
-        std::fs::write(etc.join("admin/token"), "t0ken\n").expect("token");
+        std::fs::write(
+            etc.join("admin/token"),
+            "t0ken-of-32-characters-for-check\n",
+        )
+        .expect("token");
         let config_dir = etc.join("config");
         std::fs::create_dir_all(&config_dir).expect("config dir");
         let prefix = format!("{}/", etc.display());

@@ -13,8 +13,8 @@
 //! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
 //! | `GET /admin/rates` | requests and 5xx per region over the last minute |
 //! | `GET /` | the support console, a page that reads the routes above (`console`) |
-//! | `POST /admin/login` | the console's login: sets the session cookie (`auth`) |
-//! | `POST /admin/logout` | clears the session cookie |
+//! | `POST /admin/login` | the console's login: opens a session, sets its cookie (`auth`) |
+//! | `POST /admin/logout` | ends the session, clears its cookie |
 //! | `GET /admin/tls` | the listener's certificates (file, names, SHA-256) and their reloads; 404 without `tls:` |
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -30,6 +30,7 @@ use serde_json::json;
 pub mod auth;
 mod console;
 pub mod rates;
+pub mod sessions;
 
 use crate::inspect::{self, InspectError};
 use crate::problem::Problem;
@@ -44,9 +45,9 @@ pub struct AdminState {
     pub draining: Arc<AtomicBool>,
     /// The listener's certificates, with `tls:`.
     pub tls: Option<Arc<crate::tls::Certificates>>,
-    /// `admin.token_file`: every route but `/healthz` and `/readyz` then needs its token
-    /// (`auth`).
-    pub token_file: Option<std::path::PathBuf>,
+    /// `admin:`: with a token file every route but `/healthz` and `/readyz` needs its token;
+    /// without one, only loopback and allowed `Host` names are served (`auth`).
+    pub admin: crate::config::AdminSettings,
     /// The regions' runtime, for `/admin/upstreams`.
     pub regions: Option<Arc<crate::upstream::regions::Regions>>,
     /// Per-region rates, sampled from `regions`.
@@ -55,11 +56,11 @@ pub struct AdminState {
 
 /// The admin API's routes.
 pub fn router(state: AdminState) -> Router {
-    let token_file = state.token_file.clone();
+    let access = auth::Access::new(state.admin.clone());
     let login = Router::new()
         .route("/admin/login", post(auth::login))
         .route("/admin/logout", post(auth::logout))
-        .with_state(token_file.clone());
+        .with_state(access.clone());
     Router::new()
         .route("/", get(console::page))
         .route("/console.js", get(console::script))
@@ -76,10 +77,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/decode/{id}", get(decode_all))
         .with_state(state)
         .merge(login)
-        .layer(axum::middleware::from_fn_with_state(
-            token_file,
-            auth::require,
-        ))
+        .layer(axum::middleware::from_fn_with_state(access, auth::require))
 }
 
 async fn readyz(State(s): State<AdminState>) -> Response {

@@ -13,7 +13,10 @@ use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::{RouteSpec, Routes};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 
+mod admin;
 mod policy;
+
+pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
 
 pub use policy::{
     CheckPolicy, HealthPolicy, Legacy, LegacyCache, Limits, RetryPolicy, Timeouts, DEFAULT_BACKLOG,
@@ -61,15 +64,7 @@ struct ConfigFile {
     #[serde(default)]
     tls: Option<crate::tls::TlsSpec>,
     #[serde(default)]
-    admin: Option<AdminSpec>,
-}
-
-/// `admin:` (SPEC §13).
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AdminSpec {
-    /// A file holding the admin API's bearer token (relative to the config file).
-    token_file: String,
+    admin: Option<admin::AdminSpec>,
 }
 
 /// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
@@ -178,9 +173,8 @@ pub struct RouterConfig {
     pub legacy: Legacy,
     /// The owner cache of `legacy: probe`.
     pub legacy_cache: LegacyCache,
-    /// The file holding the admin API's bearer token (SPEC §13), resolved against the
-    /// config's directory; read again on every check, so a new token takes effect at once.
-    pub admin_token_file: Option<PathBuf>,
+    /// `admin:`: the admin API's token file, sessions and allowed hosts (SPEC §13).
+    pub admin: AdminSettings,
     /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
@@ -360,21 +354,8 @@ impl RouterConfig {
         let base = source.path.parent().unwrap_or(Path::new("."));
         let routing_table = base.join(&file.routing_table);
         let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
-        let admin_token_file = file.admin.as_ref().map(|a| base.join(&a.token_file));
-        if let Some(path) = &admin_token_file {
-            match std::fs::read_to_string(path) {
-                Ok(text) if !text.trim().is_empty() => {}
-                Ok(_) => errors.push(source.error_at(
-                    &[key("admin"), key("token_file")],
-                    format!("the token file {} is empty", path.display()),
-                )),
-                Err(e) => errors.push(source.error_at(
-                    &[key("admin"), key("token_file")],
-                    format!("cannot read the token file {}: {e}", path.display()),
-                )),
-            }
-        }
-        if let (Some(addr), None) = (admin_listen, &admin_token_file) {
+        let admin = admin::settings(file.admin.as_ref(), base, source, &mut errors);
+        if let (Some(addr), None) = (admin_listen, &admin.token_file) {
             if !addr.ip().is_loopback() {
                 errors.push(source.error_at(
                     &[key("admin_listen")],
@@ -431,7 +412,7 @@ impl RouterConfig {
                 legacy: file.legacy,
                 legacy_cache: file.legacy_cache,
                 tls,
-                admin_token_file,
+                admin,
                 scheme_uses: SchemeUses {
                     uses,
                     table: routing_table,
