@@ -1,6 +1,6 @@
 //! The routing table (SPEC §5): which region owns an id.
 //!
-//! The file ([`model`]) is validated and compiled once per load ([`load`]) into a
+//! The file ([`model`]) is validated and compiled once per load (`load`) into a
 //! [`RoutingTable`] whose [`RoutingTable::resolve`] is a couple of array reads: every
 //! (country, service_entity) pair — 65 536 of them — is mapped at load to a *plan*: the
 //! overrides with a time predicate that could still match it, in order, then the decision that

@@ -1,7 +1,7 @@
 //! The routing table file as written (SPEC §5), before validation.
 //!
 //! Types here are deliberately loose (ids as integers, URLs and timestamps as text) so that one
-//! pass of [`super::load`] can report every semantic error with its position, instead of
+//! pass of `super::load` can report every semantic error with its position, instead of
 //! stopping at the first like serde does. Only unknown keys and wrong YAML shapes stop parsing.
 
 use std::fmt;

@@ -4,7 +4,7 @@
 //! a health record. Separate pools mean a slow or dead upstream cannot hold up another
 //! region's requests. There is one pool per worker thread (`crate::workers`), so a pooled
 //! connection is only ever used by the thread whose event loop drives it; the pools are ours,
-//! on `hyper::client::conn` ([`pool`]). States live in a [`Registry`] keyed by
+//! on `hyper::client::conn` (`pool`). States live in a [`Registry`] keyed by
 //! authority, so a routing-table reload keeps the warm connections and the health of the
 //! upstreams that stay.
 //!
