@@ -167,6 +167,7 @@ async fn router(token: bool) -> (Router, Upstream, Upstream) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
 async fn the_page_asks_for_the_token_once_and_keeps_it_in_an_http_only_cookie() {
     let _turn = TURN.lock().await;
     let (router, _a, _c) = router(true).await;
@@ -219,6 +220,7 @@ async fn the_page_asks_for_the_token_once_and_keeps_it_in_an_http_only_cookie() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
 async fn an_id_of_each_region_shows_its_owner_and_creation_time() {
     let _turn = TURN.lock().await;
     let (router, a, c) = router(false).await;
@@ -259,6 +261,7 @@ async fn an_id_of_each_region_shows_its_owner_and_creation_time() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
 async fn an_invalid_id_shows_why() {
     let _turn = TURN.lock().await;
     let (router, _a, _c) = router(false).await;
@@ -291,6 +294,7 @@ async fn an_invalid_id_shows_why() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
 async fn an_ejected_upstream_shows_as_ejected_without_reloading_the_page() {
     let _turn = TURN.lock().await;
     let (router, _a, _c) = router(false).await;
