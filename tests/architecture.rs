@@ -1,7 +1,8 @@
 //! The module layout ARCHITECTURE.md describes, checked against the code: which top-level
 //! module of `src/` uses which (`crate::<module>` paths in code, comments left out), no import
 //! cycle between them, and the routing table and the config never reaching into upstream
-//! runtime (issue 13: routing yields a name; backend state lives elsewhere).
+//! runtime (issue 13: routing yields a name; backend state lives elsewhere). Inside a
+//! module, its files (`upstream::budget`, `upstream::health`, …) have no cycle either.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -113,4 +114,108 @@ fn the_table_and_the_config_use_nothing_of_upstream_runtime() {
     // The data path reads upstream runtime; upstream reads the table, not the other way.
     assert!(graph["upstream"].contains("table"));
     assert!(graph["proxy"].contains("upstream"));
+}
+
+/// The module path of a file of `src/`: `src/upstream/budget.rs` → `upstream::budget`,
+/// `src/extract/graphql/mod.rs` → `extract::graphql`.
+fn module_path(src: &Path, file: &Path) -> Vec<String> {
+    let rel = file.strip_prefix(src).expect("under src");
+    let mut parts: Vec<String> = rel
+        .components()
+        .map(|c| {
+            c.as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_owned()
+        })
+        .collect();
+    if parts.last().is_some_and(|p| p == "mod") {
+        parts.pop();
+    }
+    parts
+}
+
+/// Submodule → the sibling submodules (same parent) its code names, through `super::x`,
+/// `self::x` or `crate::parent::x`. Parent and child are left out: a parent declares its
+/// children, and children use what their parent defines.
+fn inner_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let modules: BTreeSet<Vec<String>> = files.iter().map(|f| module_path(&src, f)).collect();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for file in &files {
+        let me = module_path(&src, file);
+        if me.len() < 2 {
+            continue;
+        }
+        let parent = &me[..me.len() - 1];
+        let is_mod_rs = file.ends_with("mod.rs");
+        let text = std::fs::read_to_string(file).expect("read file");
+        let uses = graph.entry(me.join("::")).or_default();
+        // A file's unit tests (its last item, by convention) may use any sibling.
+        for line in text.lines().take_while(|l| l.trim() != "#[cfg(test)]") {
+            let code = line.split("//").next().unwrap_or_default();
+            for (prefix, base) in [
+                ("super::", parent.to_vec()),
+                (
+                    "self::",
+                    if is_mod_rs {
+                        me.clone()
+                    } else {
+                        parent.to_vec()
+                    },
+                ),
+                ("crate::", Vec::new()),
+            ] {
+                for (at, _) in code.match_indices(prefix) {
+                    // `super::` inside `crate::x::super::` and the like do not occur; a
+                    // `self::` after `super::` is the same module.
+                    if at > 0 && code[..at].ends_with(|c: char| c.is_alphanumeric() || c == '_') {
+                        continue;
+                    }
+                    let rest = &code[at + prefix.len()..];
+                    let mut path = base.clone();
+                    for seg in rest.split("::") {
+                        let seg: String = seg
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect();
+                        if seg.is_empty() {
+                            break;
+                        }
+                        path.push(seg);
+                        if !modules.contains(&path) {
+                            path.pop();
+                            break;
+                        }
+                    }
+                    // A sibling: same parent, another module.
+                    if path.len() == me.len() && path[..path.len() - 1] == *parent && path != me {
+                        uses.insert(path.join("::"));
+                    }
+                }
+            }
+        }
+    }
+    graph
+}
+
+#[test]
+fn no_import_cycle_between_the_files_of_a_module() {
+    let graph = inner_graph();
+    assert!(
+        graph
+            .get("upstream::regions")
+            .is_some_and(|u| u.contains("upstream::budget")),
+        "the sibling graph is read: {graph:?}"
+    );
+    for module in graph.keys() {
+        let cycle = cycle_from(&graph, module, &mut vec![module.clone()]);
+        assert!(
+            cycle.is_none(),
+            "import cycle: {}",
+            cycle.unwrap_or_default().join(" → ")
+        );
+    }
 }

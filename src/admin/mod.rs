@@ -110,7 +110,7 @@ async fn table_summary(State(s): State<AdminState>) -> Response {
 /// Requests and 5xx per region over the last minute (SPEC §13).
 async fn region_rates(State(s): State<AdminState>) -> Response {
     let list = match (&s.rates, &s.regions) {
-        (Some(rates), Some(regions)) => rates.report(regions, crate::upstream::health::now_ms()),
+        (Some(rates), Some(regions)) => rates.report(regions, crate::clock::now_ms()),
         _ => Vec::new(),
     };
     Json(json!({ "window_s": rates::WINDOW.as_secs(), "regions": list })).into_response()
@@ -122,7 +122,7 @@ async fn upstreams(State(s): State<AdminState>) -> Response {
         return Json(json!({ "regions": [] })).into_response();
     };
     let routing = regions.current();
-    let now = crate::upstream::health::now_ms();
+    let now = crate::clock::now_ms();
     let list: Vec<serde_json::Value> = routing
         .all()
         .map(|(_, region)| {

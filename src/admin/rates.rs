@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::upstream::health::now_ms;
+use crate::clock::now_ms;
 use crate::upstream::regions::Regions;
 
 /// How often the totals are sampled.

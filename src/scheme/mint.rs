@@ -1,8 +1,6 @@
 //! Minting ids of every kind (SPEC §10: `mint` makes valid ids for tests and demos). Services
 //! mint their own ids; these exist so that a table can be tried end to end.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use super::guid_shard::Guid;
 use super::uniqid_shard::Uniqid;
 use super::Kind;
@@ -38,18 +36,12 @@ impl std::fmt::Display for MintError {
 
 impl std::error::Error for MintError {}
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// `count` ids of `kind` made from `spec`, as text, each distinct.
 ///
 /// Errors: a `uniqid_shard` digit at or over `total_shards`, a composite key that is not
 /// 1–128 characters of `[A-Za-z0-9._-]`, a snowflake field the layout does not have.
 pub fn mint(kind: &Kind, spec: &MintSpec, count: u64) -> Result<Vec<String>, MintError> {
-    let at = spec.at_ms.unwrap_or_else(now_ms);
+    let at = spec.at_ms.unwrap_or_else(crate::clock::unix_ms);
     let mut out = Vec::with_capacity(count.min(1 << 16) as usize);
     match kind {
         Kind::Iuid => {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::config::RetryPolicy;
 
-use super::health::now_ms;
+use crate::clock::now_ms;
 
 /// Tokens are counted in thousandths.
 const UNIT: u64 = 1000;

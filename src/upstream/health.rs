@@ -16,26 +16,18 @@
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
-use std::time::Instant;
+use std::sync::Arc;
 
 use crate::config::HealthPolicy;
 
 use super::regions::Upstream;
 
-/// Milliseconds on a process-wide monotonic clock.
-pub fn now_ms() -> u64 {
-    static START: OnceLock<Instant> = OnceLock::new();
-    START.get_or_init(Instant::now).elapsed().as_millis() as u64
-}
+use crate::clock::now_ms;
 
 /// RFC 3339 text of the wall-clock time `ms` from now: [`now_ms`] is monotonic, so reports
 /// for people convert through the system clock.
 fn wall_clock_in(ms: u64) -> String {
-    let epoch_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    crate::table::rfc3339_ms(epoch_ms + ms)
+    crate::table::rfc3339_ms(crate::clock::unix_ms() + ms)
 }
 
 /// One upstream's health record.

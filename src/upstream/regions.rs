@@ -246,7 +246,7 @@ mod tests {
         assert_eq!(after.table.version, "v2");
         let eu_after = after.region(RegionId(0));
         assert_eq!(eu_after.name, "eu");
-        let now = health::now_ms();
+        let now = crate::clock::now_ms();
         assert!(
             !eu_after.upstreams[0].state.health.available(now),
             "still ejected after the reload"
