@@ -60,8 +60,8 @@ pub const RECENT_RELOADS: usize = 10;
 pub struct ReloadRecord {
     /// When it ended (RFC 3339).
     pub at: String,
-    /// `installed`, `unchanged` (same bytes) or `refused`.
-    pub outcome: &'static str,
+    /// What the reload did; JSON `installed`, `unchanged` (same bytes) or `refused`.
+    pub outcome: ReloadRecordOutcome,
     /// The version serving after it.
     pub version: String,
     /// Every error of a refused reload, as `file:line:column: message`.
@@ -69,8 +69,20 @@ pub struct ReloadRecord {
     pub errors: Vec<String>,
 }
 
+/// A reload as [`ReloadRecord`] lists it: what [`ReloadOutcome`] says, or refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReloadRecordOutcome {
+    /// A new table is serving.
+    Installed,
+    /// The file's bytes had not changed.
+    Unchanged,
+    /// The table had errors; the last good one keeps serving.
+    Refused,
+}
+
 impl TableStatus {
-    fn record(&mut self, outcome: &'static str, errors: Vec<String>) {
+    fn record(&mut self, outcome: ReloadRecordOutcome, errors: Vec<String>) {
         if self.recent_reloads.len() == RECENT_RELOADS {
             self.recent_reloads.pop_back();
         }
@@ -251,7 +263,7 @@ impl LiveTable {
             None => {
                 let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
                 st.last_reload_error = None;
-                st.record("unchanged", Vec::new());
+                st.record(ReloadRecordOutcome::Unchanged, Vec::new());
                 Ok(ReloadOutcome::Unchanged)
             }
             Some(Ok(table)) => {
@@ -280,7 +292,7 @@ impl LiveTable {
                 st.content_sha256 = hash;
                 st.last_reload_error = None;
                 st.reloads += 1;
-                st.record("installed", Vec::new());
+                st.record(ReloadRecordOutcome::Installed, Vec::new());
                 Ok(ReloadOutcome::Installed)
             }
             Some(Err(errors)) => Err(self.refuse(errors)),
@@ -292,7 +304,7 @@ impl LiveTable {
         tracing::error!(errors = %errors, "routing table reload refused; the previous table keeps serving");
         let mut st = self.status.lock().unwrap_or_else(|p| p.into_inner());
         let listed: Vec<String> = errors.0.iter().map(ToString::to_string).collect();
-        st.record("refused", listed.clone());
+        st.record(ReloadRecordOutcome::Refused, listed.clone());
         st.last_reload_error = Some(ReloadError {
             at: now_rfc3339(),
             errors: listed,
