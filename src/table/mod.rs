@@ -15,6 +15,7 @@ mod live;
 mod load;
 pub mod model;
 mod schemes;
+mod schemes_load;
 mod summary;
 pub mod watch;
 
