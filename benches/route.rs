@@ -6,8 +6,9 @@ use std::path::PathBuf;
 
 use criterion::{criterion_group, criterion_main, Criterion};
 use iuid::Iuid;
+use iuid_router::config::RouteEntries;
 use iuid_router::extract::graphql::plan::ParseLimits;
-use iuid_router::extract::{RouteSpec, Routes};
+use iuid_router::proxy::route::{Extraction, Routes};
 use iuid_router::scheme::iuid::IuidKey;
 use iuid_router::scheme::Key;
 use iuid_router::source::Source;
@@ -38,15 +39,12 @@ const LIMITS: ParseLimits = ParseLimits {
     depth: 64,
 };
 
-fn route(path: &str) -> RouteSpec {
-    RouteSpec {
-        path: Some(path.into()),
-        graphql: None,
-        persisted_id_variables: None,
-        header: None,
-        ..RouteSpec::default()
-    }
-}
+const ROUTES: &str = "\
+routes:
+  - path: /v1/orders/{id}
+  - path: /v1/orders/{id}/{*rest}
+  - header: x-entity-id
+";
 
 fn bench(c: &mut Criterion) {
     let table = load_source(&Source {
@@ -54,21 +52,12 @@ fn bench(c: &mut Criterion) {
         text: TABLE.into(),
     })
     .expect("table");
-    let routes = Routes::new(
-        &[
-            route("/v1/orders/{id}"),
-            route("/v1/orders/{id}/{*rest}"),
-            RouteSpec {
-                path: None,
-                graphql: None,
-                persisted_id_variables: None,
-                header: Some("x-entity-id".into()),
-                ..RouteSpec::default()
-            },
-        ],
-        LIMITS,
-    )
-    .expect("routes");
+    let entries = RouteEntries::of(&Source {
+        path: PathBuf::from("router.yaml"),
+        text: ROUTES.into(),
+    })
+    .expect("routes: is a list");
+    let routes = Routes::compile(&entries, LIMITS, "bench.yaml".as_ref()).expect("routes");
 
     let kz_migrated = Iuid::from_fields(1_700_000_000_000, 1, 1, 42);
     let us_order = Iuid::from_fields(1_800_000_000_000, 2, 1, 42);
@@ -91,7 +80,7 @@ fn bench(c: &mut Criterion) {
     });
     c.bench_function("extract+resolve/path", |b| {
         b.iter(|| match routes.extract(black_box(&parts)) {
-            iuid_router::extract::Extraction::Id(token, _) => table
+            Extraction::Id(token, _) => table
                 .resolve_text(token.scheme, &token.text)
                 .ok()
                 .map(|(_, d)| d),

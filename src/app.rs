@@ -12,6 +12,7 @@ use tokio::net::TcpListener;
 
 use crate::admin::{self, AdminState};
 use crate::config::RouterConfig;
+use crate::proxy::route::Routes;
 use crate::proxy::Proxy;
 use crate::server;
 use crate::source::SourceErrors;
@@ -23,6 +24,8 @@ use crate::upstream::Registry;
 /// Why the router could not start or stopped with an error.
 #[derive(Debug)]
 pub enum StartError {
+    /// A route of the config is invalid (every error, with file:line:column).
+    Routes(SourceErrors),
     /// The routing table is invalid (every error, with file:line:column).
     Table(SourceErrors),
     /// A listener could not be bound, or the worker threads could not start.
@@ -36,7 +39,7 @@ pub enum StartError {
 impl std::fmt::Display for StartError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StartError::Table(e) => write!(f, "{e}"),
+            StartError::Routes(e) | StartError::Table(e) => write!(f, "{e}"),
             StartError::Io(e) => write!(f, "{e}"),
             StartError::Watch(e) => write!(f, "{e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
@@ -56,6 +59,7 @@ impl From<std::io::Error> for StartError {
 #[derive(Debug)]
 pub struct App {
     config: RouterConfig,
+    routes: Routes,
     table: Arc<LiveTable>,
     regions: Arc<Regions>,
     tls: Option<Tls>,
@@ -72,13 +76,15 @@ impl App {
     /// Loads the routing table `config` names and sets up the upstream runtime. Call inside a
     /// tokio runtime (active health checks start with their upstreams).
     ///
-    /// Errors: the table is invalid ([`StartError::Table`]).
+    /// Errors: a route is invalid ([`StartError::Routes`]), the table is invalid
+    /// ([`StartError::Table`]).
     pub fn new(config: RouterConfig) -> Result<App, StartError> {
         // The recorder first, so that the first load is counted too.
         crate::metrics::handle();
         let table = Arc::new(LiveTable::load(&config.routing_table).map_err(StartError::Table)?);
         // Routes name schemes the table declares; a table without one is never installed.
-        let uses = config.scheme_uses.clone();
+        let routes = Routes::for_config(&config).map_err(StartError::Routes)?;
+        let uses = routes.scheme_uses().clone();
         table
             .require(move |t| uses.check(&t.scheme_names(), &t.timeless_schemes()))
             .map_err(StartError::Table)?;
@@ -101,6 +107,7 @@ impl App {
         };
         Ok(App {
             config,
+            routes,
             table,
             regions,
             tls,
@@ -126,6 +133,7 @@ impl App {
     ) -> Result<(), StartError> {
         let App {
             config,
+            routes,
             table,
             regions,
             tls,
@@ -172,7 +180,7 @@ impl App {
 
         let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
         let grace = Duration::from_millis(config.shutdown.grace_ms);
-        let proxy = Arc::new(Proxy::new(Arc::new(config), regions));
+        let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions));
         let begin_drain = async move {
             shutdown.await;
             draining.store(true, Ordering::Relaxed);

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use iuid_router::app::App;
 use iuid_router::config::{LogFormat, RouterConfig};
+use iuid_router::proxy::route::Routes;
 use iuid_router::scheme::mint::MintSpec;
 use iuid_router::scheme::{Kind, IUID};
 use iuid_router::source::SourceErrors;
@@ -210,19 +211,35 @@ where
     }
 }
 
-/// Loads config and table, or every error found in both (the table is checked even when
-/// the config has errors, if the config names it).
-fn load(config_path: &Path) -> Result<(RouterConfig, RoutingTable), SourceErrors> {
+/// Loads config, routes and table, or every error found in them (the routes and the table
+/// are checked even when the config has errors, if they can be read).
+fn load(config_path: &Path) -> Result<(RouterConfig, Routes, RoutingTable), SourceErrors> {
     match RouterConfig::load(config_path) {
         Ok(config) => {
-            let table = load_file(&config.routing_table)?;
+            let routes = Routes::for_config(&config);
+            let table = load_file(&config.routing_table);
+            let (routes, table) = match (routes, table) {
+                (Ok(routes), Ok(table)) => (routes, table),
+                (routes, table) => {
+                    let mut errors = routes.err().map(|e| e.0).unwrap_or_default();
+                    errors.extend(table.err().map(|e| e.0).unwrap_or_default());
+                    return Err(SourceErrors(errors));
+                }
+            };
             // Across the two files: every scheme a route names is declared in the table.
-            config
-                .scheme_uses
+            routes
+                .scheme_uses()
                 .check(&table.scheme_names(), &table.timeless_schemes())?;
-            Ok((config, table))
+            Ok((config, routes, table))
         }
         Err(mut errors) => {
+            if let Some(entries) = RouterConfig::routes_of(config_path) {
+                let limits = iuid_router::config::Limits::default().parse_limits();
+                let table = RouterConfig::table_path_of(config_path).unwrap_or_default();
+                if let Err(more) = Routes::compile(&entries, limits, &table) {
+                    errors.0.extend(more.0);
+                }
+            }
             if let Some(table) = RouterConfig::table_path_of(config_path) {
                 if let Err(more) = load_file(&table) {
                     errors.0.extend(more.0);
@@ -240,13 +257,13 @@ async fn serve(config: RouterConfig) -> Result<(), Box<dyn std::error::Error>> {
 
 fn check(config_path: &Path) -> ExitCode {
     match load(config_path) {
-        Ok((config, table)) => {
+        Ok((config, routes, table)) => {
             println!(
                 "{}: ok (listen {}, region {}, {} routes)",
                 config_path.display(),
                 config.listen,
                 config.region,
-                config.routes.len()
+                routes.len()
             );
             println!(
                 "{}: ok (version {}, {} regions, {} countries, {} services, {} overrides, default region {})",
@@ -284,7 +301,7 @@ fn print_json(v: &serde_json::Value) -> ExitCode {
 /// The routing table of `config`, if one is given; errors are printed (exit 1).
 fn load_table_of(config: Option<&Path>) -> Result<Option<RoutingTable>, ExitCode> {
     match config.map(load).transpose() {
-        Ok(loaded) => Ok(loaded.map(|(_, t)| t)),
+        Ok(loaded) => Ok(loaded.map(|(_, _, t)| t)),
         Err(errors) => {
             eprintln!("{errors}");
             Err(ExitCode::FAILURE)
@@ -318,7 +335,7 @@ fn decode(scheme: &str, id: &str, config: Option<&Path>) -> ExitCode {
 }
 
 fn resolve(config: &Path, scheme: &str, id: &str) -> ExitCode {
-    let (_, table) = match load(config) {
+    let (_, _, table) = match load(config) {
         Ok(loaded) => loaded,
         Err(errors) => {
             eprintln!("{errors}");

@@ -201,16 +201,9 @@ pub fn legacy_cache(hit: bool) {
     ::metrics::counter!(LEGACY_CACHE, "result" => result).increment(1);
 }
 
-/// Label values of [`REQUESTS`]' `route`, in [`RegionMetrics`] index order: the route kinds,
-/// then `none`.
-const ROUTES: [Option<RouteKind>; 6] = [
-    Some(RouteKind::Path),
-    Some(RouteKind::Header),
-    Some(RouteKind::Graphql),
-    Some(RouteKind::Fanout),
-    Some(RouteKind::Grpc),
-    None,
-];
+/// How many values [`REQUESTS`]' `route` label takes: the route kinds, in [`RegionMetrics`]
+/// index order (`RouteKind::ALL`'s), then `none`.
+const ROUTES: usize = RouteKind::ALL.len() + 1;
 
 fn route_label(route: Option<RouteKind>) -> &'static str {
     route.map_or("none", RouteKind::as_str)
@@ -302,7 +295,7 @@ fn class_index(status: u16) -> usize {
 pub struct RegionMetrics {
     /// The region name: a metric label and log field, shared rather than copied.
     pub label: Arc<str>,
-    requests: [[OnceLock<Counter>; 5]; ROUTES.len()],
+    requests: [[OnceLock<Counter>; 5]; ROUTES],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
     /// Answered requests and those answered 5xx, readable (Prometheus handles are not) for
@@ -339,14 +332,8 @@ impl RegionMetrics {
     /// Counts one answered request, by the kind of route that found its id (`None`: no
     /// route matched) and its status class.
     pub fn request(&self, route: Option<RouteKind>, status: u16) {
-        let r = match route {
-            Some(RouteKind::Path) => 0,
-            Some(RouteKind::Header) => 1,
-            Some(RouteKind::Graphql) => 2,
-            Some(RouteKind::Fanout) => 3,
-            Some(RouteKind::Grpc) => 4,
-            None => 5,
-        };
+        // A kind's index in `RouteKind::ALL` is its discriminant (tested there).
+        let r = route.map_or(ROUTES - 1, |kind| kind as usize);
         let c = class_index(status);
         self.answered.fetch_add(1, Ordering::Relaxed);
         if c == 4 {
@@ -355,7 +342,7 @@ impl RegionMetrics {
         self.requests[r][c]
             .get_or_init(|| {
                 handle();
-                ::metrics::counter!(REQUESTS, "route" => route_label(ROUTES[r]), "region" => self.shared_label(), "status" => CLASSES[c])
+                ::metrics::counter!(REQUESTS, "route" => route_label(route), "region" => self.shared_label(), "status" => CLASSES[c])
             })
             .increment(1);
     }

@@ -103,19 +103,43 @@ impl Source {
 
     /// Deserializes the whole document; a YAML or shape error keeps the parser's position.
     pub fn parse<T: de::DeserializeOwned>(&self) -> Result<T, SourceError> {
-        serde_yaml::from_str(&self.text).map_err(|e| {
-            let position = e.location().map(|l| (l.line(), l.column()));
-            // The message repeats "at line L column C"; the prefix already says where.
-            let mut message = e.to_string();
-            if let Some(cut) = message.find(" at line ") {
-                message.truncate(cut);
-            }
-            SourceError {
-                file: self.path.clone(),
-                position,
-                message,
-            }
+        serde_yaml::from_str(&self.text).map_err(|e| self.serde_error(&e))
+    }
+
+    /// Deserializes the node at `path` alone, from the text, so that its errors keep their
+    /// position and the YAML path from the document's root (`routes[0].field: …`), as errors
+    /// of [`Source::parse`] do. Lets a part of a file be read by the module that owns its
+    /// shape (a route by its kind) after the rest was read.
+    ///
+    /// Errors: the node's YAML or shape error, or "no such node" without position when
+    /// `path` is not in the file.
+    pub fn parse_at<T: de::DeserializeOwned>(&self, path: &[Seg]) -> Result<T, SourceError> {
+        let mut slot = None;
+        let de = serde_yaml::Deserializer::from_str(&self.text);
+        let walked = (Reader {
+            path,
+            slot: &mut slot,
         })
+        .deserialize(de);
+        match (slot, walked) {
+            (Some(value), _) => Ok(value),
+            (None, Err(e)) if !e.to_string().contains(FOUND) => Err(self.serde_error(&e)),
+            (None, _) => Err(self.error_at(path, "no such node")),
+        }
+    }
+
+    fn serde_error(&self, e: &serde_yaml::Error) -> SourceError {
+        let position = e.location().map(|l| (l.line(), l.column()));
+        // The message repeats "at line L column C"; the prefix already says where.
+        let mut message = e.to_string();
+        if let Some(cut) = message.find(" at line ") {
+            message.truncate(cut);
+        }
+        SourceError {
+            file: self.path.clone(),
+            position,
+            message,
+        }
     }
 
     /// An error at the node `path` points to (no position when the path is not in the file).
@@ -282,6 +306,83 @@ impl Finder<'_> {
     }
 }
 
+/// Walks to the node at `path` like [`Finder`], and there deserializes a `T` into `slot`;
+/// then stops the walk with the `FOUND` error.
+struct Reader<'p, 's, T> {
+    path: &'p [Seg],
+    slot: &'s mut Option<T>,
+}
+
+impl<'de, T: de::DeserializeOwned> DeserializeSeed<'de> for Reader<'_, '_, T> {
+    type Value = ();
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        if self.path.is_empty() {
+            *self.slot = Some(T::deserialize(d)?);
+            return Err(de::Error::custom(FOUND));
+        }
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de, T: de::DeserializeOwned> Visitor<'de> for Reader<'_, '_, T> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any YAML node")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        if let Some(Seg::Key(want)) = self.path.first() {
+            while let Some(key) = map.next_key::<KeyText>()? {
+                if key.0 == *want {
+                    return map.next_value_seed(Reader {
+                        path: &self.path[1..],
+                        slot: self.slot,
+                    });
+                }
+                map.next_value::<IgnoredAny>()?;
+            }
+        }
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        if let Some(Seg::Index(want)) = self.path.first() {
+            for _ in 0..*want {
+                if seq.next_element::<IgnoredAny>()?.is_none() {
+                    return Ok(());
+                }
+            }
+            return seq
+                .next_element_seed(Reader {
+                    path: &self.path[1..],
+                    slot: self.slot,
+                })
+                .map(|_| ());
+        }
+        Ok(())
+    }
+
+    fn visit_str<E: de::Error>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_bool<E: de::Error>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E: de::Error>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E: de::Error>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E: de::Error>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E: de::Error>(self) -> Result<(), E> {
+        Ok(())
+    }
+}
+
 /// A mapping key rendered as text, whatever its YAML type.
 struct KeyText(String);
 
@@ -350,5 +451,24 @@ mod tests {
         );
         assert_eq!(locate(DOC, &[key("nope")]), None);
         assert_eq!(locate(DOC, &[key("list"), Seg::Index(9)]), None);
+    }
+
+    #[test]
+    fn parses_one_node_keeping_its_position() {
+        let source = Source {
+            path: "doc.yaml".into(),
+            text: DOC.into(),
+        };
+        let k: std::collections::BTreeMap<String, String> = source
+            .parse_at(&[key("list"), Seg::Index(1)])
+            .expect("node");
+        assert_eq!(k["k"], "v");
+        let e = source
+            .parse_at::<u32>(&[key("list"), Seg::Index(1), key("k")])
+            .expect_err("not a number");
+        assert_eq!(e.position, Some((4, 10)));
+        assert!(e.message.starts_with("list[1].k: "), "{}", e.message);
+        let e = source.parse_at::<u32>(&[key("nope")]).expect_err("absent");
+        assert_eq!(e.position, None);
     }
 }

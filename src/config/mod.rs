@@ -9,8 +9,6 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::extract::graphql::plan::ParseLimits;
-use crate::extract::{RouteSpec, Routes};
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 
 mod admin;
@@ -31,8 +29,10 @@ struct ConfigFile {
     admin_listen: Option<String>,
     region: String,
     routing_table: String,
+    /// Read here for its shape only (a list); each entry by its kind, in
+    /// `crate::proxy::route`.
     #[serde(default)]
-    routes: Vec<RouteSpec>,
+    routes: Vec<serde::de::IgnoredAny>,
     #[serde(default)]
     unrouted: Unrouted,
     #[serde(default)]
@@ -142,8 +142,9 @@ pub struct RouterConfig {
     pub region: String,
     /// The routing table file, resolved against the config file's directory.
     pub routing_table: PathBuf,
-    /// Where ids are read from requests.
-    pub routes: Routes,
+    /// Where ids are read from requests: `routes:` as written, compiled by the data path's
+    /// route kinds (`crate::proxy::route`), at start and by `check`.
+    pub routes: RouteEntries,
     /// Policy for requests without an id.
     pub unrouted: Unrouted,
     /// Upstream timeouts.
@@ -178,12 +179,39 @@ pub struct RouterConfig {
     /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
-    /// Routes that name a scheme other than `iuid`, with where they name it: the routing
-    /// table must declare each (checked at start, by `check`, and before a reload installs).
-    pub scheme_uses: SchemeUses,
 }
 
-/// The schemes routes name, and where (see [`SchemeUses::check`]).
+/// The `routes:` list as written: the config file (each entry is read from it by its kind,
+/// so that errors keep their position) and how many entries it has.
+#[derive(Debug, Clone)]
+pub struct RouteEntries {
+    /// The config file.
+    pub source: Source,
+    /// How many entries `routes:` has.
+    pub len: usize,
+}
+
+impl RouteEntries {
+    /// The entries of `source`'s `routes:` (none when the key is absent).
+    ///
+    /// Errors: the file is not YAML, or `routes:` is not a list.
+    pub fn of(source: &Source) -> Result<RouteEntries, SourceError> {
+        #[derive(Deserialize)]
+        struct OnlyRoutes {
+            #[serde(default)]
+            routes: Vec<serde::de::IgnoredAny>,
+        }
+        let only: OnlyRoutes = source.parse()?;
+        Ok(RouteEntries {
+            source: source.clone(),
+            len: only.routes.len(),
+        })
+    }
+}
+
+/// The schemes routes name, and where (see [`SchemeUses::check`]): routes that name a scheme
+/// other than `iuid`. The routing table must declare each (checked at start, by `check`, and
+/// before a reload installs).
 #[derive(Debug, Clone, Default)]
 pub struct SchemeUses {
     uses: Vec<SchemeUse>,
@@ -202,6 +230,11 @@ pub struct SchemeUse {
 }
 
 impl SchemeUses {
+    /// The uses of one config's routes; `table` is the routing table's file, for messages.
+    pub fn new(uses: Vec<SchemeUse>, table: PathBuf) -> SchemeUses {
+        SchemeUses { uses, table }
+    }
+
     /// Checks that the routing table declares every scheme the routes name, and that a
     /// `fanout:` route's scheme carries a time; `defined` is the table's scheme names (`iuid`
     /// included), `timeless` those without a time.
@@ -251,6 +284,13 @@ impl RouterConfig {
         let value: serde_yaml::Value = serde_yaml::from_str(&text).ok()?;
         let table = value.get("routing_table")?.as_str()?;
         Some(path.parent().unwrap_or(Path::new(".")).join(table))
+    }
+
+    /// The `routes:` of the config at `path`, read leniently like [`Self::table_path_of`], so
+    /// that `check` reports bad routes with the config's other errors. `None` if the file
+    /// cannot be read or its `routes:` is not a list.
+    pub fn routes_of(path: &Path) -> Option<RouteEntries> {
+        RouteEntries::of(&Source::read(path).ok()?).ok()
     }
 
     /// Reads and validates the config at `path`; every error carries file:line:column.
@@ -323,32 +363,9 @@ impl RouterConfig {
             errors.push(source.error_at(&[key("timeouts")], "timeouts must be above 0 ms"));
         }
 
-        let parse_limits = ParseLimits {
-            tokens: file.limits.graphql_max_tokens,
-            depth: file.limits.graphql_max_depth,
-        };
-        let uses = file
-            .routes
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let name = r.scheme.as_deref().filter(|s| *s != crate::scheme::IUID)?;
-                Some(SchemeUse {
-                    scheme: name.to_owned(),
-                    needs_time: r.fanout.is_some(),
-                    at: source.error_at(&[key("routes"), Seg::Index(i), key("scheme")], ""),
-                })
-            })
-            .collect();
-        let routes = match Routes::new(&file.routes, parse_limits) {
-            Ok(r) => Some(r),
-            Err(bad) => {
-                for e in bad {
-                    let at = [key("routes"), Seg::Index(e.index), key(e.key)];
-                    errors.push(source.error_at(&at, e.message));
-                }
-                None
-            }
+        let routes = RouteEntries {
+            source: source.clone(),
+            len: file.routes.len(),
         };
 
         let base = source.path.parent().unwrap_or(Path::new("."));
@@ -389,13 +406,13 @@ impl RouterConfig {
             }
         }
 
-        match (listen, routes) {
-            (Some(listen), Some(routes)) if errors.is_empty() => Ok(RouterConfig {
+        match listen {
+            Some(listen) if errors.is_empty() => Ok(RouterConfig {
                 path: source.path.clone(),
                 listen,
                 admin_listen,
                 region: file.region,
-                routing_table: routing_table.clone(),
+                routing_table,
                 routes,
                 unrouted: file.unrouted,
                 timeouts: file.timeouts,
@@ -413,10 +430,6 @@ impl RouterConfig {
                 legacy_cache: file.legacy_cache,
                 tls,
                 admin,
-                scheme_uses: SchemeUses {
-                    uses,
-                    table: routing_table,
-                },
             }),
             _ => Err(SourceErrors(errors)),
         }

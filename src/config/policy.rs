@@ -100,6 +100,16 @@ impl Default for Limits {
     }
 }
 
+impl Limits {
+    /// The bounds on parsing a GraphQL document (`graphql_max_tokens`, `graphql_max_depth`).
+    pub fn parse_limits(&self) -> crate::extract::graphql::plan::ParseLimits {
+        crate::extract::graphql::plan::ParseLimits {
+            tokens: self.graphql_max_tokens,
+            depth: self.graphql_max_depth,
+        }
+    }
+}
+
 /// Outlier ejection settings (router config `health:`).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]

@@ -3,8 +3,8 @@
 //!
 //! This module holds what the route *is*: its settings as compiled from the config, and how a
 //! request's query string becomes the page it asks for (the `limit`, clamped to `max`, and the
-//! cursor). Asking the regions and merging their answers is the data path's
-//! (`crate::proxy::fanout`, `crate::fanout`).
+//! cursor). The route kind's keys, their validation and its phase (asking the regions) are
+//! `crate::proxy::route::fanout`'s; merging the answers is `crate::fanout`'s.
 
 use std::borrow::Cow;
 use std::time::Duration;

@@ -1,5 +1,5 @@
-//! The `grpc:` route (SPEC §12): the id is a field of the call's first request message, read
-//! without the schema from the protobuf wire format.
+//! The protobuf reader of `grpc:` routes (SPEC §12): the id is a field of the call's first
+//! request message, read without the schema from the protobuf wire format.
 //!
 //! `field: 1` is field 1 of the message; `field: 2.1` is field 1 of the message in field 2.
 //! The field must be length-delimited (a `string` or `bytes`, or the enclosing message). It is
@@ -66,17 +66,6 @@ impl serde::de::Visitor<'_> for FieldVisitor {
     fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<FieldSpec, E> {
         Ok(FieldSpec::Path(n.to_string()))
     }
-}
-
-/// A compiled `grpc:` route.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct GrpcRoute {
-    /// The method's path, matched exactly (`/orders.v1.Orders/GetOrder`).
-    pub path: String,
-    /// Field numbers from the outer message inwards.
-    pub field: Vec<u32>,
-    /// The scheme of the id.
-    pub scheme: String,
 }
 
 impl FieldSpec {

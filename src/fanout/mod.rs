@@ -1,8 +1,8 @@
 //! Asking several regions for one request (SPEC §11): what is done with their answers.
 //!
 //! Three features send one client request to more than one region; the requests themselves go
-//! through the upstream layer like any proxied request (`crate::proxy::fanout`,
-//! `crate::proxy::split`, `crate::proxy::probe` drive them). This module holds the pure parts
+//! through the upstream layer like any proxied request (the `fanout:` and `graphql:` route
+//! kinds in `crate::proxy::route`, and `crate::proxy::probe`, drive them). This module holds the pure parts
 //! they need, each testable without a socket:
 //!
 //! - [`merge`]: a `fanout:` list route's items, read from each region's JSON answer and merged

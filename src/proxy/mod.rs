@@ -9,13 +9,10 @@
 //! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
 mod admit;
-mod fanout;
-mod graphql;
-mod grpc;
 pub mod headers;
 mod probe;
 pub mod request_id;
-mod split;
+pub mod route;
 mod upgrade;
 
 use std::sync::Arc;
@@ -35,7 +32,7 @@ use crate::config::{Legacy, RouterConfig, Unrouted};
 use crate::error::{Blame, ErrorKind};
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
-use crate::extract::{Extraction, RouteKind};
+use crate::extract::RouteKind;
 use crate::fanout::owners::Owners;
 use crate::metrics;
 use crate::problem::Problem;
@@ -45,6 +42,7 @@ use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies}
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
+use route::{Extraction, Routes};
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
 /// timeout, or one of its own.
@@ -110,6 +108,8 @@ struct Trail {
 #[derive(Debug)]
 pub struct Proxy {
     config: Arc<RouterConfig>,
+    /// The config's `routes:`, compiled.
+    routes: Routes,
     regions: Arc<Regions>,
     via: ViaValues,
     /// Metrics of requests refused before a region was chosen (`region="none"`).
@@ -121,8 +121,9 @@ pub struct Proxy {
 }
 
 impl Proxy {
-    /// A proxy over live routing (kept in step with the table's reloads).
-    pub fn new(config: Arc<RouterConfig>, regions: Arc<Regions>) -> Proxy {
+    /// A proxy over live routing (kept in step with the table's reloads), finding ids with
+    /// `routes` ([`Routes::for_config`]).
+    pub fn new(config: Arc<RouterConfig>, routes: Routes, regions: Arc<Regions>) -> Proxy {
         let via = ViaValues::new(&config.region);
         let owners = Owners::new(
             config.legacy_cache.entries,
@@ -130,6 +131,7 @@ impl Proxy {
         );
         Proxy {
             config,
+            routes,
             regions,
             via,
             no_region: metrics::RegionMetrics::new("none"),
@@ -366,31 +368,6 @@ impl Proxy {
         Ok(Routed::Region(target, body))
     }
 
-    /// Phase 2: the id(s) in the request, from its head, or from its body for GraphQL.
-    async fn extract<'q>(
-        &self,
-        parts: &'q Parts,
-        body: Incoming,
-    ) -> Result<(Extraction<'_, 'q>, ClientBody), Problem> {
-        match self.config.routes.extract(parts) {
-            Extraction::Graphql(route) => {
-                let limit = self.config.limits.graphql_body_bytes;
-                let idle = self.config.timeouts.idle();
-                let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
-                let body = match body {
-                    Either::Left(streaming) => Either::Left(Prefixed::new(streaming)),
-                    Either::Right(bytes) => Either::Right(bytes),
-                };
-                Ok((Extraction::Ids(ids, route), body))
-            }
-            Extraction::Grpc(route) => {
-                let limit = self.config.limits.grpc_message_bytes;
-                grpc::read_id(route, body, limit, self.config.timeouts.idle()).await
-            }
-            found => Ok((found, Either::Left(Prefixed::new(body)))),
-        }
-    }
-
     /// Phase 3: the live table parses the id(s) with the route's scheme and names the region
     /// that owns them, or the `unrouted` policy applies when there is none. With
     /// `legacy: probe`, an id without routing bits comes back as canonical text too.
@@ -412,7 +389,7 @@ impl Proxy {
                 Ok((decision, legacy))
             }
             Extraction::Ids(texts, route) if !texts.is_empty() => {
-                resolve_all(table, route.scheme(), &texts).map(|d| (d, None))
+                route::resolve_all(table, route.scheme(), &texts).map(|d| (d, None))
             }
             Extraction::NoId
             | Extraction::Ids(..)
@@ -581,25 +558,4 @@ pub(crate) fn client_body_problem(e: &(dyn std::error::Error + 'static)) -> Prob
     let error = crate::upstream::body::client_error(e);
     crate::metrics::client_error(error.kind);
     Problem::Client(error)
-}
-
-/// The one region that owns every id of a GraphQL request; ids in several regions cannot be
-/// served by one upstream (SPEC §6: 400 naming the regions).
-fn resolve_all(table: &RoutingTable, scheme: &str, texts: &[Vec<u8>]) -> Result<Decision, Problem> {
-    let mut resolved = Vec::with_capacity(texts.len());
-    for text in texts {
-        let found = table
-            .resolve_text(scheme, text)
-            .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), text))?;
-        resolved.push(found);
-    }
-    let first = resolved[0].1;
-    if resolved.iter().all(|(_, d)| d.region == first.region) {
-        return Ok(first);
-    }
-    let placed = resolved
-        .iter()
-        .map(|(key, d)| (key.to_string(), table.region(d.region).name.clone()))
-        .collect();
-    Err(Problem::RegionConflict { ids: placed })
 }

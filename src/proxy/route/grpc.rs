@@ -1,27 +1,90 @@
-//! Phase 2 for `grpc:` routes (SPEC §12): read the call's first message, bounded, find the
-//! id field in it, and put what was read back in front of the rest of the stream.
+//! `grpc:` routes (SPEC §12): a gRPC method's path, matched exactly; the id is a field of
+//! the call's first request message (`field: 1`, or `2.1` inside field 2).
 //!
-//! Only the first message is buffered: a client-streaming or bidirectional call streams on
-//! after it, so the upstream sees the first message as soon as it is routed.
+//! Phase 2 reads the call's first message, bounded, finds the id field in it (the protobuf
+//! reader is `crate::extract::grpc`'s), and puts what was read back in front of the rest of
+//! the stream. Only the first message is buffered: a client-streaming or bidirectional call
+//! streams on after it, so the upstream sees the first message as soon as it is routed.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Either};
 use hyper::body::Incoming;
+use serde::Deserialize;
 
-use super::ClientBody;
-use crate::extract::grpc::{self, GrpcRoute};
-use crate::extract::{Extraction, RouteKind, Token};
+use super::{scheme_or_default, Extraction, Kind, Route, RouteError, Token};
+use crate::extract::graphql::plan::ParseLimits;
+use crate::extract::grpc::{self, FieldSpec};
+use crate::extract::RouteKind;
 use crate::problem::Problem;
+use crate::proxy::ClientBody;
 use crate::upstream::body::Prefixed;
+
+/// A `grpc:` route's keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Spec {
+    /// The method's path, `/package.Service/Method`.
+    grpc: String,
+    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    #[serde(default)]
+    scheme: Option<String>,
+    /// The field holding the id (`1`, or `2.1` inside field 2).
+    #[serde(default)]
+    field: Option<FieldSpec>,
+}
+
+impl Kind for Spec {
+    fn scheme(&self) -> Option<&str> {
+        self.scheme.as_deref()
+    }
+
+    fn compile(self, routes: &mut Vec<Route>, _: ParseLimits) -> Result<(), RouteError> {
+        let Some(field) = self.field else {
+            return Err(RouteError::new(
+                "grpc",
+                "a grpc route needs `field:`, the field holding the id",
+            ));
+        };
+        let field = field.path().map_err(|e| RouteError::new("field", e))?;
+        if !self.grpc.starts_with('/') {
+            return Err(RouteError::new(
+                "grpc",
+                format!(
+                    "grpc method `{}` must start with /, as /package.Service/Method",
+                    self.grpc
+                ),
+            ));
+        }
+        let scheme = scheme_or_default(self.scheme)?;
+        routes.push(Route::Grpc(Arc::new(GrpcRoute {
+            path: self.grpc,
+            field,
+            scheme,
+        })));
+        Ok(())
+    }
+}
+
+/// A compiled `grpc:` route.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GrpcRoute {
+    /// The method's path, matched exactly (`/orders.v1.Orders/GetOrder`).
+    pub path: String,
+    /// Field numbers from the outer message inwards.
+    pub field: Vec<u32>,
+    /// The scheme of the id.
+    pub scheme: String,
+}
 
 /// The id the route names, as an extraction, and the body to forward. The first message may
 /// be at most `limit` bytes (413, `RESOURCE_EXHAUSTED` for a gRPC client); each wait for more
 /// of it at most `idle` (408).
-pub async fn read_id<'r, 'q>(
+pub(super) async fn read_id<'r, 'q>(
     route: &'r GrpcRoute,
     mut body: Incoming,
     limit: usize,
@@ -47,7 +110,7 @@ pub async fn read_id<'r, 'q>(
                 ended = true;
                 break;
             }
-            Ok(Some(Err(e))) => return Err(super::client_body_problem(&e)),
+            Ok(Some(Err(e))) => return Err(crate::proxy::client_body_problem(&e)),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     buf.extend_from_slice(&data);

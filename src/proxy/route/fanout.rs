@@ -1,11 +1,13 @@
-//! The `fanout:` route's phases (SPEC §11): read the page asked for, send the request to one
-//! upstream of every region in parallel, merge the answers into one page.
+//! `fanout:` routes (SPEC §11): a list endpoint's path, matched exactly, asked of every
+//! region; the answers are merged by the items' id creation time.
 //!
-//! Each region's request goes through `upstream::forward` like any proxied request (health,
-//! ejection, pools, retries, SPEC §6 header rules) and is bounded as a whole — response
-//! headers and body — by the route's `timeout_ms`, and its body by
-//! `limits.fanout_region_bytes`. [`Proxy::ask`] is that one bounded exchange; the split
-//! GraphQL `nodes` request uses it too.
+//! The route's phases: read the page asked for, send the request to one upstream of every
+//! region in parallel, merge the answers into one page. Each region's request goes through
+//! `upstream::forward` like any proxied request (health, ejection, pools, retries, SPEC §6
+//! header rules) and is bounded as a whole — response headers and body — by the route's
+//! `timeout_ms`, and its body by `limits.fanout_region_bytes`. [`Proxy::ask`] is that one
+//! bounded exchange; the split GraphQL `nodes` request uses it too. The page a query asks
+//! for, and the merge, are pure (`crate::extract::fanout`, `crate::fanout`).
 
 use std::time::{Duration, Instant};
 
@@ -14,17 +16,124 @@ use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODIN
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use serde::Deserialize;
 
-use super::Proxy;
+use super::{scheme_or_default, Kind, Route, RouteError};
 use crate::error::ErrorKind;
-use crate::extract::fanout::{FanoutRoute, OnRegionError};
+use crate::extract::fanout::{CursorSpec, FanoutRoute, LimitSpec, OnRegionError, Order};
+use crate::extract::graphql::plan::ParseLimits;
 use crate::fanout::merge::{self, Cursor};
 use crate::fanout::page::{self, RegionReport};
 use crate::metrics;
 use crate::problem::Problem;
+use crate::proxy::Proxy;
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, ForwardError, Outgoing};
 use crate::upstream::regions::RegionRuntime;
+
+/// A `fanout:` route's keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Spec {
+    /// The list endpoint's path, matched exactly.
+    fanout: String,
+    /// The scheme of the items' ids (SPEC §10), which must carry a time; default `iuid`.
+    #[serde(default)]
+    scheme: Option<String>,
+    /// JSON pointer to the items array in each region's answer (default `/items`).
+    #[serde(default)]
+    items: Option<String>,
+    /// The member of each item holding its id (default `id`).
+    #[serde(default)]
+    id_field: Option<String>,
+    /// `desc` (default) or `asc`.
+    #[serde(default)]
+    order: Option<Order>,
+    /// The page size parameter, its default and maximum.
+    #[serde(default)]
+    limit: Option<LimitSpec>,
+    /// The cursor parameter.
+    #[serde(default)]
+    cursor: Option<CursorSpec>,
+    /// Bound on each region's whole answer, in ms (default 2000).
+    #[serde(default)]
+    timeout_ms: Option<u64>,
+    /// `partial` (default) or `fail`.
+    #[serde(default)]
+    on_region_error: Option<OnRegionError>,
+}
+
+impl Kind for Spec {
+    const NEEDS_TIME: bool = true;
+
+    fn scheme(&self) -> Option<&str> {
+        self.scheme.as_deref()
+    }
+
+    fn compile(self, routes: &mut Vec<Route>, _: ParseLimits) -> Result<(), RouteError> {
+        let path = self.fanout;
+        let order = self.order.unwrap_or_default();
+        let limit = self.limit.unwrap_or_default();
+        let items = self.items.unwrap_or_else(|| "/items".to_owned());
+        let id_field = self.id_field.unwrap_or_else(|| "id".to_owned());
+        let timeout_ms = self.timeout_ms.unwrap_or(2000);
+        let scheme = scheme_or_default(self.scheme)?;
+        if !path.starts_with('/') {
+            return Err(RouteError::new(
+                "fanout",
+                format!("fanout path `{path}` must start with /"),
+            ));
+        }
+        if !items.is_empty() && !items.starts_with('/') {
+            return Err(RouteError::new(
+                "items",
+                format!("`{items}` is not a JSON pointer (RFC 6901): it starts with /"),
+            ));
+        }
+        if id_field.is_empty() {
+            return Err(RouteError::new("id_field", "the id member's name is empty"));
+        }
+        if limit.max == 0 || limit.default > limit.max || limit.param.is_empty() {
+            return Err(RouteError::new(
+                "limit",
+                format!(
+                    "limit needs a param name and 1 <= default <= max (here default {} and max {})",
+                    limit.default, limit.max
+                ),
+            ));
+        }
+        if timeout_ms == 0 {
+            return Err(RouteError::new(
+                "timeout_ms",
+                "timeout_ms must be above 0 ms",
+            ));
+        }
+        let cursor_param = self
+            .cursor
+            .and_then(|c| c.param)
+            .unwrap_or_else(|| order.default_cursor_param().to_owned());
+        if cursor_param == limit.param {
+            return Err(RouteError::new(
+                "cursor",
+                "the cursor and limit parameters must differ",
+            ));
+        }
+        routes.push(Route::Fanout(std::sync::Arc::new(FanoutRoute {
+            path,
+            scheme,
+            items,
+            id_field,
+            order,
+            limit_param: limit.param,
+            limit_default: limit.default.max(1),
+            limit_max: limit.max,
+            cursor_param,
+            timeout: Duration::from_millis(timeout_ms),
+            on_region_error: self.on_region_error.unwrap_or_default(),
+        })));
+        Ok(())
+    }
+}
 
 /// One region's whole answer.
 #[derive(Debug)]
@@ -149,7 +258,7 @@ impl Proxy {
 
     /// A `fanout:` request, end to end: the page asked for, every region asked in parallel,
     /// their items merged (SPEC §11). `parts` has had SPEC §6's header rules applied.
-    pub(super) async fn fanout(
+    pub(in crate::proxy) async fn fanout(
         &self,
         route: &FanoutRoute,
         mut parts: Parts,

@@ -1,0 +1,304 @@
+//! `graphql:` routes (SPEC §4, §6, §11): a GraphQL endpoint's path, matched exactly; ids are
+//! read from `node(id:)` and `nodes(ids:)` in the request, and with `split_nodes` a
+//! `nodes(ids: $var)` whose ids live in several regions is split, one request per region.
+//!
+//! Phase 2 reads the body (bounded), finds the node ids, and keeps the bytes to send upstream
+//! unchanged. Requests are read on the async worker when that is cheap: a cache hit costs a
+//! few microseconds, cold parses of up to 4 KiB of documents about 100 µs. A request whose
+//! cache-missing documents come to more than 4 KiB together (one large document, or a batch of
+//! many small distinct ones), and any body over [`BLOCKING_ABOVE`] bytes (whose JSON decoding
+//! alone takes milliseconds at 1 MiB), go to the blocking pool, so that a cold parse — bounded
+//! by the token and depth limits — never holds up other connections of the same worker. The
+//! scan, plan and plan cache are `crate::extract::graphql`'s.
+//!
+//! Splitting: without `split_nodes` (or with ids in literals, several fields, a batch) SPEC
+//! §6's 400 stands; `GraphqlRoute::split_of` decides which requests qualify, and each region
+//! is asked with [`Proxy::ask`] for its ids, in parallel, the answers merged as one.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
+use http::request::Parts;
+use http::{HeaderValue, Method, Response, StatusCode};
+use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::fanout::{for_merging, json_response, LegFailure};
+use super::{scheme_or_default, Kind, Route, RouteError};
+use crate::extract::graphql::plan::{ParseLimits, SplitNodes};
+use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
+use crate::extract::RouteKind;
+use crate::fanout::nodes::{self, Part};
+use crate::metrics;
+use crate::problem::Problem;
+use crate::proxy::Proxy;
+use crate::table::{Decision, RegionId, RoutingTable};
+use crate::upstream::body::IdleTimeout;
+use crate::upstream::forward;
+
+/// A `graphql:` route's keys.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Spec {
+    /// The endpoint's path, matched exactly.
+    graphql: String,
+    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    #[serde(default)]
+    scheme: Option<String>,
+    /// Variables that hold ids in persisted queries sent by hash only (default `id`, `ids`,
+    /// `nodeId`).
+    #[serde(default)]
+    persisted_id_variables: Option<Vec<String>>,
+    /// Whether a `nodes(ids: $var)` over several regions is split by region (SPEC §11).
+    #[serde(default)]
+    split_nodes: Option<bool>,
+}
+
+impl Kind for Spec {
+    fn scheme(&self) -> Option<&str> {
+        self.scheme.as_deref()
+    }
+
+    fn compile(self, routes: &mut Vec<Route>, limits: ParseLimits) -> Result<(), RouteError> {
+        let scheme = scheme_or_default(self.scheme)?;
+        if !self.graphql.starts_with('/') {
+            return Err(RouteError::new(
+                "graphql",
+                format!("graphql path `{}` must start with /", self.graphql),
+            ));
+        }
+        let vars = self.persisted_id_variables.unwrap_or_default();
+        let route = GraphqlRoute::new(self.graphql, vars, scheme, limits)
+            .with_split_nodes(self.split_nodes.unwrap_or(false));
+        routes.push(Route::Graphql(Arc::new(route)));
+        Ok(())
+    }
+}
+
+/// Bodies larger than this are searched for ids on the blocking pool.
+pub const BLOCKING_ABOVE: usize = 64 << 10;
+
+/// The ids of a GraphQL request and the body to forward. `GET` requests keep their body
+/// streaming; `POST` bodies are read up to `limit` bytes (413 beyond), each wait for more at
+/// most `idle` (408 beyond).
+pub(super) async fn read_ids(
+    route: &Arc<GraphqlRoute>,
+    parts: &Parts,
+    body: Incoming,
+    limit: usize,
+    idle: Duration,
+) -> Result<(Vec<Vec<u8>>, Either<Incoming, Bytes>), Problem> {
+    let mut ids = Vec::new();
+    if parts.method == Method::GET {
+        let query = parts.uri.query().unwrap_or("");
+        match route.ids_from_query(query, ColdParse::SmallOnly, &mut ids) {
+            Err(GraphqlError::ParseElsewhere) => {
+                let (route, query) = (route.clone(), query.to_owned());
+                ids = off_worker(move |ids| route.ids_from_query(&query, ColdParse::Here, ids))
+                    .await?;
+            }
+            done => done.map_err(problem)?,
+        }
+        return Ok((ids, Either::Left(body)));
+    }
+    if parts.method != Method::POST {
+        // OPTIONS (CORS preflight) and the like carry no ids.
+        return Ok((ids, Either::Left(body)));
+    }
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(Problem::PayloadTooLarge {
+            what: crate::problem::LimitedBody::GraphqlBody,
+            limit,
+        });
+    }
+    // The idle timer: a client that declares a length and stops sending is the client's
+    // fault (408), not a request to hold forever.
+    let bytes: Bytes = match Limited::new(IdleTimeout::new(body, idle), limit)
+        .collect()
+        .await
+    {
+        Ok(collected) => collected.to_bytes(),
+        Err(e) if e.is::<LengthLimitError>() => {
+            return Err(Problem::PayloadTooLarge {
+                what: crate::problem::LimitedBody::GraphqlBody,
+                limit,
+            })
+        }
+        Err(e) => return Err(crate::proxy::client_body_problem(&*e)),
+    };
+    let content_type = parts.headers.get(CONTENT_TYPE).cloned();
+    let ct = content_type.as_ref().map(|v| v.as_bytes());
+    let inline = if bytes.len() <= BLOCKING_ABOVE {
+        route.ids_from_body(ct, &bytes, ColdParse::SmallOnly, &mut ids)
+    } else {
+        Err(GraphqlError::ParseElsewhere)
+    };
+    match inline {
+        Err(GraphqlError::ParseElsewhere) => {
+            let (route, body) = (route.clone(), bytes.clone());
+            ids = off_worker(move |ids| {
+                let ct = content_type.as_ref().map(|v| v.as_bytes());
+                route.ids_from_body(ct, &body, ColdParse::Here, ids)
+            })
+            .await?;
+        }
+        done => done.map_err(problem)?,
+    }
+    Ok((ids, Either::Right(bytes)))
+}
+
+/// Runs an extraction on the blocking pool.
+async fn off_worker<F>(extract: F) -> Result<Vec<Vec<u8>>, Problem>
+where
+    F: FnOnce(&mut Vec<Vec<u8>>) -> Result<(), GraphqlError> + Send + 'static,
+{
+    tokio::task::spawn_blocking(move || {
+        let mut ids = Vec::new();
+        extract(&mut ids).map(|()| ids)
+    })
+    .await
+    .map_err(|e| Problem::GraphqlInvalid(format!("the GraphQL request failed: {e}")))?
+    .map_err(problem)
+}
+
+fn problem(e: GraphqlError) -> Problem {
+    match e {
+        GraphqlError::ParseElsewhere => Problem::GraphqlInvalid(e.to_string()),
+        GraphqlError::Invalid(m) => Problem::GraphqlInvalid(m),
+    }
+}
+
+impl Proxy {
+    /// Splits `body` (one JSON operation whose `variables.<split.variable>` lists the ids) by
+    /// region, asks each region for its ids, and merges the answers. `parts` has had SPEC §6's
+    /// header rules applied.
+    pub(in crate::proxy) async fn split_nodes(
+        &self,
+        scheme: &str,
+        split: &SplitNodes,
+        parts: Parts,
+        body: Bytes,
+        regions_seen: &mut Option<String>,
+    ) -> Result<Response<Full<Bytes>>, Problem> {
+        let routing = self.regions.current();
+        let op: Value = serde_json::from_slice(&body)
+            .map_err(|e| Problem::GraphqlInvalid(format!("invalid JSON body: {e}")))?;
+        let list = op
+            .pointer(&format!("/variables/{}", split.variable))
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        // Regions in order of their first id, each with the positions and ids it gets.
+        let mut groups: Vec<(RegionId, Vec<usize>, Vec<Value>)> = Vec::new();
+        for (at, id) in list.iter().enumerate() {
+            let text = match id {
+                Value::String(s) => s.trim().to_owned(),
+                Value::Number(n) => n.to_string(),
+                _ => continue,
+            };
+            let (_, decision) = routing
+                .table
+                .resolve_text(scheme, text.as_bytes())
+                .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), text.as_bytes()))?;
+            match groups.iter_mut().find(|(r, ..)| *r == decision.region) {
+                Some((_, positions, ids)) => {
+                    positions.push(at);
+                    ids.push(id.clone());
+                }
+                None => groups.push((decision.region, vec![at], vec![id.clone()])),
+            }
+        }
+        let names: Vec<&str> = groups
+            .iter()
+            .map(|(r, ..)| routing.region(*r).name.as_str())
+            .collect();
+        *regions_seen = Some(names.join(","));
+        let timeout = self.config.timeouts.response_headers();
+        let legs = groups.into_iter().map(|(region_id, positions, ids)| {
+            let region = routing.region(region_id);
+            let mut head = forward::copy_head(&parts);
+            let body = nodes::region_body(&body, &split.variable, ids);
+            async move {
+                let started = Instant::now();
+                let body = match body {
+                    Ok(b) => Bytes::from(b),
+                    Err(e) => {
+                        return Part {
+                            region: region.name.clone(),
+                            positions,
+                            answer: Err(e),
+                        }
+                    }
+                };
+                head.headers.remove(TRANSFER_ENCODING);
+                for_merging(&mut head.headers);
+                head.headers
+                    .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+                let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
+                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| LegFailure {
+                        error: "not_json",
+                        status: None,
+                        detail: format!("the answer is not JSON: {e}"),
+                    })
+                });
+                let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
+                let answer = judged.map_err(|f| format!("{}: {}", f.error, f.detail));
+                metrics::fanout_leg(
+                    &region.state.metrics.label,
+                    outcome,
+                    started.elapsed().as_secs_f64(),
+                );
+                Part {
+                    region: region.name.clone(),
+                    positions,
+                    answer,
+                }
+            }
+        });
+        let parts = futures_util::future::join_all(legs).await;
+        let failed = parts.iter().filter(|p| p.answer.is_err()).count();
+        let result = match failed {
+            0 => "complete",
+            n if n == parts.len() => "failed",
+            _ => "partial",
+        };
+        metrics::fanout_request("split_nodes", result);
+        let merged = nodes::merge(list.len(), &split.response_key, parts);
+        let bytes = serde_json::to_vec(&merged).unwrap_or_default();
+        Ok(json_response(StatusCode::OK, bytes))
+    }
+}
+
+/// The one region that owns every id of a GraphQL request; ids in several regions cannot be
+/// served by one upstream (SPEC §6: 400 naming the regions).
+pub(in crate::proxy) fn resolve_all(
+    table: &RoutingTable,
+    scheme: &str,
+    texts: &[Vec<u8>],
+) -> Result<Decision, Problem> {
+    let mut resolved = Vec::with_capacity(texts.len());
+    for text in texts {
+        let found = table
+            .resolve_text(scheme, text)
+            .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), text))?;
+        resolved.push(found);
+    }
+    let first = resolved[0].1;
+    if resolved.iter().all(|(_, d)| d.region == first.region) {
+        return Ok(first);
+    }
+    let placed = resolved
+        .iter()
+        .map(|(key, d)| (key.to_string(), table.region(d.region).name.clone()))
+        .collect();
+    Err(Problem::RegionConflict { ids: placed })
+}

@@ -1,0 +1,153 @@
+//! Which kind an entry of `routes:` is, from its keys, and the errors about keys that name
+//! the kinds: an entry has exactly one kind key, and a key of another kind is named as such
+//! (`order goes with a fanout route`) rather than as unknown.
+
+use std::fmt;
+
+use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor};
+
+use crate::extract::RouteKind;
+use crate::source::{Seg, Source, SourceError};
+
+/// The kind of the entry at `at`: the one kind key it has. `keys_of` gives each kind's keys.
+///
+/// Errors: the entry is not a mapping, has no kind key or several, or has a key that only
+/// another kind takes.
+pub(super) fn kind_of(
+    source: &Source,
+    at: &[Seg],
+    keys_of: fn(RouteKind) -> &'static [&'static str],
+) -> Result<RouteKind, SourceError> {
+    let keys: EntryKeys = source.parse_at(at)?;
+    let key = |k: &str| [at, &[Seg::Key(k.to_owned())]].concat();
+    let present: Vec<RouteKind> = RouteKind::ALL
+        .into_iter()
+        .filter(|kind| keys.0.iter().any(|k| k == kind.as_str()))
+        .collect();
+    let [kind] = present[..] else {
+        // At the second kind key, or at the entry when it has none.
+        let names: Vec<&str> = RouteKind::ALL.iter().map(|k| k.as_str()).collect();
+        let message = format!("a route has exactly one of {}", names.join(", "));
+        let at = match present.get(1) {
+            Some(second) => key(second.as_str()),
+            None => at.to_vec(),
+        };
+        return Err(error_at(source, &at, message));
+    };
+    let own = keys_of(kind);
+    for k in keys.0.iter().filter(|k| !own.contains(&k.as_str())) {
+        let other = RouteKind::ALL
+            .into_iter()
+            .find(|other| keys_of(*other).contains(&k.as_str()));
+        if let Some(other) = other {
+            let message = format!("{k} goes with a {} route", other.as_str());
+            return Err(error_at(source, &key(k), message));
+        }
+    }
+    Ok(kind)
+}
+
+/// An error at the node `at`, its message led by the node's path (`routes[0].field: …`) as
+/// serde's are.
+pub(super) fn error_at(source: &Source, at: &[Seg], message: impl fmt::Display) -> SourceError {
+    let mut path = String::new();
+    for seg in at {
+        match seg {
+            Seg::Key(k) | Seg::KeyName(k, _) if path.is_empty() => path.push_str(k),
+            Seg::Key(k) | Seg::KeyName(k, _) => {
+                path.push('.');
+                path.push_str(k);
+            }
+            Seg::Index(i) => path.push_str(&format!("[{i}]")),
+        }
+    }
+    source.error_at(at, format!("{path}: {message}"))
+}
+
+/// The keys of a mapping, as text, in order.
+struct EntryKeys(Vec<String>);
+
+impl<'de> Deserialize<'de> for EntryKeys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<EntryKeys, D::Error> {
+        d.deserialize_map(KeysVisitor).map(EntryKeys)
+    }
+}
+
+struct KeysVisitor;
+
+impl<'de> Visitor<'de> for KeysVisitor {
+    type Value = Vec<String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        let names: Vec<&str> = RouteKind::ALL.iter().map(|k| k.as_str()).collect();
+        write!(f, "a route: a mapping with one of {}", names.join(", "))
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Vec<String>, A::Error> {
+        let mut keys = Vec::new();
+        while let Some(key) = map.next_key::<serde_yaml::Value>()? {
+            map.next_value::<IgnoredAny>()?;
+            keys.push(match key {
+                serde_yaml::Value::String(s) => s,
+                other => serde_yaml::to_string(&other)
+                    .unwrap_or_default()
+                    .trim()
+                    .to_owned(),
+            });
+        }
+        Ok(keys)
+    }
+}
+
+/// The field names a derived `Deserialize` struct accepts: what serde hands to
+/// `deserialize_struct`, caught by a deserializer that only records them. So a kind's keys
+/// are written once, in its struct.
+pub(super) fn fields_of<T: de::DeserializeOwned>() -> &'static [&'static str] {
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(FieldsProbe(&mut fields));
+    fields
+}
+
+struct FieldsProbe<'a>(&'a mut &'static [&'static str]);
+
+impl<'de> Deserializer<'de> for FieldsProbe<'_> {
+    type Error = de::value::Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+        Err(de::Error::custom("only structs are probed"))
+    }
+
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        fields: &'static [&'static str],
+        _visitor: V,
+    ) -> Result<V::Value, Self::Error> {
+        *self.0 = fields;
+        Err(de::Error::custom("probed"))
+    }
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        option unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier
+        ignored_any
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(serde::Deserialize)]
+    #[allow(dead_code)]
+    struct Two {
+        a: u8,
+        #[serde(rename = "bee")]
+        b: Option<String>,
+    }
+
+    #[test]
+    fn a_structs_fields_are_read_from_serde() {
+        assert_eq!(fields_of::<Two>(), ["a", "bee"]);
+    }
+}
