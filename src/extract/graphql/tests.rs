@@ -1,0 +1,249 @@
+//! The GraphQL reader's unit tests: forms, operations, persisted queries, batches, the cold-parse
+//! budget and the parse limits.
+
+use super::*;
+
+const A: &str = "017f22e2-79b0-802a-8144-dc0c0c07398f";
+const B: &str = "017f22e2-79b0-8003-8044-dc0c0c07398f";
+
+fn route() -> GraphqlRoute {
+    GraphqlRoute::new(
+        "/graphql".into(),
+        Vec::new(),
+        "iuid".to_owned(),
+        ParseLimits {
+            tokens: 10_000,
+            depth: 64,
+        },
+    )
+}
+
+/// The ids a body names, parsed as the table would and written canonically; an id that
+/// does not parse is written `malformed: <text>`.
+fn ids(route: &GraphqlRoute, body: &str) -> Result<Vec<String>, GraphqlError> {
+    let mut out = Vec::new();
+    route.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)?;
+    Ok(out.iter().map(|t| canonical(t)).collect())
+}
+
+fn canonical(text: &[u8]) -> String {
+    match crate::scheme::iuid::parse(text) {
+        Ok(key) => key.to_string(),
+        Err(_) => format!("malformed: {}", String::from_utf8_lossy(text)),
+    }
+}
+
+fn json(query: &str, variables: serde_json::Value) -> String {
+    serde_json::json!({ "query": query, "variables": variables }).to_string()
+}
+
+#[test]
+fn literals_variables_defaults_lists_aliases_fragments() {
+    let r = route();
+    let q = format!(
+        r#"query Q($a: ID!, $d: ID = "{B}", $l: [ID!]!) {{
+            x: node(id: "{A}") {{ id }}
+            node(id: $a) {{ id }}
+            y: node(id: $d) {{ id }}
+            nodes(ids: ["{B}", $a]) {{ id }}
+            z: nodes(ids: $l) {{ id }}
+            ...Root
+            ... on Query {{ w: node(id: "{A}") {{ id }} }}
+            viewer {{ node(id: "not-root") {{ id }} }}
+        }}
+        fragment Root on Query {{ v: node(id: "{B}") {{ id }} }}"#
+    );
+    let got = ids(&r, &json(&q, serde_json::json!({ "a": A, "l": [A, B] }))).expect("ids");
+    assert_eq!(got, vec![A, A, B, B, A, A, B, B, A]);
+    // Same shape, other literal values: served from the cache, reading the new values.
+    let q2 = q.replace(A, B);
+    let got = ids(
+        &r,
+        &json(&q2, serde_json::json!({ "a": B, "d": A, "l": [] })),
+    )
+    .expect("ids");
+    assert_eq!(got, vec![B, B, A, B, B, B, B]);
+    assert_eq!(r.cached_plans(), 1);
+}
+
+#[test]
+fn operation_choice() {
+    let r = route();
+    let doc = format!(
+        r#"query One {{ node(id: "{A}") {{ id }} }} query Two {{ node(id: "{B}") {{ id }} }}"#
+    );
+    let body = |name: &str| serde_json::json!({ "query": doc, "operationName": name }).to_string();
+    assert_eq!(ids(&r, &body("Two")).expect("two"), vec![B]);
+    assert_eq!(ids(&r, &body("One")).expect("one"), vec![A]);
+    let e = ids(&r, &json(&doc, serde_json::Value::Null)).expect_err("ambiguous");
+    assert!(e.to_string().contains("several operations"), "{e}");
+    let e = ids(&r, &body("Three")).expect_err("unknown");
+    assert!(e.to_string().contains("Three"), "{e}");
+}
+
+#[test]
+fn persisted_batched_and_bad_requests() {
+    let r = route();
+    let persisted = serde_json::json!({
+        "extensions": { "persistedQuery": { "version": 1, "sha256Hash": "abc" } },
+        "variables": { "nodeId": A, "other": B },
+    });
+    assert_eq!(ids(&r, &persisted.to_string()).expect("persisted"), vec![A]);
+    let batch = format!(
+        "[{}, {}]",
+        json(
+            &format!(r#"{{ node(id: "{A}") {{ id }} }}"#),
+            serde_json::Value::Null
+        ),
+        json(
+            "query($id: ID!) { node(id: $id) { id } }",
+            serde_json::json!({ "id": B })
+        )
+    );
+    assert_eq!(ids(&r, &batch).expect("batch"), vec![A, B]);
+    for bad in [
+        "{",
+        "[]",
+        "{\"query\": 5}",
+        "{}",
+        "{\"query\": \"{ node(id: \"}",
+    ] {
+        assert!(
+            matches!(ids(&r, bad), Err(GraphqlError::Invalid(_))),
+            "{bad}"
+        );
+    }
+    let bad_id = json(r#"{ node(id: "nope") { id } }"#, serde_json::Value::Null);
+    assert_eq!(ids(&r, &bad_id).expect("read"), vec!["malformed: nope"]);
+}
+
+#[test]
+fn get_and_raw_document_forms() {
+    let r = route();
+    let query: String = form_urlencoded::Serializer::new(String::new())
+        .append_pair("query", "query($id: ID!) { node(id: $id) { id } }")
+        .append_pair("variables", &serde_json::json!({ "id": A }).to_string())
+        .finish();
+    let mut out = Vec::new();
+    r.ids_from_query(&query, ColdParse::Here, &mut out)
+        .expect("get");
+    assert_eq!(out.len(), 1);
+    let mut out = Vec::new();
+    let doc = format!(r#"{{ nodes(ids: ["{A}", "{B}"]) {{ id }} }}"#);
+    r.ids_from_body(
+        Some(b"application/graphql; charset=utf-8"),
+        doc.as_bytes(),
+        ColdParse::Here,
+        &mut out,
+    )
+    .expect("raw");
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn only_application_graphql_itself_is_a_raw_document() {
+    for raw in [
+        &b"application/graphql"[..],
+        b"Application/GraphQL",
+        b"application/graphql; charset=utf-8",
+        b"application/graphql ;charset=utf-8",
+    ] {
+        assert!(is_raw_document(raw), "{}", String::from_utf8_lossy(raw));
+    }
+    for json in [
+        &b"application/graphql+json"[..],
+        b"application/graphql+json; charset=utf-8",
+        b"application/graphql-response+json",
+        b"application/graphqlx",
+        b"application/json",
+        b"application/graph",
+    ] {
+        assert!(!is_raw_document(json), "{}", String::from_utf8_lossy(json));
+    }
+}
+
+#[test]
+fn large_cold_documents_are_parsed_elsewhere_but_hits_are_served() {
+    let r = route();
+    let doc = format!(r#"{{ node(id: "{A}") {{ id {} }} }}"#, "f ".repeat(3000));
+    let body = json(&doc, serde_json::Value::Null);
+    let mut out = Vec::new();
+    let small_only = r.ids_from_body(None, body.as_bytes(), ColdParse::SmallOnly, &mut out);
+    assert_eq!(small_only, Err(GraphqlError::ParseElsewhere));
+    r.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)
+        .expect("here");
+    out.clear();
+    r.ids_from_body(None, body.as_bytes(), ColdParse::SmallOnly, &mut out)
+        .expect("hit");
+    assert_eq!(out.len(), 1);
+}
+
+#[test]
+fn the_inline_cold_budget_is_per_request_not_per_document() {
+    let mut here = ColdBudget::new(ColdParse::Here);
+    assert!(here.admit(1 << 20) && here.admit(1 << 20));
+    let mut small = ColdBudget::new(ColdParse::SmallOnly);
+    assert!(small.admit(INLINE_PARSE_MAX / 2));
+    assert!(small.admit(INLINE_PARSE_MAX / 4));
+    // Each of these would fit alone; together with the earlier ones they do not.
+    assert!(!small.admit(INLINE_PARSE_MAX / 2));
+    assert!(small.admit(INLINE_PARSE_MAX / 4));
+    assert!(!small.admit(1));
+    let mut one = ColdBudget::new(ColdParse::SmallOnly);
+    assert!(
+        one.admit(INLINE_PARSE_MAX),
+        "one document up to the bound stays inline"
+    );
+    let mut big = ColdBudget::new(ColdParse::SmallOnly);
+    assert!(!big.admit(INLINE_PARSE_MAX + 1));
+}
+
+#[test]
+fn a_batch_of_many_small_cold_documents_is_parsed_elsewhere() {
+    let r = route();
+    // Eight distinct shapes of about 1 KiB each: each under the bound, 8 KiB together.
+    let ops: Vec<String> = (0..8)
+        .map(|i| {
+            let fields: String = (0..150).map(|f| format!("f{i}_{f} ")).collect();
+            json(
+                &format!(r#"{{ node(id: "{A}") {{ id {fields}}} }}"#),
+                serde_json::Value::Null,
+            )
+        })
+        .collect();
+    let batch = format!("[{}]", ops.join(","));
+    let mut out = Vec::new();
+    let small_only = r.ids_from_body(None, batch.as_bytes(), ColdParse::SmallOnly, &mut out);
+    assert_eq!(small_only, Err(GraphqlError::ParseElsewhere));
+    assert!(r.cached_plans() < 8, "at most 4 KiB was parsed inline");
+    let mut out = Vec::new();
+    r.ids_from_body(None, batch.as_bytes(), ColdParse::Here, &mut out)
+        .expect("here");
+    assert_eq!((out.len(), r.cached_plans()), (8, 8));
+    // Warm now: the same batch is served inline.
+    let mut out = Vec::new();
+    r.ids_from_body(None, batch.as_bytes(), ColdParse::SmallOnly, &mut out)
+        .expect("hits");
+    assert_eq!(out.len(), 8);
+    // A small batch of cold documents still fits inline.
+    let two = format!(
+        "[{},{}]",
+        ops[0].replace("f0_", "g0_"),
+        ops[1].replace("f1_", "g1_")
+    );
+    let mut out = Vec::new();
+    r.ids_from_body(None, two.as_bytes(), ColdParse::SmallOnly, &mut out)
+        .expect("two cold documents under the bound");
+    assert_eq!(out.len(), 2);
+}
+
+#[test]
+fn limits_bound_pathological_documents() {
+    let r = route();
+    let deep = format!("{{{}}}", "a {".repeat(200) + &"}".repeat(200));
+    let e = ids(&r, &json(&deep, serde_json::Value::Null)).expect_err("too deep");
+    assert!(e.to_string().contains("limit"), "{e}");
+    let wide = format!("{{ {} }}", "a: b ".repeat(5_000));
+    let e = ids(&r, &json(&wide, serde_json::Value::Null)).expect_err("too many tokens");
+    assert!(e.to_string().contains("limit"), "{e}");
+}
