@@ -1,0 +1,213 @@
+//! Client connections over TLS and HTTP/2 (issue 25, items 1, 11), over real sockets: rustls
+//! clients, the h2 crate as a client, raw TCP.
+//!
+//! - a TLS connection that completes its handshake and sends nothing is closed at the header
+//!   read timeout, whatever ALPN chose;
+//! - the protocol ALPN negotiated is the one served.
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::{iuid_for, ConfigYaml, Router, Upstream};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+/// A router over `upstream` with HTTPS on its listener (or plain with `tls` false), the given
+/// header read timeout and `idle_ms`. The temp dir holds the CA (`certs/ca.pem`).
+async fn router(
+    upstream: &str,
+    tls: bool,
+    header_timeout_ms: u64,
+    idle_ms: u64,
+) -> (Router, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    let mut config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .timeouts(1000, 15_000, idle_ms)
+        .limits(&format!("header_read_timeout_ms: {header_timeout_ms}"));
+    if tls {
+        common::make_certs(&certs, false, &["localhost"]);
+        config = config.extra(&format!(
+            "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
+            certs.display()
+        ));
+    }
+    let table = common::lettered_table("conns", &[&[upstream.to_owned()]]);
+    (Router::start(&config.yaml(), &table).await, dir)
+}
+
+/// A TLS connection to `addr` trusting `dir`'s CA, offering `alpn`.
+async fn tls_connect(addr: SocketAddr, dir: &Path, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(dir.join("certs/ca.pem")).expect("ca") {
+        roots.add(cert.expect("der")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let tcp = TcpStream::connect(addr).await.expect("connect");
+    let name = ServerName::try_from("localhost").expect("name");
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
+/// Reads until the peer closes (Some(bytes read)) or `within` passes (None).
+async fn read_to_close<S: AsyncRead + Unpin>(stream: &mut S, within: Duration) -> Option<Vec<u8>> {
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, stream.read(&mut buf)).await {
+            Err(_) => return None,
+            Ok(Ok(0)) | Ok(Err(_)) => return Some(all),
+            Ok(Ok(n)) => all.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// An h2 client over `io`, its connection driven on a task that reports when it ended.
+async fn h2_client<T>(
+    io: T,
+    builder: &h2::client::Builder,
+) -> (
+    h2::client::SendRequest<Bytes>,
+    tokio::sync::oneshot::Receiver<()>,
+)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let (client, conn) = builder.handshake(io).await.expect("h2 handshake");
+    let (ended_tx, ended) = tokio::sync::oneshot::channel();
+    tokio::spawn(async move {
+        let _ = conn.await;
+        let _ = ended_tx.send(());
+    });
+    (client, ended)
+}
+
+/// GET `path` on `client`; the status and body.
+async fn h2_get(
+    client: &h2::client::SendRequest<Bytes>,
+    addr: SocketAddr,
+    path: &str,
+    delay_ms: Option<u64>,
+) -> Result<(u16, Bytes), h2::Error> {
+    let mut client = client.clone().ready().await?;
+    let mut req = http::Request::get(format!("https://{addr}{path}"));
+    if let Some(ms) = delay_ms {
+        req = req.header("x-delay-ms", ms.to_string());
+    }
+    let (resp, _) = client.send_request(req.body(()).expect("request"), true)?;
+    let resp = resp.await?;
+    let status = resp.status().as_u16();
+    let mut body = resp.into_body();
+    let mut all = Vec::new();
+    while let Some(chunk) = body.data().await {
+        let chunk = chunk?;
+        let _ = body.flow_control().release_capacity(chunk.len());
+        all.extend_from_slice(&chunk);
+    }
+    Ok((status, all.into()))
+}
+
+/// Issue 25 item 1: after the handshake the header read timeout applies as it does on plain
+/// TCP after the accept (main kept all of them open).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_client_that_sends_nothing_after_the_handshake_is_closed() {
+    let up = Upstream::start("eu").await;
+    let (router, dir) = router(&up.url(), true, 1000, 60_000).await;
+    let alpns: [&[&[u8]]; 3] = [&[], &[b"http/1.1"], &[b"h2"]];
+    let mut clients = Vec::new();
+    for k in 0..15 {
+        let (router, dir) = (router.addr, dir.path().to_owned());
+        let alpn = alpns[k % 3];
+        clients.push(tokio::spawn(async move {
+            let mut tls = tls_connect(router, &dir, alpn).await;
+            let started = Instant::now();
+            let closed = read_to_close(&mut tls, Duration::from_secs(4)).await;
+            (alpn, closed.map(|_| started.elapsed()))
+        }));
+    }
+    for client in clients {
+        let (alpn, closed) = client.await.expect("join");
+        let took = closed.unwrap_or_else(|| panic!("ALPN {alpn:?}: still open after 4 s"));
+        assert!(
+            took >= Duration::from_millis(800) && took < Duration::from_millis(3000),
+            "ALPN {alpn:?}: closed after {took:?}"
+        );
+    }
+    // A client that does send is served as before.
+    let mut tls = tls_connect(router.addr, dir.path(), &[b"http/1.1"]).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let req = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+    tls.write_all(req.as_bytes()).await.expect("write");
+    let answer = read_to_close(&mut tls, Duration::from_secs(5))
+        .await
+        .expect("answered");
+    assert!(answer.starts_with(b"HTTP/1.1 200"), "{answer:?}");
+}
+
+/// Issue 25 item 11: the protocol ALPN negotiated is the one served (main sniffed the bytes
+/// and answered HTTP/1.1 after `h2`, HTTP/2 after `http/1.1`); with no ALPN both still work.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_protocol_alpn_negotiated_is_the_one_served() {
+    let up = Upstream::start("eu").await;
+    let (router, dir) = router(&up.url(), true, 2000, 60_000).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let http1 = format!("GET {path} HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\r\n");
+
+    // `h2` negotiated, HTTP/1.1 spoken: not answered in HTTP/1.1.
+    let mut tls = tls_connect(router.addr, dir.path(), &[b"h2"]).await;
+    tls.write_all(http1.as_bytes()).await.expect("write");
+    let answer = read_to_close(&mut tls, Duration::from_secs(5))
+        .await
+        .unwrap_or_default();
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+
+    // `http/1.1` negotiated, HTTP/2 spoken: no HTTP/2 answer.
+    let tls = tls_connect(router.addr, dir.path(), &[b"http/1.1"]).await;
+    let (client, _ended) = h2_client(tls, &h2::client::Builder::new()).await;
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        h2_get(&client, router.addr, &path, None),
+    )
+    .await;
+    assert!(!matches!(got, Ok(Ok(_))), "{got:?}");
+
+    // Each protocol after its own ALPN, and both with none.
+    for alpn in [&[b"http/1.1" as &[u8]] as &[&[u8]], &[]] {
+        let mut tls = tls_connect(router.addr, dir.path(), alpn).await;
+        tls.write_all(http1.as_bytes()).await.expect("write");
+        let answer = read_to_close(&mut tls, Duration::from_secs(5))
+            .await
+            .expect("answered");
+        assert!(answer.starts_with(b"HTTP/1.1 200"), "{alpn:?}: {answer:?}");
+    }
+    for alpn in [&[b"h2" as &[u8]] as &[&[u8]], &[]] {
+        let tls = tls_connect(router.addr, dir.path(), alpn).await;
+        let (client, _ended) = h2_client(tls, &h2::client::Builder::new()).await;
+        let (status, body) = h2_get(&client, router.addr, &path, None)
+            .await
+            .unwrap_or_else(|e| panic!("{alpn:?}: {e}"));
+        assert_eq!((status, &body[..]), (200, &b"eu"[..]), "{alpn:?}");
+    }
+}
