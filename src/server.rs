@@ -8,6 +8,10 @@
 //! §3.2), and by the first bytes only when ALPN chose none. The TLS handshake, and then the
 //! first bytes, must each come within `limits.header_read_timeout_ms`.
 //!
+//! An HTTP/2 connection with no stream open for `timeouts.idle_ms` is closed with GOAWAY, and
+//! a stream whose response makes no progress for `idle_ms` is reset (`h2`); an HTTP/1
+//! client that reads nothing for `idle_ms` has its connection closed (`send_timeout`).
+//!
 //! Connections are accepted here, on the caller's runtime, and each is served on one of the
 //! [`Workers`] for its whole life (see `workers` for why).
 //!
@@ -18,6 +22,7 @@
 //! up to the grace period to complete.
 
 mod announce;
+mod h2;
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -27,7 +32,7 @@ use std::time::Duration;
 
 use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
@@ -152,7 +157,8 @@ pub async fn serve(
 struct Settings {
     http1: http1::Builder,
     header_timeout: Duration,
-    /// `timeouts.idle_ms`: a client that reads nothing.
+    /// `timeouts.idle_ms`: an HTTP/1 client that reads nothing, an HTTP/2 connection with no
+    /// stream open, an HTTP/2 stream whose response makes no progress.
     idle: Duration,
     max_header_list_size: u32,
 }
@@ -222,19 +228,41 @@ impl Conn {
             Protocol::Http2 => {
                 let service = service_fn(move |req| {
                     let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(shared.0.handle(req, &shared.1).await) }
+                    async move {
+                        let response = shared.0.handle(req, &shared.1).await;
+                        Ok::<_, Infallible>(h2::track(response))
+                    }
                 });
-                let mut builder = http2::Builder::new(TokioExecutor::new());
+                let streams = h2::Streams::new();
+                let mut builder =
+                    http2::Builder::new(h2::Exec::new(streams.clone(), settings.idle));
                 builder
                     .timer(TokioTimer::new())
                     .max_header_list_size(settings.max_header_list_size);
                 let conn = builder.serve_connection(io, service);
                 tokio::pin!(conn);
-                tokio::select! {
-                    r = conn.as_mut() => r,
-                    _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
+                // GOAWAY once no stream has been open for `idle` (checked when the timer
+                // fires, then re-armed), or when the listener drains.
+                let timer = tokio::time::sleep(settings.idle);
+                tokio::pin!(timer);
+                loop {
+                    tokio::select! {
+                        r = conn.as_mut() => break r,
+                        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                            conn.as_mut().graceful_shutdown();
+                            break conn.await;
+                        }
+                        () = timer.as_mut() => match streams.idle_until(settings.idle) {
+                            Some(until) => timer.as_mut().reset(until),
+                            None => {
+                                tracing::debug!(%client, "HTTP/2 connection idle; GOAWAY");
+                                conn.as_mut().graceful_shutdown();
+                                // A client that never acknowledges gets `idle` more, then is cut.
+                                break tokio::time::timeout(settings.idle, conn)
+                                    .await
+                                    .unwrap_or(Ok(()));
+                            }
+                        },
                     }
                 }
             }
