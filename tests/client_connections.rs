@@ -400,3 +400,59 @@ async fn the_protocol_alpn_negotiated_is_the_one_served() {
         assert_eq!((status, &body[..]), (200, &b"eu"[..]), "{alpn:?}");
     }
 }
+
+/// An upstream that answers 200 with the start of a chunked body, then stalls (holding the
+/// connection open).
+async fn stalling_upstream() -> SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf).await;
+            let head = "HTTP/1.1 200 OK\r\ntransfer-encoding: chunked\r\n\r\n5\r\nhello\r\n";
+            let _ = stream.write_all(head.as_bytes()).await;
+            held.push(stream);
+        }
+    });
+    addr
+}
+
+/// Issue 25 item 3, blame: an upstream that stalls mid-body, to a client that reads
+/// everything, ends the stream after `idle_ms` by the body's own timer; the client is not
+/// counted at fault (no `send_timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_stalled_by_its_upstream_is_not_the_clients_fault() {
+    let upstream = stalling_upstream().await;
+    let (router, _dir) = router(&format!("http://{upstream}"), false, 1000, 1000).await;
+    let tcp = TcpStream::connect(router.addr).await.expect("connect");
+    let (client, _ended) = h2_client(tcp, &h2::client::Builder::new()).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let started = Instant::now();
+    let got = tokio::time::timeout(
+        Duration::from_secs(5),
+        h2_get(&client, router.addr, &path, None),
+    )
+    .await
+    .expect("ended in time");
+    assert!(got.is_err(), "{got:?}");
+    assert!(started.elapsed() >= Duration::from_millis(900));
+    let metrics = common::client()
+        .get(router.admin_url("/metrics"))
+        .send()
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        !metrics.contains("kind=\"send_timeout\""),
+        "{}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("errors_total"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+}
