@@ -18,8 +18,9 @@ pub struct Timeouts {
     pub response_headers_ms: u64,
     /// The longest wait without progress: for a client's body (then 408, the client's), an
     /// upstream that reads none of it (504), an upstream's response body, a client that
-    /// reads none of the response (both connections closed), and a pooled upstream
-    /// connection left idle.
+    /// reads none of the response (both connections closed; over HTTP/2 the stream is
+    /// reset), an HTTP/2 client connection with no stream open (closed with GOAWAY), and a
+    /// pooled upstream connection left idle.
     pub idle_ms: u64,
 }
 
