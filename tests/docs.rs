@@ -5,6 +5,8 @@
 //! - Every key `check` accepts is documented: each section of both files (every prefix of a
 //!   documented key) is probed with an unknown key, and the keys serde lists in its
 //!   `unknown field …, expected one of …` error must be the documented ones.
+//! - Where a key's type is a choice (`` `a` \| `b` ``), another value is refused and the
+//!   error lists exactly the documented values.
 //! - Every problem type of `src/problem.rs` is in `docs/errors.md`, every metric of
 //!   `src/metrics.rs` in `docs/metrics.md`, and every docs file in `docs/README.md`.
 //!
@@ -45,6 +47,8 @@ fn read(path: &str) -> String {
 #[derive(Debug)]
 struct Row {
     key: String,
+    /// The type column (the second).
+    kind: String,
     example: String,
     line: usize,
 }
@@ -98,6 +102,7 @@ fn key_rows(file: &str) -> Vec<Row> {
         }
         rows.push(Row {
             key: unquote(first).to_owned(),
+            kind: cells.get(1).cloned().unwrap_or_default(),
             example: unquote(cells.get(col).map_or("", String::as_str)).to_owned(),
             line: i + 1,
         });
@@ -403,6 +408,106 @@ fn accepted_keys_are_documented(file: File) {
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// The values a row's type column lists, when it is a choice: `` `a` \| `b` `` (quotes
+/// around a value dropped).
+fn choices(kind: &str) -> Option<BTreeSet<String>> {
+    if !kind.contains("\\|") {
+        return None;
+    }
+    kind.split("\\|")
+        .map(|v| {
+            let v = v.trim();
+            let inner = v.strip_prefix('`')?.strip_suffix('`')?;
+            (!inner.contains('`')).then(|| inner.trim_matches('"').to_owned())
+        })
+        .collect()
+}
+
+/// Sets every place of the dotted `key` in `value` to `to`; whether there was one.
+fn set_key(value: &mut Value, key: &str, to: &Value) -> bool {
+    fn walk(v: &mut Value, steps: &[(Option<&str>, bool)], to: &Value) -> bool {
+        let Some(((name, list), rest)) = steps.split_first() else {
+            *v = to.clone();
+            return true;
+        };
+        let Some(map) = v.as_mapping_mut() else {
+            return false;
+        };
+        let mut found = false;
+        for (k, child) in map.iter_mut() {
+            if name.is_some_and(|n| k.as_str() != Some(n)) {
+                continue;
+            }
+            if *list {
+                for item in child.as_sequence_mut().into_iter().flatten() {
+                    found |= walk(item, rest, to);
+                }
+            } else {
+                found |= walk(child, rest, to);
+            }
+        }
+        found
+    }
+    walk(value, &steps(key), to)
+}
+
+/// For every key whose type is a choice of values, `check` refuses another value, and its
+/// error lists exactly the documented values (serde's `unknown variant …, expected …`), or
+/// at least names each of them (the table's own messages for `kind` and `layout`).
+fn documented_choices_are_the_accepted_ones(file: File) {
+    let dir = fixtures();
+    let mut failures = Vec::new();
+    for row in key_rows(file.doc()) {
+        let Some(documented) = choices(&row.kind) else {
+            continue;
+        };
+        let at = format!("docs/{}:{}: `{}`", file.doc(), row.line, row.key);
+        let mut example: Value = serde_yaml::from_str(&row.example).expect("example");
+        assert!(set_key(&mut example, &row.key, &Value::from(PROBE)), "{at}");
+        let (ok, output) = file.check(dir.path(), &example);
+        if ok {
+            failures.push(format!("{at}: check accepts the value `{PROBE}`"));
+            continue;
+        }
+        let listed = output
+            .lines()
+            .find(|l| l.contains(&format!("unknown variant `{PROBE}`")))
+            .and_then(|l| l.split_once(", expected"))
+            .map(|(_, rest)| -> BTreeSet<String> {
+                rest.split('`')
+                    .skip(1)
+                    .step_by(2)
+                    .map(str::to_owned)
+                    .collect()
+            });
+        match listed {
+            Some(accepted) if accepted != documented => failures.push(format!(
+                "{at}: documented values {documented:?}, but check accepts {accepted:?}"
+            )),
+            Some(_) => {}
+            None => {
+                for value in documented.iter().filter(|v| !output.contains(v.as_str())) {
+                    failures.push(format!(
+                        "{at}: refusing `{PROBE}`, check does not name the documented value \
+                         `{value}`:\n{output}"
+                    ));
+                }
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn documented_config_choices_are_the_accepted_ones() {
+    documented_choices_are_the_accepted_ones(File::Config);
+}
+
+#[test]
+fn documented_table_choices_are_the_accepted_ones() {
+    documented_choices_are_the_accepted_ones(File::Table);
 }
 
 #[test]
