@@ -62,7 +62,7 @@ const HOP_BY_HOP_LENGTHS: u32 = {
 /// (Envoy's `X-Forwarded-Client-Cert`, nginx's and HAProxy's `X-SSL-Client-*` conventions,
 /// RFC 9440's `Client-Cert`). Only this router may vouch for a certificate it verified, so a
 /// client's own are removed from every request (SPEC §12); with
-/// `tls.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
+/// `tls.client_auth.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
 const CLIENT_CERT_NAMES: [&str; 11] = [
     "x-forwarded-client-cert",
     "x-ssl-client-verify",
