@@ -174,14 +174,7 @@ async fn a_tokenless_admin_answers_only_to_loopback_and_allowed_hosts() {
         .await;
         assert_eq!(r.status, 200, "Host {good}: {}", r.body);
     }
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("iuid_router_admin_refusals_total{reason=\"host_not_allowed\"}"),
         "counted"

@@ -294,12 +294,7 @@ async fn a_changed_certificate_is_served_and_a_broken_one_is_not() {
     assert!(changed.is_some(), "the new failure is reported: {last}");
     assert!(last.contains("localhost.pem: "), "{last}");
     assert!(!last.contains("localhost-key.pem"), "{last}");
-    let metrics = reqwest::get(router.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("iuid_router_tls_reloads_total{result=\"failure\"}"),
         "{metrics}"
