@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{client, ConfigYaml, Router, Upstream};
@@ -458,12 +457,9 @@ fn check_refuses_weak_or_bad_admin_settings() {
             .extra(&format!("admin: {{ {admin} }}"))
             .yaml();
         let path = common::write(&dir, "router.yaml", &config);
-        let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-            .args(["check", "--config", path.to_str().expect("utf8")])
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{admin}: {err}");
+        let checked = common::check(&path);
+        let err = checked.output;
+        assert_eq!(checked.code, Some(1), "{admin}: {err}");
         assert!(
             err.contains(says) && err.contains("router.yaml:"),
             "{admin}: {err}"

@@ -432,12 +432,9 @@ async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certifi
         .extra(&tls("missing-ca.pem"))
         .yaml();
     let path = common::write(&bad_dir, "router.yaml", &bad);
-    let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-        .args(["check", "--config", path.to_str().expect("utf8")])
-        .output()
-        .expect("check");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let checked = common::check(&path);
+    assert_eq!(checked.code, Some(1));
+    let err = checked.output;
     assert!(
         err.contains("router.yaml:") && err.contains("missing-ca.pem"),
         "{err}"

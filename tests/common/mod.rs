@@ -575,3 +575,29 @@ pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// What `iuid-router check --config PATH` said.
+pub struct Checked {
+    /// The exit code (0: valid, 1: errors).
+    pub code: Option<i32>,
+    /// Standard output and standard error, in that order.
+    pub output: String,
+}
+
+/// Runs the real binary's `check` on the config at `path`.
+pub fn check(path: &std::path::Path) -> Checked {
+    let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+        .arg("check")
+        .arg("--config")
+        .arg(path)
+        .output()
+        .expect("run iuid-router check");
+    Checked {
+        code: out.status.code(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
+}
