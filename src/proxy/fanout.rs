@@ -176,7 +176,8 @@ impl Proxy {
                 ))
             })?),
         };
-        let target = format!("{}?{}", parts.uri.path(), page.upstream_query);
+        let query = route.region_query(&page, cursor.as_ref().map(|c| c.id.as_str()));
+        let target = format!("{}?{query}", parts.uri.path());
         parts.uri = target
             .parse()
             .map_err(|_| Problem::BadParameter("the query string is not valid".to_owned()))?;
