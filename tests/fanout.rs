@@ -428,3 +428,45 @@ async fn the_cursor_goes_to_the_regions_in_canonical_form_and_only_once() {
         .sum();
     assert_eq!(after, hits, "no region was asked");
 }
+
+/// Issue 25 item 16: a failed region's entry says why: the status with the problem type and
+/// title the region gave, or which item and id were bad; the 502 of `fail` names the type.
+#[tokio::test]
+async fn a_failed_region_entry_gives_the_reason() {
+    let w = world("").await;
+    w.regions[0].set(vec![Item::new(1_800_000_000_001, 1)]);
+    w.regions[1].mode(Mode::Problem(503));
+    w.regions[2].mode(Mode::BadId);
+    let (status, _, page) = get(&w.router, "/v1/orders").await;
+    assert_eq!(status, 200, "{page}");
+    let b = &page["regions"]["b"];
+    assert_eq!(b["error"], "status", "{page}");
+    assert_eq!(b["status"], 503);
+    assert_eq!(b["type"], "urn:example:problem:maintenance", "{page}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("Down for maintenance")),
+        "{page}"
+    );
+    let c = &page["regions"]["c"];
+    assert_eq!(c["error"], "bad_id", "{page}");
+    assert_eq!(c["index"], 0, "{page}");
+    assert_eq!(c["id"], "order-42", "{page}");
+    assert!(
+        c["detail"].as_str().is_some_and(|d| d.contains("order-42")),
+        "{page}"
+    );
+
+    let resp = client()
+        .get(w.router.url("/v1/orders-strict"))
+        .send()
+        .await
+        .expect("strict");
+    assert_eq!(resp.status(), 502);
+    let problem: Value = resp.json().await.expect("problem");
+    let why = problem["regions"]["b"]["error"].as_str().expect("named");
+    assert!(why.contains("urn:example:problem:maintenance"), "{why}");
+    let why = problem["regions"]["c"]["error"].as_str().expect("named");
+    assert!(why.contains("order-42"), "{why}");
+}

@@ -35,21 +35,28 @@ pub(super) struct Leg {
     pub body: Bytes,
 }
 
+/// Most bytes read of a region's non-2xx answer to find its problem `type`.
+const PROBLEM_BYTES: usize = 4096;
+
 /// Why a region gave no usable answer: the name `regions` and the leg metric give it (see
-/// [`RegionReport::Failed`]), the region's status when it had one, and a sentence.
-#[derive(Debug, Clone)]
+/// [`RegionReport::Failed`]), what explains it (the region's status and problem type, the bad
+/// item's index and id), and a sentence.
+#[derive(Debug, Clone, Default)]
 pub(super) struct LegFailure {
     pub error: &'static str,
     pub status: Option<u16>,
+    pub problem_type: Option<String>,
+    pub index: Option<usize>,
+    pub id: Option<String>,
     pub detail: String,
 }
 
 impl LegFailure {
-    fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
+    pub(super) fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
         LegFailure {
             error,
-            status: None,
             detail: detail.into(),
+            ..LegFailure::default()
         }
     }
 
@@ -58,9 +65,53 @@ impl LegFailure {
         RegionReport::Failed {
             error: self.error,
             status: self.status,
+            problem_type: self.problem_type,
+            index: self.index,
+            id: self.id,
             detail: self.detail,
         }
     }
+
+    /// What the regions-failed problem says of the region: its name and detail, with the
+    /// problem type when the region gave one.
+    fn summary(&self) -> String {
+        match &self.problem_type {
+            Some(t) => format!("{}: {} ({t})", self.error, self.detail),
+            None => format!("{}: {}", self.error, self.detail),
+        }
+    }
+}
+
+/// A non-2xx answer's problem `type` and `title` (RFC 9457), if its body is JSON with them:
+/// at most [`PROBLEM_BYTES`] are read, each value cut to 200 characters.
+async fn problem_of(
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+    idle: Duration,
+) -> (Option<String>, Option<String>) {
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if !json {
+        return (None, None);
+    }
+    let Ok(collected) = Limited::new(IdleTimeout::new(body, idle), PROBLEM_BYTES)
+        .collect()
+        .await
+    else {
+        return (None, None);
+    };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&collected.to_bytes()) else {
+        return (None, None);
+    };
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .map(|s| s.chars().take(200).collect::<String>())
+    };
+    (text("type"), text("title"))
 }
 
 impl Proxy {
@@ -99,10 +150,17 @@ impl Proxy {
             };
             let (parts, body) = answered.response.into_parts();
             if !parts.status.is_success() {
+                let (problem_type, title) = problem_of(&parts.headers, body, idle).await;
+                let detail = match title {
+                    Some(title) => format!("the region answered {}: {title}", parts.status),
+                    None => format!("the region answered {}", parts.status),
+                };
                 return Err(LegFailure {
                     error: "status",
                     status: Some(parts.status.as_u16()),
-                    detail: format!("the region answered {}", parts.status),
+                    problem_type,
+                    detail,
+                    ..LegFailure::default()
                 });
             }
             let declared = parts
@@ -214,7 +272,17 @@ impl Proxy {
                     page.limit,
                 )
                 .map(|items| (leg.status, items))
-                .map_err(|e| LegFailure::new(e.as_str(), e.to_string()))
+                .map_err(|e| {
+                    let (index, id) = match &e {
+                        merge::ItemsError::BadId { index, id, .. } => (Some(*index), id.clone()),
+                        _ => (None, None),
+                    };
+                    LegFailure {
+                        index,
+                        id,
+                        ..LegFailure::new(e.as_str(), e.to_string())
+                    }
+                })
             });
             let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
             metrics::fanout_leg(
@@ -242,8 +310,19 @@ impl Proxy {
         let failed: Vec<(String, String)> = reports
             .iter()
             .filter_map(|(name, r)| match r {
-                RegionReport::Failed { detail, error, .. } => {
-                    Some((name.to_string(), format!("{error}: {detail}")))
+                RegionReport::Failed {
+                    error,
+                    detail,
+                    problem_type,
+                    ..
+                } => {
+                    let failure = LegFailure {
+                        error,
+                        problem_type: problem_type.clone(),
+                        detail: detail.clone(),
+                        ..LegFailure::default()
+                    };
+                    Some((name.to_string(), failure.summary()))
                 }
                 RegionReport::Answered { .. } => None,
             })

@@ -90,10 +90,8 @@ impl Proxy {
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
-                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| LegFailure {
-                        error: "not_json",
-                        status: None,
-                        detail: format!("the answer is not JSON: {e}"),
+                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
+                        LegFailure::new("not_json", format!("the answer is not JSON: {e}"))
                     })
                 });
                 let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
