@@ -193,6 +193,9 @@ pub struct LegacyCache {
     pub entries: usize,
     /// How long an owner is remembered, in seconds.
     pub ttl_s: u64,
+    /// How long an id no region owns (every region answered 404 or 410) is remembered, in
+    /// ms: meanwhile a 404/410 for it is returned without probing again. 0 remembers none.
+    pub negative_ttl_ms: u64,
 }
 
 impl Default for LegacyCache {
@@ -200,6 +203,45 @@ impl Default for LegacyCache {
         LegacyCache {
             entries: 100_000,
             ttl_s: 3600,
+            negative_ttl_ms: 5_000,
         }
     }
+}
+
+/// The budget of `legacy: probe` (router config `legacy_probe:`): like the retry budget,
+/// probes of the other regions may be at most a share of the legacy requests, plus a small
+/// floor, so that a flood of unknown legacy ids does not multiply into every region.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LegacyProbe {
+    /// Probes may be this share of the requests for legacy ids, in percent (0 to 100).
+    pub budget_percent: u32,
+    /// Probes always allowed per second, whatever the share.
+    pub min_per_second: u32,
+}
+
+impl Default for LegacyProbe {
+    fn default() -> Self {
+        LegacyProbe {
+            budget_percent: 20,
+            min_per_second: 10,
+        }
+    }
+}
+
+/// The bounds of legacy probing that `check` refuses: each error as the
+/// key path it is at and a message, made into a `file:line:column` error by `at`.
+pub(super) fn check_bounds<E>(
+    _limits: &Limits,
+    probe: &LegacyProbe,
+    at: impl Fn(&[&str], String) -> E,
+) -> Vec<E> {
+    let mut errors = Vec::new();
+    if probe.budget_percent > 100 {
+        errors.push(at(
+            &["legacy_probe", "budget_percent"],
+            "budget_percent is a percentage: 0 to 100".to_owned(),
+        ));
+    }
+    errors
 }

@@ -41,6 +41,7 @@ use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
 use crate::upstream::body::{Guarded, IdleTimeout, Prefixed, Watched};
+use crate::upstream::budget::RetryBudget;
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
@@ -118,6 +119,8 @@ pub struct Proxy {
     all_regions: Arc<metrics::RegionMetrics>,
     /// Owners learned for legacy ids (`legacy: probe`).
     owners: Owners,
+    /// Probes of legacy ids: a share of the requests for them (`legacy_probe`).
+    probes: RetryBudget,
 }
 
 impl Proxy {
@@ -127,7 +130,8 @@ impl Proxy {
         let owners = Owners::new(
             config.legacy_cache.entries,
             Duration::from_secs(config.legacy_cache.ttl_s),
-        );
+        )
+        .with_negative_ttl(Duration::from_millis(config.legacy_cache.negative_ttl_ms));
         Proxy {
             config,
             regions,
@@ -135,6 +139,7 @@ impl Proxy {
             no_region: metrics::RegionMetrics::new("none"),
             all_regions: Arc::new(metrics::RegionMetrics::new("all")),
             owners,
+            probes: RetryBudget::default(),
         }
     }
 
