@@ -5,7 +5,9 @@
 //! ejection, pools, retries, SPEC §6 header rules) and is bounded as a whole — response
 //! headers and body — by the route's `timeout_ms`, and its body by
 //! `limits.fanout_region_bytes`. [`Proxy::ask`] is that one bounded exchange; the split
-//! GraphQL `nodes` request uses it too.
+//! GraphQL `nodes` request uses it too. The bytes it buffers are held against the router-wide
+//! `limits.fanout_buffer_bytes` (`crate::fanout::budget`) until the answer is merged or
+//! dropped; a request whose answers do not fit is refused whole (503).
 
 use std::time::{Duration, Instant};
 
@@ -13,11 +15,13 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 
+use super::headers::ClientAddr;
 use super::Proxy;
 use crate::error::ErrorKind;
 use crate::extract::fanout::{FanoutRoute, OnRegionError};
+use crate::fanout::budget::{Permit, Refusal, Reservation};
 use crate::fanout::merge::{self, Cursor};
 use crate::fanout::page::{self, RegionReport};
 use crate::metrics;
@@ -28,12 +32,18 @@ use crate::upstream::regions::RegionRuntime;
 
 /// One region's whole answer.
 #[derive(Debug)]
-pub(super) struct Leg {
+pub(super) struct Leg<'a> {
     /// Its 2xx status.
     pub status: StatusCode,
     /// Its body, read whole (at most `limits.fanout_region_bytes`).
     pub body: Bytes,
+    /// The body's bytes, held against `limits.fanout_buffer_bytes` while the leg lives.
+    _held: Reservation<'a>,
 }
+
+/// [`LegFailure::error`] of a leg whose answer did not fit in `limits.fanout_buffer_bytes`:
+/// the router's bound, not the region's failure, so the whole request is refused (503).
+pub(super) const BUFFER_FULL: &str = "buffer_full";
 
 /// Most bytes read of a region's non-2xx answer to find its problem `type`.
 const PROBLEM_BYTES: usize = 4096;
@@ -115,8 +125,23 @@ async fn problem_of(
 }
 
 impl Proxy {
+    /// Starts a request to several regions (a list or split `nodes`) within
+    /// `crate::fanout::budget`'s bounds.
+    ///
+    /// Errors: the bound reached (counted); the caller answers 503 `Retry-After: 1` at once.
+    pub(super) fn admit_fanout<'a>(
+        &'a self,
+        client: &'a ClientAddr,
+    ) -> Result<Permit<'a>, Refusal> {
+        self.fanouts.admit(&client.fanouts).inspect_err(|refusal| {
+            metrics::fanout_refused(refusal.as_str());
+        })
+    }
+
     /// Sends `head` + `body` to `region` and reads its whole answer within `timeout`. A
-    /// non-2xx answer is a failure (its body unread). The caller counts the outcome
+    /// non-2xx answer is a failure (at most [`PROBLEM_BYTES`] of it read, for its problem
+    /// type). The body is held against `limits.fanout_buffer_bytes` while the returned leg
+    /// lives; one that does not fit fails as [`BUFFER_FULL`]. The caller counts the outcome
     /// ([`metrics::fanout_leg`]) once it has judged the body too.
     pub(super) async fn ask(
         &self,
@@ -124,7 +149,7 @@ impl Proxy {
         head: Parts,
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Leg, LegFailure> {
+    ) -> Result<Leg<'_>, LegFailure> {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
@@ -177,23 +202,43 @@ impl Proxy {
             if declared.is_some_and(|n| n > max as u64) {
                 return Err(too_large());
             }
-            let bytes = match Limited::new(IdleTimeout::new(body, idle), max)
-                .collect()
-                .await
-            {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
-                Err(e) => {
-                    return Err(LegFailure::new(
-                        "reset",
-                        format!("reading the answer failed: {e}"),
-                    ))
-                }
+            let buffer_full = || {
+                LegFailure::new(
+                    BUFFER_FULL,
+                    "the answers buffered by all fan-outs reached limits.fanout_buffer_bytes",
+                )
             };
+            // The declared length is held at once; otherwise each growth of the buffer is,
+            // before it is made (doubling, as a Vec grows, up to the limit).
+            let first = declared.map_or(0, |n| n as usize);
+            let mut held = self.fanouts.reserve(first).ok_or_else(buffer_full)?;
+            let mut buf: Vec<u8> = Vec::with_capacity(first);
+            let mut body = std::pin::pin!(IdleTimeout::new(body, idle));
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| {
+                    LegFailure::new("reset", format!("reading the answer failed: {e}"))
+                })?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let len = buf.len() + data.len();
+                if len > max {
+                    return Err(too_large());
+                }
+                if len > buf.capacity() {
+                    let capacity = len.max(buf.capacity() * 2).min(max);
+                    if capacity > held.bytes() && !held.grow(capacity - held.bytes()) {
+                        return Err(buffer_full());
+                    }
+                    buf.reserve_exact(capacity - buf.len());
+                }
+                buf.extend_from_slice(&data);
+            }
             drop(answered.in_flight);
             Ok(Leg {
                 status: parts.status,
-                body: bytes,
+                body: Bytes::from(buf),
+                _held: held,
             })
         };
         match tokio::time::timeout(timeout, exchange).await {
@@ -255,6 +300,13 @@ impl Proxy {
             }
         });
         let answers = futures_util::future::join_all(legs).await;
+        if answers
+            .iter()
+            .any(|(_, _, a)| a.as_ref().is_err_and(|f| f.error == BUFFER_FULL))
+        {
+            metrics::fanout_refused(Refusal::Memory.as_str());
+            return Err(Problem::FanoutBusy(Refusal::Memory));
+        }
 
         let mut reports: Vec<(&str, RegionReport)> = Vec::with_capacity(answers.len());
         let mut lists = Vec::with_capacity(answers.len());

@@ -13,10 +13,11 @@ use http::{HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::Value;
 
-use super::fanout::{json_response, LegFailure};
+use super::fanout::{json_response, LegFailure, BUFFER_FULL};
 use super::Proxy;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::RouteKind;
+use crate::fanout::budget::Refusal;
 use crate::fanout::nodes::{self, Part};
 use crate::metrics;
 use crate::problem::Problem;
@@ -109,6 +110,11 @@ impl Proxy {
             }
         });
         let parts = futures_util::future::join_all(legs).await;
+        let full = |p: &Part| p.answer.as_ref().is_err_and(|e| e.starts_with(BUFFER_FULL));
+        if parts.iter().any(full) {
+            metrics::fanout_refused(Refusal::Memory.as_str());
+            return Err(Problem::FanoutBusy(Refusal::Memory));
+        }
         let failed = parts.iter().filter(|p| p.answer.is_err()).count();
         let result = match failed {
             0 => "complete",
