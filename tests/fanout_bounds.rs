@@ -87,17 +87,6 @@ fn assert_busy(status: u16, headers: &http::HeaderMap, body: &[u8], key: &str) {
     assert!(detail.contains(key), "{detail}");
 }
 
-async fn metrics(router: &Router) -> String {
-    client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text")
-}
-
 /// Six fan-outs at once on one HTTP/2 connection with `fanout_per_connection: 2`: two are
 /// served, four refused at once without asking any region; another connection is still
 /// served meanwhile.
@@ -166,7 +155,8 @@ async fn fanouts_on_one_http2_connection_are_bounded() {
         3,
         "two fan-outs and the other client's"
     );
-    assert!(metrics(&router)
+    assert!(router
+        .metrics()
         .await
         .contains("iuid_router_fanout_refused_total{reason=\"per_connection\"} 4"));
 }
@@ -244,7 +234,8 @@ async fn buffered_answers_are_bounded_together() {
         .await
         .expect("third");
     assert_eq!(resp.status(), 200, "the first's bytes were given back");
-    assert!(metrics(&router)
+    assert!(router
+        .metrics()
         .await
         .contains("iuid_router_fanout_refused_total{reason=\"memory\"}"));
 }

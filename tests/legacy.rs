@@ -206,22 +206,6 @@ fn unknown(n: u64) -> String {
     format!("5c1d2e3f-4a5b-4c6d-8e7f-{n:012x}")
 }
 
-async fn metric(router: &Router, series: &str) -> f64 {
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    metrics
-        .lines()
-        .find_map(|l| l.strip_prefix(series))
-        .and_then(|v| v.trim().parse::<f64>().ok())
-        .unwrap_or(0.0)
-}
-
 /// Issue 25 item 13: an id no region owns is remembered for `negative_ttl_ms`: asked again
 /// meanwhile, only the default region is asked; afterwards it is probed again.
 #[tokio::test]
@@ -243,11 +227,12 @@ async fn an_id_no_region_owns_is_not_probed_again_for_the_negative_ttl() {
         );
     }
     assert!(
-        metric(
-            &router,
-            "iuid_router_legacy_probes_skipped_total{reason=\"negative_cache\"}"
-        )
-        .await
+        router
+            .metric(
+                "iuid_router_legacy_probes_skipped_total",
+                &["reason=\"negative_cache\""]
+            )
+            .await
             >= 4.0
     );
     tokio::time::sleep(Duration::from_millis(600)).await;
@@ -295,11 +280,12 @@ async fn probes_of_unknown_ids_are_a_bounded_share_of_the_requests() {
     );
     assert!(us_n >= 5, "probes still happen: {us_n}");
     assert!(
-        metric(
-            &router,
-            "iuid_router_legacy_probes_skipped_total{reason=\"budget\"}"
-        )
-        .await
+        router
+            .metric(
+                "iuid_router_legacy_probes_skipped_total",
+                &["reason=\"budget\""]
+            )
+            .await
             >= 100.0
     );
     // The owner learned before is asked directly, whatever the budget.
