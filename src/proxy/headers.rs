@@ -324,6 +324,9 @@ pub struct ClientAddr {
     /// `X-Forwarded-Client-Cert` for the certificate the client presented, when
     /// `tls.client_auth.forward_client_cert: set` (made once per connection).
     pub client_cert: Option<HeaderValue>,
+    /// Fan-outs in flight on this connection (`limits.fanout_per_connection`); clones of
+    /// this connection's address share it.
+    pub fanouts: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl ClientAddr {
@@ -350,6 +353,7 @@ impl ClientAddr {
             forwarded_for: forwarded_for.into(),
             tls: false,
             client_cert: None,
+            fanouts: Default::default(),
         }
     }
 }
