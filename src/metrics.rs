@@ -42,6 +42,11 @@ pub const FANOUT_REQUESTS: &str = "iuid_router_fanout_requests_total";
 pub const FANOUT_LEGS: &str = "iuid_router_fanout_legs_total";
 /// Time to each region's whole answer to a fan-out, by `region`, in seconds.
 pub const FANOUT_LEG_DURATION: &str = "iuid_router_fanout_leg_duration_seconds";
+/// Fan-outs refused at a bound (503), by `reason` (`concurrent`, `per_connection`, `memory`).
+pub const FANOUT_REFUSED: &str = "iuid_router_fanout_refused_total";
+/// Legacy ids not probed after a 404/410, by `reason` (`budget`: the probe budget is spent;
+/// `negative_cache`: no region owned it a moment ago).
+pub const LEGACY_PROBES_SKIPPED: &str = "iuid_router_legacy_probes_skipped_total";
 /// Legacy ids asked of the other regions after a 404/410 (`legacy: probe`), by `result`
 /// (`found`, `not_found`).
 pub const LEGACY_PROBES: &str = "iuid_router_legacy_probes_total";
@@ -145,6 +150,11 @@ fn describe() {
         "Legacy ids probed in every region, by result."
     );
     ::metrics::describe_counter!(LEGACY_CACHE, "Legacy owner cache lookups, by result.");
+    ::metrics::describe_counter!(FANOUT_REFUSED, "Fan-outs refused at a bound, by reason.");
+    ::metrics::describe_counter!(
+        LEGACY_PROBES_SKIPPED,
+        "Legacy ids not probed after a 404/410, by reason."
+    );
     ::metrics::describe_counter!(TLS_RELOADS, "TLS certificate reloads, by result.");
     ::metrics::describe_counter!(
         TLS_HANDSHAKE_FAILURES,
@@ -173,6 +183,32 @@ pub fn legacy_probe(found: bool) {
     handle();
     let result = if found { "found" } else { "not_found" };
     ::metrics::counter!(LEGACY_PROBES, "result" => result).increment(1);
+}
+
+/// Counts one fan-out refused at a bound (`reason`: `concurrent`, `per_connection`,
+/// `memory`; see `crate::fanout::budget::Refusal::as_str`).
+pub fn fanout_refused(reason: &'static str) {
+    handle();
+    ::metrics::counter!(FANOUT_REFUSED, "reason" => reason).increment(1);
+}
+
+/// Why a legacy id was not probed after a 404/410.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeSkip {
+    /// The probe budget (`legacy_probe`) is spent.
+    Budget,
+    /// Every region answered 404/410 for it within `legacy_cache.negative_ttl_ms`.
+    NegativeCache,
+}
+
+/// Counts one legacy id not probed.
+pub fn legacy_probe_skipped(reason: ProbeSkip) {
+    handle();
+    let reason = match reason {
+        ProbeSkip::Budget => "budget",
+        ProbeSkip::NegativeCache => "negative_cache",
+    };
+    ::metrics::counter!(LEGACY_PROBES_SKIPPED, "reason" => reason).increment(1);
 }
 
 /// Counts one reload of the listener's certificates.

@@ -111,6 +111,8 @@ pub enum Problem {
         /// `(region, what failed)`, in table order.
         regions: Vec<(String, String)>,
     },
+    /// A fan-out refused at a bound of `crate::fanout::budget` (503, `Retry-After: 1`).
+    FanoutBusy(crate::fanout::budget::Refusal),
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.
@@ -186,6 +188,7 @@ impl Problem {
             Problem::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
+            Problem::FanoutBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -229,6 +232,7 @@ impl Problem {
             Problem::TooManyAttempts { .. } => ("too-many-attempts", "Too many wrong tokens"),
             Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
+            Problem::FanoutBusy(_) => ("fanout-busy", "Too many fan-outs in flight"),
         }
     }
 
@@ -305,6 +309,10 @@ impl Problem {
                     regions.iter().map(|(r, why)| format!("{r} ({why})")).collect();
                 format!("regions failed: {}", listed.join(", "))
             }
+            Problem::FanoutBusy(refusal) => format!(
+                "the router is at its bound {}; retry in a second",
+                refusal.key()
+            ),
         }
     }
 
@@ -371,6 +379,10 @@ impl Problem {
         if let Problem::GetOnly = &self {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET"));
+        }
+        if let Problem::FanoutBusy(_) = &self {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         if let Problem::Unavailable { retry_after, .. } | Problem::TooManyAttempts { retry_after } =
             &self

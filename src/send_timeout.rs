@@ -10,8 +10,9 @@
 //! request's in-flight count. The failure is the client's (`iuid_router_client_errors_total`
 //! `kind="send_timeout"`) and never counts against an upstream.
 //!
-//! Only HTTP/1 is covered: an HTTP/2 client that stops reading stalls its streams by flow
-//! control (no window updates), with the socket itself still writable.
+//! Only HTTP/1 is covered here: an HTTP/2 client that stops reading stalls its streams by flow
+//! control (no window updates), with the socket itself still writable; `server::h2` resets
+//! such a stream.
 
 use std::future::Future;
 use std::io;

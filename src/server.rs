@@ -1,11 +1,16 @@
 //! The public listener: accepts connections and hands each request to [`Proxy::handle`],
 //! until a shutdown signal; then drains.
 //!
-//! HTTP/1.1 and HTTP/2 (prior knowledge) are both served on one port by `hyper-util`'s auto
-//! builder; upstreams are always spoken to in HTTP/1.1. With `tls:` (SPEC §12) each
-//! connection first completes a TLS handshake (`crate::tls`), bounded by
-//! `limits.header_read_timeout_ms`; ALPN offers `h2` and `http/1.1`, and the auto builder
-//! serves whichever the client then speaks.
+//! HTTP/1.1 and HTTP/2 are both served on one port; upstreams are always spoken to in
+//! HTTP/1.1. Each connection's protocol is chosen once (`announce`): on a plain listener by its
+//! first bytes (HTTP/2 with prior knowledge, h2c), with `tls:` (SPEC §12) by the protocol ALPN
+//! negotiated, `h2` or `http/1.1`, whatever the client then sends (RFC 7301 §3.2, RFC 9113
+//! §3.2), and by the first bytes only when ALPN chose none. The TLS handshake, and then the
+//! first bytes, must each come within `limits.header_read_timeout_ms`.
+//!
+//! An HTTP/2 connection with no stream open for `timeouts.idle_ms` is closed with GOAWAY, and
+//! a stream whose response makes no progress for `idle_ms` is reset (`h2`); an HTTP/1
+//! client that reads nothing for `idle_ms` has its connection closed (`send_timeout`).
 //!
 //! Connections are accepted here, on the caller's runtime, and each is served on one of the
 //! [`Workers`] for its whole life (see `workers` for why).
@@ -16,23 +21,29 @@
 //! progress (idle keep-alive ones at once), HTTP/2 ones send GOAWAY; requests in flight get
 //! up to the grace period to complete.
 
+mod announce;
+mod h2;
+
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
+use hyper::server::conn::{http1, http2};
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch};
 
+use crate::config::RouterConfig;
 use crate::metrics;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 use crate::send_timeout::SendTimeout;
 use crate::workers::Workers;
+use announce::Protocol;
 
 /// Serves `listener` on `proxy.config().workers` worker threads until `shutdown` completes,
 /// then drains for at most `grace`. With `tls`, connections are HTTPS.
@@ -46,27 +57,7 @@ pub async fn serve(
     grace: Duration,
 ) -> std::io::Result<()> {
     let workers = Workers::start(proxy.config().workers)?;
-    let limits = proxy.config().limits;
-    let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
-    let send_timeout = proxy.config().timeouts.idle();
-    let forward_client_cert = proxy
-        .config()
-        .tls
-        .as_ref()
-        .and_then(|t| t.client_auth.as_ref())
-        .is_some_and(|c| c.forward_client_cert == crate::tls::ForwardClientCert::Set);
-    let mut builder = auto::Builder::new(TokioExecutor::new());
-    builder
-        .http1()
-        .timer(TokioTimer::new())
-        // Slowloris: a client that trickles its headers is cut off.
-        .header_read_timeout(header_timeout)
-        .max_buf_size(limits.max_header_bytes.max(8192))
-        .max_headers(limits.max_headers);
-    builder
-        .http2()
-        .timer(TokioTimer::new())
-        .max_header_list_size(limits.max_header_bytes as u32);
+    let settings = Arc::new(Settings::new(proxy.config()));
     // Each connection task holds a sender; when all are dropped, the drain is complete.
     let (draining_tx, draining_rx) = watch::channel(false);
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
@@ -93,12 +84,22 @@ pub async fn serve(
                 continue;
             }
         };
-        let proxy = proxy.clone();
-        let builder = builder.clone();
-        let draining = draining_rx.clone();
+        // Per connection, so that a request clones a handle no other thread touches.
+        let addr = match tls {
+            Some(_) => ClientAddr::with_tls(client),
+            None => ClientAddr::new(client),
+        };
+        let conn = Conn {
+            proxy: proxy.clone(),
+            addr,
+            settings: settings.clone(),
+            draining: draining_rx.clone(),
+            client,
+        };
         let open = open_tx.clone();
         let tls = tls.clone();
         workers.spawn(async move {
+            let mut conn = conn;
             let _open = open;
             let stream = match TcpStream::from_std(stream) {
                 Ok(stream) => stream,
@@ -107,22 +108,13 @@ pub async fn serve(
                     return;
                 }
             };
-            // Per connection, so that a request clones a handle no other thread touches.
-            let service = |addr: ClientAddr| {
-                let conn = Arc::new((proxy, addr));
-                service_fn(move |req| {
-                    let conn = conn.clone();
-                    async move { Ok::<_, Infallible>(conn.0.handle(req, &conn.1).await) }
-                })
-            };
+            let header_timeout = conn.settings.header_timeout;
             let Some(acceptor) = tls else {
-                if !protocol_announced(&stream, header_timeout).await {
+                let Some(protocol) = announce::plain(&stream, header_timeout).await else {
                     tracing::debug!(%client, "nothing sent within the header read timeout; closed");
                     return;
-                }
-                let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
-                let service = service(ClientAddr::new(client));
-                return serve_connection(&builder, io, service, draining, client).await;
+                };
+                return conn.serve(protocol, stream).await;
             };
             let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => stream,
@@ -137,16 +129,22 @@ pub async fn serve(
                     return;
                 }
             };
-            let mut addr = ClientAddr::with_tls(client);
-            if forward_client_cert {
-                let (_, session) = stream.get_ref();
-                addr.client_cert = session
+            let alpn = Protocol::from_alpn(stream.get_ref().1.alpn_protocol());
+            if conn.settings.forward_client_cert {
+                conn.addr.client_cert = stream
+                    .get_ref()
+                    .1
                     .peer_certificates()
                     .and_then(|chain| chain.first())
                     .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
             }
-            let io = TokioIo::new(SendTimeout::new(stream, send_timeout));
-            serve_connection(&builder, io, service(addr), draining, client).await
+            // The header read timeout starts again after the handshake, as on plain TCP after
+            // the accept.
+            let Some((sniffed, stream)) = announce::read(stream, header_timeout).await else {
+                tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
+                return;
+            };
+            conn.serve(alpn.unwrap_or(sniffed), stream).await
         });
     }
     drop(listener);
@@ -164,69 +162,130 @@ pub async fn serve(
     Ok(())
 }
 
-/// Serves one connection's requests with `service` until it ends, or gracefully once
-/// `draining` turns true.
-async fn serve_connection<I, S>(
-    builder: &auto::Builder<TokioExecutor>,
-    io: I,
-    service: S,
-    mut draining: watch::Receiver<bool>,
-    client: SocketAddr,
-) where
-    I: hyper::rt::Read + hyper::rt::Write + Unpin + Send + 'static,
-    S: hyper::service::Service<
-            hyper::Request<hyper::body::Incoming>,
-            Response = hyper::Response<crate::proxy::ProxyBody>,
-            Error = Infallible,
-        > + Send
-        + 'static,
-    S::Future: Send + 'static,
-{
-    let conn = builder.serve_connection_with_upgrades(io, service);
-    tokio::pin!(conn);
-    let result = tokio::select! {
-        r = conn.as_mut() => r,
-        // `wait_for`'s guard is not `Send`; only whether it fired matters.
-        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
+/// What every connection is served with, made once per listener.
+struct Settings {
+    http1: http1::Builder,
+    header_timeout: Duration,
+    /// `timeouts.idle_ms`: an HTTP/1 client that reads nothing, an HTTP/2 connection with no
+    /// stream open, an HTTP/2 stream whose response makes no progress.
+    idle: Duration,
+    max_header_list_size: u32,
+    /// `tls.client_auth.forward_client_cert: set`: the verified client certificate goes
+    /// upstream in `X-Forwarded-Client-Cert`, made once per connection.
+    forward_client_cert: bool,
+}
+
+impl Settings {
+    fn new(config: &RouterConfig) -> Settings {
+        let limits = config.limits;
+        let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
+        let mut http1 = http1::Builder::new();
+        http1
+            .timer(TokioTimer::new())
+            // Slowloris: a client that trickles its headers is cut off.
+            .header_read_timeout(header_timeout)
+            .max_buf_size(limits.max_header_bytes.max(8192))
+            .max_headers(limits.max_headers);
+        Settings {
+            http1,
+            header_timeout,
+            idle: config.timeouts.idle(),
+            max_header_list_size: limits.max_header_bytes as u32,
+            forward_client_cert: config
+                .tls
+                .as_ref()
+                .and_then(|t| t.client_auth.as_ref())
+                .is_some_and(|c| c.forward_client_cert == crate::tls::ForwardClientCert::Set),
         }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%client, error = %e, "connection ended with an error");
     }
 }
 
-/// The HTTP/2 connection preface (RFC 9113 §3.4).
-const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+/// One accepted connection, until its protocol is known.
+struct Conn {
+    proxy: Arc<Proxy>,
+    addr: ClientAddr,
+    settings: Arc<Settings>,
+    draining: watch::Receiver<bool>,
+    client: SocketAddr,
+}
 
-/// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from HTTP/2:
-/// one byte that is not a prefix of the HTTP/2 preface, or the whole preface. False if the
-/// client sent nothing more in time, or closed.
-///
-/// `hyper-util`'s auto builder reads the first bytes to choose the protocol with no timeout
-/// of its own, and hyper's `header_read_timeout` is HTTP/1's only: without this a client that
-/// connects and stays silent (or stops inside the preface) would hold a connection forever.
-/// It only peeks, so nothing is consumed; it costs one `recv(MSG_PEEK)` per connection.
-async fn protocol_announced(stream: &TcpStream, within: Duration) -> bool {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut buf = [0u8; H2_PREFACE.len()];
-    loop {
-        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(_)) | Err(_) => return false,
+impl Conn {
+    /// Serves the connection's requests with `protocol` until it ends, or gracefully once
+    /// the listener drains.
+    async fn serve<S>(self, protocol: Protocol, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Conn {
+            proxy,
+            addr,
+            settings,
+            mut draining,
+            client,
+        } = self;
+        let io = TokioIo::new(SendTimeout::new(stream, settings.idle));
+        let shared = Arc::new((proxy, addr));
+        let result = match protocol {
+            Protocol::Http1 => {
+                let service = service_fn(move |req| {
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(shared.0.handle(req, &shared.1).await) }
+                });
+                let conn = settings.http1.serve_connection(io, service).with_upgrades();
+                tokio::pin!(conn);
+                tokio::select! {
+                    r = conn.as_mut() => r,
+                    // `wait_for`'s guard is not `Send`; only whether it fired matters.
+                    _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                }
+            }
+            Protocol::Http2 => {
+                let service = service_fn(move |req| {
+                    let shared = shared.clone();
+                    async move {
+                        let response = shared.0.handle(req, &shared.1).await;
+                        Ok::<_, Infallible>(h2::track(response))
+                    }
+                });
+                let streams = h2::Streams::new();
+                let mut builder =
+                    http2::Builder::new(h2::Exec::new(streams.clone(), settings.idle));
+                builder
+                    .timer(TokioTimer::new())
+                    .max_header_list_size(settings.max_header_list_size);
+                let conn = builder.serve_connection(io, service);
+                tokio::pin!(conn);
+                // GOAWAY once no stream has been open for `idle` (checked when the timer
+                // fires, then re-armed), or when the listener drains.
+                let timer = tokio::time::sleep(settings.idle);
+                tokio::pin!(timer);
+                loop {
+                    tokio::select! {
+                        r = conn.as_mut() => break r,
+                        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                            conn.as_mut().graceful_shutdown();
+                            break conn.await;
+                        }
+                        () = timer.as_mut() => match streams.idle_until(settings.idle) {
+                            Some(until) => timer.as_mut().reset(until),
+                            None => {
+                                tracing::debug!(%client, "HTTP/2 connection idle; GOAWAY");
+                                conn.as_mut().graceful_shutdown();
+                                // A client that never acknowledges gets `idle` more, then is cut.
+                                break tokio::time::timeout(settings.idle, conn)
+                                    .await
+                                    .unwrap_or(Ok(()));
+                            }
+                        },
+                    }
+                }
+            }
         };
-        if n == 0 {
-            return false;
-        }
-        if n == H2_PREFACE.len() || buf[..n] != H2_PREFACE[..n] {
-            return true;
-        }
-        // Part of the preface: `peek` would answer at once with the same bytes, so wait a
-        // little before looking again (only a stalled HTTP/2 client gets here).
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        if tokio::time::Instant::now() >= deadline {
-            return false;
+        if let Err(e) = result {
+            tracing::debug!(%client, error = %e, "connection ended with an error");
         }
     }
 }

@@ -5,7 +5,6 @@
 mod common;
 
 use std::net::{IpAddr, SocketAddr};
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::{client, ConfigYaml, Router, Upstream};
@@ -174,14 +173,7 @@ async fn a_tokenless_admin_answers_only_to_loopback_and_allowed_hosts() {
         .await;
         assert_eq!(r.status, 200, "Host {good}: {}", r.body);
     }
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("iuid_router_admin_refusals_total{reason=\"host_not_allowed\"}"),
         "counted"
@@ -465,12 +457,9 @@ fn check_refuses_weak_or_bad_admin_settings() {
             .extra(&format!("admin: {{ {admin} }}"))
             .yaml();
         let path = common::write(&dir, "router.yaml", &config);
-        let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-            .args(["check", "--config", path.to_str().expect("utf8")])
-            .output()
-            .expect("run");
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{admin}: {err}");
+        let checked = common::check(&path);
+        let err = checked.output;
+        assert_eq!(checked.code, Some(1), "{admin}: {err}");
         assert!(
             err.contains(says) && err.contains("router.yaml:"),
             "{admin}: {err}"

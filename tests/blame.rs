@@ -89,20 +89,6 @@ async fn exchange(router: SocketAddr, request: &[u8]) -> Raw {
     read_response(&mut stream).await
 }
 
-/// The sum of the samples of `name` whose labels contain every one of `labels`.
-async fn metric(router: &Router, name: &str, labels: &[&str]) -> f64 {
-    let text = reqwest::get(router.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    text.lines()
-        .filter(|l| l.starts_with(name) && labels.iter().all(|want| l.contains(want)))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
-}
-
 /// A POST with a chunked body whose second chunk header is not hex.
 fn malformed_chunked(path: &str) -> Vec<u8> {
     format!(
@@ -150,12 +136,9 @@ async fn twenty_bad_uploads_from_one_client_eject_no_upstream() {
         abandoned_upload(router.addr, &path, 1 << 20).await;
     }
     let aborted = eventually(Duration::from_secs(5), || async {
-        metric(
-            &router,
-            "iuid_router_client_errors_total",
-            &["kind=\"aborted\""],
-        )
-        .await
+        router
+            .metric("iuid_router_client_errors_total", &["kind=\"aborted\""])
+            .await
             >= 10.0
     })
     .await;
@@ -164,21 +147,18 @@ async fn twenty_bad_uploads_from_one_client_eject_no_upstream() {
         "10 abandoned uploads counted as client_aborted"
     );
     assert!(
-        metric(
-            &router,
-            "iuid_router_client_errors_total",
-            &["kind=\"bad_framing\""]
-        )
-        .await
+        router
+            .metric("iuid_router_client_errors_total", &["kind=\"bad_framing\""])
+            .await
             >= 10.0
     );
     assert_eq!(
-        metric(
-            &router,
-            "iuid_router_upstream_errors_total",
-            &["region=\"blame_eject\""]
-        )
-        .await,
+        router
+            .metric(
+                "iuid_router_upstream_errors_total",
+                &["region=\"blame_eject\""]
+            )
+            .await,
         0.0,
         "no upstream error was counted for the client's faults"
     );
@@ -244,12 +224,12 @@ async fn a_slow_but_steady_30_s_upload_outlasts_response_headers_ms() {
     assert_eq!(raw.body, b"61440", "every byte reached the upstream");
     assert!(took >= Duration::from_secs(30), "the upload took {took:?}");
     assert_eq!(
-        metric(
-            &router,
-            "iuid_router_upstream_errors_total",
-            &["region=\"blame_steady\""]
-        )
-        .await,
+        router
+            .metric(
+                "iuid_router_upstream_errors_total",
+                &["region=\"blame_steady\""]
+            )
+            .await,
         0.0
     );
 }
@@ -302,12 +282,12 @@ async fn a_stalled_upload_is_408_after_idle_ms_and_blames_no_upstream() {
         "408 after idle_ms (1 s), not at response_headers_ms (5 s): {took:?}"
     );
     assert_eq!(
-        metric(
-            &router,
-            "iuid_router_upstream_errors_total",
-            &["region=\"blame_stall\""]
-        )
-        .await,
+        router
+            .metric(
+                "iuid_router_upstream_errors_total",
+                &["region=\"blame_stall\""]
+            )
+            .await,
         0.0
     );
     // A small body with a length is held for a retry before it is sent: the same 408.
@@ -323,12 +303,12 @@ async fn a_stalled_upload_is_408_after_idle_ms_and_blames_no_upstream() {
     assert_eq!(raw.status, 408, "{}", String::from_utf8_lossy(&raw.body));
     assert!(took >= Duration::from_millis(950) && took < Duration::from_millis(2500));
     assert!(
-        metric(
-            &router,
-            "iuid_router_client_errors_total",
-            &["kind=\"body_timeout\""]
-        )
-        .await
+        router
+            .metric(
+                "iuid_router_client_errors_total",
+                &["kind=\"body_timeout\""]
+            )
+            .await
             >= 2.0
     );
 }
@@ -413,12 +393,12 @@ async fn a_client_that_stops_reading_is_closed_after_idle_ms_with_its_upstream()
         &table("blame_reader", &[url(up.addr)]),
     )
     .await;
-    let before = metric(
-        &router,
-        "iuid_router_client_errors_total",
-        &["kind=\"send_timeout\""],
-    )
-    .await;
+    let before = router
+        .metric(
+            "iuid_router_client_errors_total",
+            &["kind=\"send_timeout\""],
+        )
+        .await;
     // A small receive buffer, and not one byte read: the router's writes soon block.
     let socket = tokio::net::TcpSocket::new_v4().expect("socket");
     socket.set_recv_buffer_size(4096).expect("rcvbuf");
@@ -460,21 +440,21 @@ async fn a_client_that_stops_reading_is_closed_after_idle_ms_with_its_upstream()
         "the client connection was closed by the router"
     );
     assert!(
-        metric(
-            &router,
-            "iuid_router_client_errors_total",
-            &["kind=\"send_timeout\""]
-        )
-        .await
+        router
+            .metric(
+                "iuid_router_client_errors_total",
+                &["kind=\"send_timeout\""]
+            )
+            .await
             > before
     );
     assert_eq!(
-        metric(
-            &router,
-            "iuid_router_upstream_errors_total",
-            &["region=\"blame_reader\""]
-        )
-        .await,
+        router
+            .metric(
+                "iuid_router_upstream_errors_total",
+                &["region=\"blame_reader\""]
+            )
+            .await,
         0.0
     );
 }

@@ -421,3 +421,36 @@ fn check_reads_a_bare_grpc_field_path_and_refuses_other_shapes() {
         assert!(!err.contains("untagged enum"), "{err}");
     }
 }
+
+/// Issue 25 items 5 and 13: `check` refuses fan-out and probe bounds that cannot work, each
+/// at its key's line and column.
+#[test]
+fn check_refuses_bad_fanout_and_probe_bounds_at_their_keys() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("router.yaml"),
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: table.yaml\n\
+         limits: { fanout_region_bytes: 1000, fanout_buffer_bytes: 999, fanout_concurrent: 4, fanout_per_connection: 5 }\n\
+         legacy_probe: { budget_percent: 150 }\n",
+    )
+    .expect("write");
+    std::fs::write(
+        dir.path().join("table.yaml"),
+        "version: x\nregions:\n  eu: { upstreams: [\"http://a:1\"] }\ncountries:\n  3: eu\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let o = run(&[
+        "check",
+        "--config",
+        dir.path().join("router.yaml").to_str().expect("utf8"),
+    ]);
+    let err = stderr(&o);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    for want in [
+        "router.yaml:4:59: fanout_buffer_bytes (999) must be at least fanout_region_bytes (1000)",
+        "router.yaml:4:109: fanout_per_connection must be from 1 to fanout_concurrent (4)",
+        "router.yaml:5:33: budget_percent is a percentage: 0 to 100",
+    ] {
+        assert!(err.contains(want), "{want} in {err}");
+    }
+}

@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::Path;
-use std::process::Command;
 
 #[test]
 fn every_overlay_config_and_table_pass_check() {
@@ -49,17 +48,13 @@ fn every_overlay_config_and_table_pass_check() {
             )
             .expect("write");
         }
-        let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-            .args(["check", "--config"])
-            .arg(config_dir.join("router.yaml"))
-            .output()
-            .expect("check");
-        assert!(
-            out.status.success(),
-            "{}: {}{}",
+        let checked = common::check(&config_dir.join("router.yaml"));
+        assert_eq!(
+            checked.code,
+            Some(0),
+            "{}: {}",
             dir.display(),
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
+            checked.output
         );
     }
 }

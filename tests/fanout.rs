@@ -361,3 +361,112 @@ async fn the_byte_limit_holds_for_a_chunked_answer() {
         vec![common::lists::Item::new(1_800_000_000_001, 1).id]
     );
 }
+
+/// Issue 25 item 14: a cursor written as a URN, braced, in capitals or as a Relay id reaches
+/// every region as the canonical id text the router parsed and merges by, and a second
+/// cursor parameter is refused (400) rather than left to each region to pick one.
+#[tokio::test]
+async fn the_cursor_goes_to_the_regions_in_canonical_form_and_only_once() {
+    let w = world("").await;
+    for (k, region) in w.regions.iter().enumerate() {
+        region.set(
+            (0..8u64)
+                .map(|n| Item::new(1_800_000_000_000 + n * 3 + k as u64, n))
+                .collect(),
+        );
+    }
+    let canonical = Item::new(1_800_000_000_012, 99).id;
+    let upper = canonical.to_uppercase();
+    let written = [
+        format!("urn:uuid:{canonical}"),
+        format!("{{{upper}}}"),
+        upper.clone(),
+        common::relay_id("Order", &canonical),
+    ];
+    for text in &written {
+        let encoded: String = form_urlencoded::byte_serialize(text.as_bytes()).collect();
+        let (status, _, page) =
+            get(&w.router, &format!("/v1/orders?limit=3&before={encoded}")).await;
+        assert_eq!(status, 200, "{text}: {page}");
+        for region in &w.regions {
+            assert_eq!(
+                *region.last_target.lock().expect("t"),
+                format!("/v1/orders?before={canonical}&limit=3"),
+                "the cursor written {text}"
+            );
+        }
+    }
+
+    let twice = format!(
+        "/v1/orders?before={canonical}&before={}",
+        Item::new(1, 1).id
+    );
+    let hits: usize = w
+        .regions
+        .iter()
+        .map(|r| r.hits.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    let resp = client()
+        .get(w.router.url(&twice))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 400);
+    assert_eq!(resp.headers()["content-type"], "application/problem+json");
+    let problem: Value = resp.json().await.expect("problem");
+    assert_eq!(problem["type"], "urn:iuid-router:problem:invalid-parameter");
+    assert!(
+        problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("`before`")),
+        "{problem}"
+    );
+    let after: usize = w
+        .regions
+        .iter()
+        .map(|r| r.hits.load(std::sync::atomic::Ordering::SeqCst))
+        .sum();
+    assert_eq!(after, hits, "no region was asked");
+}
+
+/// Issue 25 item 16: a failed region's entry says why: the status with the problem type and
+/// title the region gave, or which item and id were bad; the 502 of `fail` names the type.
+#[tokio::test]
+async fn a_failed_region_entry_gives_the_reason() {
+    let w = world("").await;
+    w.regions[0].set(vec![Item::new(1_800_000_000_001, 1)]);
+    w.regions[1].mode(Mode::Problem(503));
+    w.regions[2].mode(Mode::BadId);
+    let (status, _, page) = get(&w.router, "/v1/orders").await;
+    assert_eq!(status, 200, "{page}");
+    let b = &page["regions"]["b"];
+    assert_eq!(b["error"], "status", "{page}");
+    assert_eq!(b["status"], 503);
+    assert_eq!(b["type"], "urn:example:problem:maintenance", "{page}");
+    assert!(
+        b["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("Down for maintenance")),
+        "{page}"
+    );
+    let c = &page["regions"]["c"];
+    assert_eq!(c["error"], "bad_id", "{page}");
+    assert_eq!(c["index"], 0, "{page}");
+    assert_eq!(c["id"], "order-42", "{page}");
+    assert!(
+        c["detail"].as_str().is_some_and(|d| d.contains("order-42")),
+        "{page}"
+    );
+
+    let resp = client()
+        .get(w.router.url("/v1/orders-strict"))
+        .send()
+        .await
+        .expect("strict");
+    assert_eq!(resp.status(), 502);
+    let problem: Value = resp.json().await.expect("problem");
+    let why = problem["regions"]["b"]["error"].as_str().expect("named");
+    assert!(why.contains("urn:example:problem:maintenance"), "{why}");
+    let why = problem["regions"]["c"]["error"].as_str().expect("named");
+    assert!(why.contains("order-42"), "{why}");
+}

@@ -200,3 +200,94 @@ async fn without_probe_legacy_ids_stay_in_the_default_region() {
     assert_eq!(get(&router, OLD).await.0, 404);
     assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 0, 0));
 }
+
+/// A legacy id (UUIDv4) that no region holds, the `n`th.
+fn unknown(n: u64) -> String {
+    format!("5c1d2e3f-4a5b-4c6d-8e7f-{n:012x}")
+}
+
+/// Issue 25 item 13: an id no region owns is remembered for `negative_ttl_ms`: asked again
+/// meanwhile, only the default region is asked; afterwards it is probed again.
+#[tokio::test]
+async fn an_id_no_region_owns_is_not_probed_again_for_the_negative_ttl() {
+    let ([eu, us, ap], router) = world(
+        "legacy: probe\nlegacy_cache: { entries: 1000, ttl_s: 60, negative_ttl_ms: 500 }\n\
+         legacy_probe: { budget_percent: 100, min_per_second: 1000 }",
+    )
+    .await;
+    let id = unknown(1);
+    assert_eq!(get(&router, &id).await.0, 404);
+    assert_eq!((eu.seen(), us.seen(), ap.seen()), (1, 1, 1));
+    for n in 2..=5 {
+        assert_eq!(get(&router, &id).await.0, 404);
+        assert_eq!(
+            (eu.seen(), us.seen(), ap.seen()),
+            (n, 1, 1),
+            "not probed again"
+        );
+    }
+    assert!(
+        router
+            .metric(
+                "iuid_router_legacy_probes_skipped_total",
+                &["reason=\"negative_cache\""]
+            )
+            .await
+            >= 4.0
+    );
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    ap.hold(&id);
+    assert_eq!(get(&router, &id).await, (200, "ap".to_owned()));
+    assert_eq!(
+        (eu.seen(), us.seen(), ap.seen()),
+        (6, 2, 2),
+        "probed once the TTL passed"
+    );
+}
+
+/// Issue 25 item 13: 150 requests for 150 different unknown legacy ids cost the regions about
+/// 150 requests, not 450: probes are at most `legacy_probe.budget_percent` of the legacy
+/// requests plus `min_per_second`; beyond, the default region's 404 is the answer. An owner
+/// learned before is still asked directly.
+#[tokio::test]
+async fn probes_of_unknown_ids_are_a_bounded_share_of_the_requests() {
+    let ([eu, us, ap], router) = world(
+        "legacy: probe\nlegacy_cache: { entries: 1000, ttl_s: 60, negative_ttl_ms: 0 }\n\
+         legacy_probe: { budget_percent: 20, min_per_second: 5 }",
+    )
+    .await;
+    ap.hold(OLD);
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+    let started = Instant::now();
+    let requests: Vec<_> = (0..150u64)
+        .map(|n| {
+            let url = router.url(&format!("/v1/orders/{}", unknown(100 + n)));
+            tokio::spawn(async move { client().get(url).send().await.expect("get").status() })
+        })
+        .collect();
+    for r in requests {
+        assert_eq!(r.await.expect("join"), 404);
+    }
+    let seconds = started.elapsed().as_secs_f64().ceil();
+    let (eu_n, us_n, ap_n) = (eu.seen(), us.seen(), ap.seen());
+    println!("150 unknown legacy ids in {seconds} s: eu {eu_n}, us {us_n}, ap {ap_n} requests");
+    assert_eq!(eu_n, 151, "each request asked its default region once");
+    // The probe before the load (1), 20 % of 151 requests, 5 a second of the floor.
+    let most = 1.0 + 0.2 * 151.0 + 5.0 * (seconds + 1.0);
+    assert!(
+        (us_n as f64) <= most && (ap_n as f64) <= most + 1.0,
+        "probes: us {us_n}, ap {ap_n}, at most {most} in {seconds} s"
+    );
+    assert!(us_n >= 5, "probes still happen: {us_n}");
+    assert!(
+        router
+            .metric(
+                "iuid_router_legacy_probes_skipped_total",
+                &["reason=\"budget\""]
+            )
+            .await
+            >= 100.0
+    );
+    // The owner learned before is asked directly, whatever the budget.
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+}

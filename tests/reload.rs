@@ -189,21 +189,10 @@ async fn an_invalid_table_is_refused_and_the_old_one_keeps_serving() {
         "loaded_at {loaded_at} is RFC 3339"
     );
     // The refusal is counted in the metrics too (the registry is process-wide: at least one).
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
-    let failures: f64 = metrics
-        .lines()
-        .find(|l| l.starts_with("iuid_router_table_reloads_total{result=\"failure\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(0.0);
-    assert!(failures >= 1.0, "reload failures counted: {metrics}");
+    let failures = router
+        .metric("iuid_router_table_reloads_total", &["result=\"failure\""])
+        .await;
+    assert!(failures >= 1.0, "reload failures counted: {failures}");
     let error = status["last_reload_error"]["errors"][0]
         .as_str()
         .expect("error text");

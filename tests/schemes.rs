@@ -198,12 +198,7 @@ async fn ids_of_every_scheme_reach_their_region_by_path_header_and_graphql() {
         assert_eq!(served_by(req).await, (200, "us".into()), "{body}");
     }
     // The decision counter is labelled by scheme.
-    let metrics = reqwest::get(router.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     for want in [
         "scheme=\"offers\"",
         "scheme=\"trips\"",

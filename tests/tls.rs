@@ -294,12 +294,7 @@ async fn a_changed_certificate_is_served_and_a_broken_one_is_not() {
     assert!(changed.is_some(), "the new failure is reported: {last}");
     assert!(last.contains("localhost.pem: "), "{last}");
     assert!(!last.contains("localhost-key.pem"), "{last}");
-    let metrics = reqwest::get(router.admin_url("/metrics"))
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("iuid_router_tls_reloads_total{result=\"failure\"}"),
         "{metrics}"
@@ -437,12 +432,9 @@ async fn optional_client_auth_admits_the_anonymous_and_refuses_a_foreign_certifi
         .extra(&tls("missing-ca.pem"))
         .yaml();
     let path = common::write(&bad_dir, "router.yaml", &bad);
-    let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
-        .args(["check", "--config", path.to_str().expect("utf8")])
-        .output()
-        .expect("check");
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+    let checked = common::check(&path);
+    assert_eq!(checked.code, Some(1));
+    let err = checked.output;
     assert!(
         err.contains("router.yaml:") && err.contains("missing-ca.pem"),
         "{err}"

@@ -17,7 +17,8 @@ mod policy;
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
 
 pub use policy::{
-    CheckPolicy, HealthPolicy, Legacy, LegacyCache, Limits, RetryPolicy, Timeouts, DEFAULT_BACKLOG,
+    CheckPolicy, HealthPolicy, Legacy, LegacyCache, LegacyProbe, Limits, RetryPolicy, Timeouts,
+    DEFAULT_BACKLOG,
 };
 
 /// The config file as written.
@@ -61,6 +62,8 @@ struct ConfigFile {
     legacy: Legacy,
     #[serde(default)]
     legacy_cache: LegacyCache,
+    #[serde(default)]
+    legacy_probe: LegacyProbe,
     #[serde(default)]
     tls: Option<crate::tls::TlsSpec>,
     #[serde(default)]
@@ -174,6 +177,8 @@ pub struct RouterConfig {
     pub legacy: Legacy,
     /// The owner cache of `legacy: probe`.
     pub legacy_cache: LegacyCache,
+    /// The probe budget of `legacy: probe`.
+    pub legacy_probe: LegacyProbe,
     /// `admin:`: the admin API's token file, sessions and allowed hosts (SPEC §13).
     pub admin: AdminSettings,
     /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
@@ -356,6 +361,14 @@ impl RouterConfig {
                 "fanout_region_bytes must be above 0",
             ));
         }
+        errors.extend(policy::check_bounds(
+            &file.limits,
+            &file.legacy_probe,
+            |at, m| {
+                let at: Vec<Seg> = at.iter().map(|k| key(k)).collect();
+                source.error_at(&at, m)
+            },
+        ));
         if file.timeouts.connect_ms == 0
             || file.timeouts.response_headers_ms == 0
             || file.timeouts.idle_ms == 0
@@ -428,6 +441,7 @@ impl RouterConfig {
                 workers: crate::workers::resolve_count(file.workers),
                 legacy: file.legacy,
                 legacy_cache: file.legacy_cache,
+                legacy_probe: file.legacy_probe,
                 tls,
                 admin,
             }),

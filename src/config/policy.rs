@@ -18,8 +18,9 @@ pub struct Timeouts {
     pub response_headers_ms: u64,
     /// The longest wait without progress: for a client's body (then 408, the client's), an
     /// upstream that reads none of it (504), an upstream's response body, a client that
-    /// reads none of the response (both connections closed), and a pooled upstream
-    /// connection left idle.
+    /// reads none of the response (both connections closed; over HTTP/2 the stream is
+    /// reset), an HTTP/2 client connection with no stream open (closed with GOAWAY), and a
+    /// pooled upstream connection left idle.
     pub idle_ms: u64,
 }
 
@@ -81,6 +82,15 @@ pub struct Limits {
     /// Largest first message a `grpc:` route reads to find its id, in bytes (SPEC §12; then
     /// 413, `RESOURCE_EXHAUSTED` for a gRPC client).
     pub grpc_message_bytes: usize,
+    /// Most bytes of regions' answers buffered by all fan-outs together (list and split
+    /// `nodes`), in bytes: at least `fanout_region_bytes`. A fan-out that would go beyond is
+    /// answered 503 with `Retry-After` (SPEC §11: memory is bounded).
+    pub fanout_buffer_bytes: usize,
+    /// Most fan-outs in flight in the whole router (then 503 with `Retry-After`).
+    pub fanout_concurrent: usize,
+    /// Most fan-outs in flight on one client connection (an HTTP/2 connection multiplexes
+    /// many; then 503 with `Retry-After`). At most `fanout_concurrent`.
+    pub fanout_per_connection: usize,
 }
 
 impl Default for Limits {
@@ -96,6 +106,9 @@ impl Default for Limits {
             listen_backlog: DEFAULT_BACKLOG,
             fanout_region_bytes: 8 << 20,
             grpc_message_bytes: 1 << 20,
+            fanout_buffer_bytes: 128 << 20,
+            fanout_concurrent: 64,
+            fanout_per_connection: 8,
         }
     }
 }
@@ -202,6 +215,9 @@ pub struct LegacyCache {
     pub entries: usize,
     /// How long an owner is remembered, in seconds.
     pub ttl_s: u64,
+    /// How long an id no region owns (every region answered 404 or 410) is remembered, in
+    /// ms: meanwhile a 404/410 for it is returned without probing again. 0 remembers none.
+    pub negative_ttl_ms: u64,
 }
 
 impl Default for LegacyCache {
@@ -209,6 +225,71 @@ impl Default for LegacyCache {
         LegacyCache {
             entries: 100_000,
             ttl_s: 3600,
+            negative_ttl_ms: 5_000,
         }
     }
+}
+
+/// The budget of `legacy: probe` (router config `legacy_probe:`): like the retry budget,
+/// probes of the other regions may be at most a share of the legacy requests, plus a small
+/// floor, so that a flood of unknown legacy ids does not multiply into every region.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LegacyProbe {
+    /// Probes may be this share of the requests for legacy ids, in percent (0 to 100).
+    pub budget_percent: u32,
+    /// Probes always allowed per second, whatever the share.
+    pub min_per_second: u32,
+}
+
+impl Default for LegacyProbe {
+    fn default() -> Self {
+        LegacyProbe {
+            budget_percent: 20,
+            min_per_second: 10,
+        }
+    }
+}
+
+/// The bounds of fan-out memory and legacy probing that `check` refuses: each error as the
+/// key path it is at and a message, made into a `file:line:column` error by `at`.
+pub(super) fn check_bounds<E>(
+    limits: &Limits,
+    probe: &LegacyProbe,
+    at: impl Fn(&[&str], String) -> E,
+) -> Vec<E> {
+    let mut errors = Vec::new();
+    if limits.fanout_buffer_bytes < limits.fanout_region_bytes {
+        errors.push(at(
+            &["limits", "fanout_buffer_bytes"],
+            format!(
+                "fanout_buffer_bytes ({}) must be at least fanout_region_bytes ({}): one \
+                 region's whole answer must fit",
+                limits.fanout_buffer_bytes, limits.fanout_region_bytes
+            ),
+        ));
+    }
+    if limits.fanout_concurrent == 0 {
+        errors.push(at(
+            &["limits", "fanout_concurrent"],
+            "fanout_concurrent must be at least 1".to_owned(),
+        ));
+    }
+    if limits.fanout_per_connection == 0 || limits.fanout_per_connection > limits.fanout_concurrent
+    {
+        errors.push(at(
+            &["limits", "fanout_per_connection"],
+            format!(
+                "fanout_per_connection must be from 1 to fanout_concurrent ({})",
+                limits.fanout_concurrent
+            ),
+        ));
+    }
+    if probe.budget_percent > 100 {
+        errors.push(at(
+            &["legacy_probe", "budget_percent"],
+            "budget_percent is a percentage: 0 to 100".to_owned(),
+        ));
+    }
+    errors
 }

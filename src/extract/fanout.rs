@@ -109,21 +109,23 @@ pub struct PageRequest<'q> {
     pub limit: usize,
     /// The cursor id's text (percent-decoded), if the request has one.
     pub cursor: Option<Cow<'q, str>>,
-    /// The query string each region gets: the client's, with the limit parameter set to
-    /// `limit` (appended when absent, so every region returns the same page size).
-    pub upstream_query: String,
+    /// The client's query parameters but the limit and the cursor, each followed by `&`, as
+    /// written: [`FanoutRoute::region_query`] adds those two back.
+    pub rest: String,
 }
 
 impl FanoutRoute {
     /// Reads the page out of a request's query string, and the query to send each region.
     ///
-    /// Errors: the limit parameter is not a non-negative integer (the message names it; the
-    /// caller answers 400).
+    /// Errors: the limit parameter is not a non-negative integer, or the cursor parameter is
+    /// given twice (which one would a region read?); the message names it, the caller
+    /// answers 400.
     pub fn page<'q>(&self, query: Option<&'q str>) -> Result<PageRequest<'q>, String> {
         let query = query.unwrap_or("");
         let mut limit = self.limit_default;
         let mut cursor = None;
-        let mut upstream_query = String::with_capacity(query.len() + 16);
+        let mut cursor_seen = false;
+        let mut rest = String::with_capacity(query.len() + 16);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (raw_key, raw_value) = pair.split_once('=').unwrap_or((pair, ""));
             let key = decode(raw_key);
@@ -138,23 +140,49 @@ impl FanoutRoute {
                 continue;
             }
             if key == self.cursor_param.as_str() {
+                if cursor_seen {
+                    return Err(format!(
+                        "the `{}` parameter is given twice: give one cursor",
+                        self.cursor_param
+                    ));
+                }
+                cursor_seen = true;
                 let text = decode(raw_value);
                 if !text.is_empty() {
                     cursor = Some(text);
                 }
+                continue;
             }
-            upstream_query.push_str(pair);
-            upstream_query.push('&');
+            rest.push_str(pair);
+            rest.push('&');
         }
-        let limit = limit.clamp(1, self.limit_max);
-        upstream_query.push_str(&self.limit_param);
-        upstream_query.push('=');
-        upstream_query.push_str(&limit.to_string());
         Ok(PageRequest {
-            limit,
+            limit: limit.clamp(1, self.limit_max),
             cursor,
-            upstream_query,
+            rest,
         })
+    }
+
+    /// The query string each region gets: the client's other parameters, the cursor as
+    /// `canonical_cursor` (the text of the id the router parsed and merges by, so that every
+    /// region reads the id the router did, whatever form the client wrote it in), and the
+    /// limit parameter set to the page's `limit` (so every region returns the same page
+    /// size).
+    pub fn region_query(&self, page: &PageRequest<'_>, canonical_cursor: Option<&str>) -> String {
+        let mut query = String::with_capacity(page.rest.len() + 64);
+        query.push_str(&page.rest);
+        if let Some(cursor) = canonical_cursor {
+            query.extend(form_urlencoded::byte_serialize(
+                self.cursor_param.as_bytes(),
+            ));
+            query.push('=');
+            query.extend(form_urlencoded::byte_serialize(cursor.as_bytes()));
+            query.push('&');
+        }
+        query.extend(form_urlencoded::byte_serialize(self.limit_param.as_bytes()));
+        query.push('=');
+        query.push_str(&page.limit.to_string());
+        query
     }
 }
 
@@ -193,10 +221,13 @@ mod tests {
     fn limit_is_clamped_and_always_sent() {
         let r = route();
         let p = r.page(None).expect("page");
-        assert_eq!((p.limit, p.upstream_query.as_str()), (50, "limit=50"));
+        assert_eq!(
+            (p.limit, r.region_query(&p, None).as_str()),
+            (50, "limit=50")
+        );
         let p = r.page(Some("user=7&limit=9000&x=a%20b")).expect("page");
         assert_eq!(p.limit, 500);
-        assert_eq!(p.upstream_query, "user=7&x=a%20b&limit=500");
+        assert_eq!(r.region_query(&p, None), "user=7&x=a%20b&limit=500");
         let p = r.page(Some("limit=0")).expect("page");
         assert_eq!(p.limit, 1);
         assert!(r.page(Some("limit=ten")).is_err());
@@ -204,11 +235,15 @@ mod tests {
     }
 
     #[test]
-    fn cursor_is_decoded_and_passed_on() {
+    fn cursor_is_decoded_and_passed_on_as_given_to_region_query() {
         let r = route();
-        let p = r.page(Some("before=%7Babc%7D&limit=3")).expect("page");
+        let p = r.page(Some("before=%7Babc%7D&limit=3&x=1")).expect("page");
         assert_eq!(p.cursor.as_deref(), Some("{abc}"));
-        assert_eq!(p.upstream_query, "before=%7Babc%7D&limit=3");
+        assert_eq!(r.region_query(&p, Some("abc")), "x=1&before=abc&limit=3");
+        assert_eq!(r.region_query(&p, Some("a b")), "x=1&before=a+b&limit=3");
         assert_eq!(r.page(Some("before=")).expect("page").cursor, None);
+        let twice = r.page(Some("before=a&before=b")).expect_err("twice");
+        assert!(twice.contains("`before`"), "{twice}");
+        assert!(r.page(Some("before=&before=b")).is_err());
     }
 }

@@ -43,6 +43,9 @@ pub enum ItemsError {
     BadId {
         /// The item's index in the region's array.
         index: usize,
+        /// The id member (a string's text, else its JSON), at most 80 characters, when there
+        /// is one.
+        id: Option<String>,
         /// Why.
         reason: String,
     },
@@ -64,7 +67,16 @@ impl fmt::Display for ItemsError {
         match self {
             ItemsError::NotJson(m) => write!(f, "the answer is not JSON: {m}"),
             ItemsError::NoArray => f.write_str("the answer has no array at the items pointer"),
-            ItemsError::BadId { index, reason } => write!(f, "item {index}: {reason}"),
+            ItemsError::BadId {
+                index,
+                id: Some(id),
+                reason,
+            } => write!(f, "item {index}, id {id}: {reason}"),
+            ItemsError::BadId {
+                index,
+                id: None,
+                reason,
+            } => write!(f, "item {index}: {reason}"),
         }
     }
 }
@@ -122,10 +134,28 @@ pub fn items<'b>(
     };
     let mut out = Vec::with_capacity(raws.len());
     for (index, raw) in raws.into_iter().enumerate() {
-        let bad = |reason: String| ItemsError::BadId { index, reason };
-        let id = member(raw, id_field).ok_or_else(|| bad(format!("no `{id_field}` member")))?;
-        let text =
-            id_text(id).ok_or_else(|| bad(format!("`{id_field}` is not a string or a number")))?;
+        let Some(id) = member(raw, id_field) else {
+            return Err(ItemsError::BadId {
+                index,
+                id: None,
+                reason: format!("no `{id_field}` member"),
+            });
+        };
+        let text = id_text(id);
+        let written: String = text
+            .as_deref()
+            .unwrap_or(id.get())
+            .chars()
+            .take(80)
+            .collect();
+        let bad = |reason: String| ItemsError::BadId {
+            index,
+            id: Some(written),
+            reason,
+        };
+        let Some(text) = text else {
+            return Err(bad(format!("`{id_field}` is not a string or a number")));
+        };
         let (created_ms, id) = sort_key(kind, text.as_bytes()).map_err(bad)?;
         out.push(Item {
             created_ms,

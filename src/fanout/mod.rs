@@ -12,8 +12,10 @@
 //! - [`page`]: the page's JSON, `{"items", "next_cursor", "partial", "regions"}`.
 //! - [`nodes`]: GraphQL `split_nodes`, a `nodes(ids: $var)` split by region and merged back
 //!   in request order.
+//! - [`budget`]: the bounds on fan-outs in flight and on the bytes of answers they buffer.
 //! - [`owners`]: the owners learned for legacy ids (`legacy: probe`), a bounded LRU with a TTL.
 
+pub mod budget;
 pub mod merge;
 pub mod nodes;
 pub mod owners;

@@ -5,6 +5,10 @@
 //! without routing bits under `legacy: probe` touch it: the iUID path never does. Entries hold
 //! the region's name, not its index, so an owner outlives a table reload that reorders the
 //! regions (and is forgotten when its region is gone).
+//!
+//! It also remembers, for a shorter time, ids that no region owns (every region answered
+//! 404/410), so that asking again and again for an unknown id is not asked of every region
+//! each time.
 
 use std::num::NonZeroUsize;
 use std::sync::Mutex;
@@ -12,14 +16,26 @@ use std::time::{Duration, Instant};
 
 use lru::LruCache;
 
-/// Canonical id text → (region name, when learned).
-type OwnerLru = LruCache<Box<str>, (Box<str>, Instant)>;
+/// Canonical id text → (region name, or `None` for "no region", when learned).
+type OwnerLru = LruCache<Box<str>, (Option<Box<str>>, Instant)>;
+
+/// What the cache knows of an id.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Known {
+    /// The region that last answered for it.
+    Owner(Box<str>),
+    /// No region owned it a moment ago.
+    Nobody,
+    /// Nothing (never seen, or expired).
+    Unknown,
+}
 
 /// The owner cache.
 #[derive(Debug)]
 pub struct Owners {
     cache: Option<Mutex<OwnerLru>>,
     ttl: Duration,
+    negative_ttl: Duration,
 }
 
 impl Owners {
@@ -28,23 +44,56 @@ impl Owners {
         Owners {
             cache: NonZeroUsize::new(entries).map(|n| Mutex::new(LruCache::new(n))),
             ttl,
+            negative_ttl: Duration::ZERO,
+        }
+    }
+
+    /// Also remembers ids no region owns, each for `ttl` (zero: not at all).
+    pub fn with_negative_ttl(self, ttl: Duration) -> Owners {
+        Owners {
+            negative_ttl: ttl,
+            ..self
         }
     }
 
     /// The region that last answered for `id`, unless that is older than the TTL.
     pub fn get(&self, id: &str) -> Option<Box<str>> {
-        let mut cache = self
-            .cache
-            .as_ref()?
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        match cache.get(id) {
-            Some((region, at)) if at.elapsed() < self.ttl => Some(region.clone()),
-            Some(_) => {
-                cache.pop(id);
-                None
-            }
-            None => None,
+        match self.lookup(id) {
+            Known::Owner(region) => Some(region),
+            Known::Nobody | Known::Unknown => None,
+        }
+    }
+
+    /// What is known of `id`: its owner (within the TTL), that no region owns it (within
+    /// the negative TTL), or nothing.
+    pub fn lookup(&self, id: &str) -> Known {
+        let Some(cache) = &self.cache else {
+            return Known::Unknown;
+        };
+        let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((region, at)) = cache.get(id) else {
+            return Known::Unknown;
+        };
+        let ttl = if region.is_some() {
+            self.ttl
+        } else {
+            self.negative_ttl
+        };
+        if at.elapsed() >= ttl {
+            cache.pop(id);
+            return Known::Unknown;
+        }
+        match region {
+            Some(region) => Known::Owner(region.clone()),
+            None => Known::Nobody,
+        }
+    }
+
+    /// Remembers that no region owns `id` (if a negative TTL is set).
+    pub fn insert_nobody(&self, id: &str) {
+        if let (Some(cache), false) = (&self.cache, self.negative_ttl.is_zero()) {
+            let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
+            cache.put(id.into(), (None, Instant::now()));
         }
     }
 
@@ -52,7 +101,7 @@ impl Owners {
     pub fn insert(&self, id: &str, region: &str) {
         if let Some(cache) = &self.cache {
             let mut cache = cache.lock().unwrap_or_else(|p| p.into_inner());
-            cache.put(id.into(), (region.into(), Instant::now()));
+            cache.put(id.into(), (Some(region.into()), Instant::now()));
         }
     }
 
@@ -99,5 +148,25 @@ mod tests {
         assert_eq!(short.get("a"), None);
         assert!(short.is_empty());
         assert_eq!(Owners::new(0, Duration::from_secs(1)).get("a"), None);
+    }
+
+    #[test]
+    fn nobody_is_remembered_for_the_negative_ttl_only() {
+        let owners = Owners::new(10, Duration::from_secs(60));
+        owners.insert_nobody("a");
+        assert_eq!(
+            owners.lookup("a"),
+            Known::Unknown,
+            "no negative TTL: not kept"
+        );
+        let owners = owners.with_negative_ttl(Duration::from_millis(20));
+        owners.insert_nobody("a");
+        assert_eq!(owners.lookup("a"), Known::Nobody);
+        assert_eq!(owners.get("a"), None);
+        std::thread::sleep(Duration::from_millis(30));
+        assert_eq!(owners.lookup("a"), Known::Unknown);
+        owners.insert_nobody("b");
+        owners.insert("b", "us");
+        assert_eq!(owners.lookup("b"), Known::Owner("us".into()));
     }
 }

@@ -23,6 +23,17 @@ pub enum RegionReport {
         /// The region's status, for `status`.
         #[serde(skip_serializing_if = "Option::is_none")]
         status: Option<u16>,
+        /// For `status`: the `type` of the region's problem+json answer (RFC 9457), if it
+        /// gave one.
+        #[serde(rename = "type", skip_serializing_if = "Option::is_none")]
+        problem_type: Option<String>,
+        /// For `bad_id`: the index of the item in the region's array.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        index: Option<usize>,
+        /// For `bad_id`: the id as the region wrote it (a string's text, else its JSON; at most
+        /// 80 characters).
+        #[serde(skip_serializing_if = "Option::is_none")]
+        id: Option<String>,
         /// A sentence for people.
         detail: String,
     },
@@ -96,6 +107,9 @@ mod tests {
                 RegionReport::Failed {
                     error: "timeout",
                     status: None,
+                    problem_type: None,
+                    index: None,
+                    id: None,
                     detail: "no answer within 2000 ms".into(),
                 },
             ),

@@ -33,11 +33,13 @@ use crate::error::{Blame, ErrorKind};
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::RouteKind;
+use crate::fanout::budget::FanoutBudget;
 use crate::fanout::owners::Owners;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
 use crate::upstream::body::{Guarded, IdleTimeout, Prefixed, Watched};
+use crate::upstream::budget::RetryBudget;
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
@@ -118,6 +120,10 @@ pub struct Proxy {
     all_regions: Arc<metrics::RegionMetrics>,
     /// Owners learned for legacy ids (`legacy: probe`).
     owners: Owners,
+    /// Bounds on fan-outs in flight and the answers they buffer.
+    fanouts: FanoutBudget,
+    /// Probes of legacy ids: a share of the requests for them (`legacy_probe`).
+    probes: RetryBudget,
 }
 
 impl Proxy {
@@ -128,7 +134,9 @@ impl Proxy {
         let owners = Owners::new(
             config.legacy_cache.entries,
             Duration::from_secs(config.legacy_cache.ttl_s),
-        );
+        )
+        .with_negative_ttl(Duration::from_millis(config.legacy_cache.negative_ttl_ms));
+        let fanouts = FanoutBudget::new(&config.limits);
         Proxy {
             config,
             routes,
@@ -137,6 +145,8 @@ impl Proxy {
             no_region: metrics::RegionMetrics::new("none"),
             all_regions: Arc::new(metrics::RegionMetrics::new("all")),
             owners,
+            fanouts,
+            probes: RetryBudget::default(),
         }
     }
 
@@ -222,7 +232,10 @@ impl Proxy {
                 // Boxed, as are the other several-region paths below: their futures are large
                 // and would otherwise grow every request's future (measured: +2 % instructions
                 // on the REST path, in memcpy and malloc).
-                let answer = Box::pin(self.fanout(&route, parts, &mut trail.regions)).await;
+                let answer = match self.admit_fanout(client) {
+                    Ok(_permit) => Box::pin(self.fanout(&route, parts, &mut trail.regions)).await,
+                    Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                };
                 return answer
                     .unwrap_or_else(Problem::into_response)
                     .map(Either::Right);
@@ -233,9 +246,12 @@ impl Proxy {
                 body,
             }) => {
                 self.rewrite_request(&mut parts, client);
-                let answer =
-                    Box::pin(self.split_nodes(&scheme, &split, parts, body, &mut trail.regions))
-                        .await;
+                let splitting =
+                    Box::pin(self.split_nodes(&scheme, &split, parts, body, &mut trail.regions));
+                let answer = match self.admit_fanout(client) {
+                    Ok(_permit) => splitting.await,
+                    Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                };
                 return answer
                     .unwrap_or_else(Problem::into_response)
                     .map(Either::Right);

@@ -5,6 +5,12 @@
 //! not hold it up) and its region remembered (`crate::fanout::owners`). An owner that now
 //! answers 404/410 is forgotten and the id probed again. Other methods are never probed: a
 //! write must not be tried in several places.
+//!
+//! Probing is bounded: an id no region owned is remembered for `legacy_cache.negative_ttl_ms`
+//! (its 404 is then returned without probing), and probes may be at most `legacy_probe`'s
+//! share of the requests for legacy ids (a retry budget, `crate::upstream::budget`); beyond
+//! it the first region's 404/410 is the answer. A flood of unknown ids then costs the
+//! regions about one request each, not one per region.
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -12,8 +18,9 @@ use http::request::Parts;
 use http::{Method, StatusCode};
 
 use super::Proxy;
-use crate::config::Legacy;
-use crate::metrics;
+use crate::config::{Legacy, RetryPolicy};
+use crate::fanout::owners::Known;
+use crate::metrics::{self, ProbeSkip};
 use crate::table::{Decision, RegionId, Rule};
 use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::Routing;
@@ -22,7 +29,10 @@ use crate::upstream::regions::Routing;
 #[derive(Debug)]
 pub(super) struct Probe {
     pub id: String,
+    /// The region asked first is the owner learned before.
     pub cached: bool,
+    /// No region owned the id a moment ago: a 404/410 is not probed.
+    pub nobody: bool,
 }
 
 impl Proxy {
@@ -43,15 +53,31 @@ impl Proxy {
             return None;
         }
         let id = id();
-        let owner = self.owners.get(&id).and_then(|name| routing.by_name(&name));
-        metrics::legacy_cache(owner.is_some());
+        self.probes.deposit(&self.probe_policy());
+        let known = self.owners.lookup(&id);
+        let owner = match &known {
+            Known::Owner(name) => routing.by_name(name),
+            Known::Nobody | Known::Unknown => None,
+        };
+        metrics::legacy_cache(owner.is_some() || known == Known::Nobody);
         Some((
             Probe {
                 id,
                 cached: owner.is_some(),
+                nobody: known == Known::Nobody,
             },
             owner.unwrap_or(decision.region),
         ))
+    }
+
+    /// `legacy_probe` as the retry budget's policy.
+    fn probe_policy(&self) -> RetryPolicy {
+        let probe = self.config.legacy_probe;
+        RetryPolicy {
+            budget_percent: probe.budget_percent,
+            min_per_second: probe.min_per_second,
+            ..RetryPolicy::default()
+        }
     }
 
     /// After `asked` answered `first`: on 404/410, every other region is asked with `head`
@@ -72,6 +98,14 @@ impl Proxy {
         if probe.cached {
             self.owners.forget(&probe.id);
         }
+        if probe.nobody {
+            metrics::legacy_probe_skipped(ProbeSkip::NegativeCache);
+            return (asked, first);
+        }
+        if !self.probes.withdraw(&self.probe_policy()) {
+            metrics::legacy_probe_skipped(ProbeSkip::Budget);
+            return (asked, first);
+        }
         let mut legs: FuturesUnordered<_> = routing
             .all()
             .filter(|(id, _)| *id != asked)
@@ -91,14 +125,23 @@ impl Proxy {
                 }
             })
             .collect();
+        // Whether every other region said it has no such entity (not merely failed).
+        let mut nobody = true;
         while let Some((id, result)) = legs.next().await {
             if let Ok(answered) = result {
-                if answered.response.status().is_success() {
+                let status = answered.response.status();
+                if status.is_success() {
                     self.owners.insert(&probe.id, &routing.region(id).name);
                     metrics::legacy_probe(true);
                     return (id, answered);
                 }
+                nobody &= status == StatusCode::NOT_FOUND || status == StatusCode::GONE;
+            } else {
+                nobody = false;
             }
+        }
+        if nobody {
+            self.owners.insert_nobody(&probe.id);
         }
         metrics::legacy_probe(false);
         (asked, first)

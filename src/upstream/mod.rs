@@ -36,6 +36,10 @@ use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
 use crate::table::{UpstreamProtocol, UpstreamSpec};
+
+/// Largest read buffer of an HTTP/1.1 upstream connection, in bytes; it also bounds an
+/// upstream's response head (then 502).
+const UPSTREAM_READ_BUFFER: usize = 64 << 10;
 use crate::tls::client::UpstreamTls;
 use tokio::net::TcpStream;
 
@@ -139,7 +143,15 @@ impl UpstreamState {
         let io = TokioIo::new(io);
         match self.protocol {
             UpstreamProtocol::Http1 => {
-                let (sender, conn) = http1::handshake(io).await.map_err(|e| connect_failed(&e))?;
+                // Each connection keeps its read buffer while pooled: hyper's default lets it
+                // grow to ~400 KiB on a large answer (fan-outs: tens of MB held by idle
+                // connections after a burst). 64 KiB reads large bodies as fast and bounds an
+                // upstream's response head as Envoy's default does (60 KiB).
+                let (sender, conn) = http1::Builder::new()
+                    .max_buf_size(UPSTREAM_READ_BUFFER)
+                    .handshake(io)
+                    .await
+                    .map_err(|e| connect_failed(&e))?;
                 tokio::spawn(async move {
                     // Upgrades (WebSocket) take the connection over after a 101.
                     if let Err(e) = conn.with_upgrades().await {

@@ -30,6 +30,9 @@ pub enum Mode {
     BadId,
     /// A valid answer padded past this many bytes.
     Huge(usize),
+    /// This status with an RFC 9457 problem+json body of type
+    /// `urn:example:problem:maintenance`, title `Down for maintenance`.
+    Problem(u16),
 }
 
 /// One item of a region: its creation time, its id text and the region that holds it.
@@ -123,6 +126,20 @@ impl ListRegion {
             Mode::NotJson => "<html>maintenance</html>".into_response(),
             Mode::NoArray => axum::Json(json!({"items": {"not": "a list"}})).into_response(),
             Mode::BadId => axum::Json(json!({"items": [{"id": "order-42"}]})).into_response(),
+            Mode::Problem(s) => {
+                let status = http::StatusCode::from_u16(s).expect("status");
+                let body = json!({
+                    "type": "urn:example:problem:maintenance",
+                    "title": "Down for maintenance",
+                    "status": s,
+                });
+                (
+                    status,
+                    [("content-type", "application/problem+json")],
+                    body.to_string(),
+                )
+                    .into_response()
+            }
             Mode::Huge(bytes) => {
                 let mut value = page();
                 value["padding"] = json!("x".repeat(bytes));

@@ -171,6 +171,18 @@ impl Router {
         format!("http://{}{}", self.admin, path)
     }
 
+    /// The admin API's `/metrics` text (the router's admin API has no token in these tests).
+    pub async fn metrics(&self) -> String {
+        metrics_text(self.admin).await
+    }
+
+    /// The sum of the samples of `name` whose label text contains each of `labels` (e.g.
+    /// `result="failure"`); 0 when there is none. The recorder is process-wide: tests in one
+    /// binary add to the same counters, so assert at least, not exactly.
+    pub async fn metric(&self, name: &str, labels: &[&str]) -> f64 {
+        metric_sum(&self.metrics().await, name, labels)
+    }
+
     /// Begins graceful shutdown.
     pub fn shutdown(&mut self) {
         if let Some(tx) = self.shutdown.take() {
@@ -540,4 +552,52 @@ pub fn make_certs(dir: &std::path::Path, client: bool, names: &[&str]) {
         "make-certs.sh (needs openssl): {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// `GET http://admin/metrics` as text.
+pub async fn metrics_text(admin: SocketAddr) -> String {
+    reqwest::get(format!("http://{admin}/metrics"))
+        .await
+        .expect("metrics")
+        .text()
+        .await
+        .expect("metrics text")
+}
+
+/// The sum of the samples of `name` in Prometheus `text` whose labels contain each of `labels`.
+pub fn metric_sum(text: &str, name: &str, labels: &[&str]) -> f64 {
+    text.lines()
+        .filter(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(['{', ' ']))
+                && labels.iter().all(|want| l.contains(want))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// What `iuid-router check --config PATH` said.
+pub struct Checked {
+    /// The exit code (0: valid, 1: errors).
+    pub code: Option<i32>,
+    /// Standard output and standard error, in that order.
+    pub output: String,
+}
+
+/// Runs the real binary's `check` on the config at `path`.
+pub fn check(path: &std::path::Path) -> Checked {
+    let out = Command::new(env!("CARGO_BIN_EXE_iuid-router"))
+        .arg("check")
+        .arg("--config")
+        .arg(path)
+        .output()
+        .expect("run iuid-router check");
+    Checked {
+        code: out.status.code(),
+        output: format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    }
 }

@@ -62,7 +62,7 @@ const HOP_BY_HOP_LENGTHS: u32 = {
 /// (Envoy's `X-Forwarded-Client-Cert`, nginx's and HAProxy's `X-SSL-Client-*` conventions,
 /// RFC 9440's `Client-Cert`). Only this router may vouch for a certificate it verified, so a
 /// client's own are removed from every request (SPEC §12); with
-/// `tls.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
+/// `tls.client_auth.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
 const CLIENT_CERT_NAMES: [&str; 11] = [
     "x-forwarded-client-cert",
     "x-ssl-client-verify",
@@ -324,6 +324,9 @@ pub struct ClientAddr {
     /// `X-Forwarded-Client-Cert` for the certificate the client presented, when
     /// `tls.client_auth.forward_client_cert: set` (made once per connection).
     pub client_cert: Option<HeaderValue>,
+    /// Fan-outs in flight on this connection (`limits.fanout_per_connection`); clones of
+    /// this connection's address share it.
+    pub fanouts: std::sync::Arc<std::sync::atomic::AtomicU32>,
 }
 
 impl ClientAddr {
@@ -350,6 +353,7 @@ impl ClientAddr {
             forwarded_for: forwarded_for.into(),
             tls: false,
             client_cert: None,
+            fanouts: Default::default(),
         }
     }
 }

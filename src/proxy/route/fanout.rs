@@ -6,8 +6,11 @@
 //! `upstream::forward` like any proxied request (health, ejection, pools, retries, SPEC §6
 //! header rules) and is bounded as a whole — response headers and body — by the route's
 //! `timeout_ms`, and its body by `limits.fanout_region_bytes`. [`Proxy::ask`] is that one
-//! bounded exchange; the split GraphQL `nodes` request uses it too. The page a query asks
-//! for, and the merge, are pure (`crate::extract::fanout`, `crate::fanout`).
+//! bounded exchange; the split GraphQL `nodes` request uses it too. The bytes it buffers are
+//! held against the router-wide `limits.fanout_buffer_bytes` (`crate::fanout::budget`) until
+//! the answer is merged or dropped; a request whose answers do not fit is refused whole
+//! (503). The page a query asks for, and the merge, are pure (`crate::extract::fanout`,
+//! `crate::fanout`).
 
 use std::time::{Duration, Instant};
 
@@ -15,17 +18,19 @@ use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::{BodyExt, Full, Limited};
 use serde::Deserialize;
 
 use super::{scheme_or_default, Kind, Route, RouteError};
 use crate::error::ErrorKind;
 use crate::extract::fanout::{CursorSpec, FanoutRoute, LimitSpec, OnRegionError, Order};
 use crate::extract::graphql::plan::ParseLimits;
+use crate::fanout::budget::{Permit, Refusal, Reservation};
 use crate::fanout::merge::{self, Cursor};
 use crate::fanout::page::{self, RegionReport};
 use crate::metrics;
 use crate::problem::Problem;
+use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, ForwardError, Outgoing};
@@ -137,28 +142,41 @@ impl Kind for Spec {
 
 /// One region's whole answer.
 #[derive(Debug)]
-pub(super) struct Leg {
+pub(super) struct Leg<'a> {
     /// Its 2xx status.
     pub status: StatusCode,
     /// Its body, read whole (at most `limits.fanout_region_bytes`).
     pub body: Bytes,
+    /// The body's bytes, held against `limits.fanout_buffer_bytes` while the leg lives.
+    _held: Reservation<'a>,
 }
 
+/// [`LegFailure::error`] of a leg whose answer did not fit in `limits.fanout_buffer_bytes`:
+/// the router's bound, not the region's failure, so the whole request is refused (503).
+pub(super) const BUFFER_FULL: &str = "buffer_full";
+
+/// Most bytes read of a region's non-2xx answer to find its problem `type`.
+const PROBLEM_BYTES: usize = 4096;
+
 /// Why a region gave no usable answer: the name `regions` and the leg metric give it (see
-/// [`RegionReport::Failed`]), the region's status when it had one, and a sentence.
-#[derive(Debug, Clone)]
+/// [`RegionReport::Failed`]), what explains it (the region's status and problem type, the bad
+/// item's index and id), and a sentence.
+#[derive(Debug, Clone, Default)]
 pub(super) struct LegFailure {
     pub error: &'static str,
     pub status: Option<u16>,
+    pub problem_type: Option<String>,
+    pub index: Option<usize>,
+    pub id: Option<String>,
     pub detail: String,
 }
 
 impl LegFailure {
-    fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
+    pub(super) fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
         LegFailure {
             error,
-            status: None,
             detail: detail.into(),
+            ..LegFailure::default()
         }
     }
 
@@ -167,14 +185,73 @@ impl LegFailure {
         RegionReport::Failed {
             error: self.error,
             status: self.status,
+            problem_type: self.problem_type,
+            index: self.index,
+            id: self.id,
             detail: self.detail,
+        }
+    }
+
+    /// What the regions-failed problem says of the region: its name and detail, with the
+    /// problem type when the region gave one.
+    fn summary(&self) -> String {
+        match &self.problem_type {
+            Some(t) => format!("{}: {} ({t})", self.error, self.detail),
+            None => format!("{}: {}", self.error, self.detail),
         }
     }
 }
 
+/// A non-2xx answer's problem `type` and `title` (RFC 9457), if its body is JSON with them:
+/// at most [`PROBLEM_BYTES`] are read, each value cut to 200 characters.
+async fn problem_of(
+    headers: &http::HeaderMap,
+    body: hyper::body::Incoming,
+    idle: Duration,
+) -> (Option<String>, Option<String>) {
+    let json = headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.contains("json"));
+    if !json {
+        return (None, None);
+    }
+    let Ok(collected) = Limited::new(IdleTimeout::new(body, idle), PROBLEM_BYTES)
+        .collect()
+        .await
+    else {
+        return (None, None);
+    };
+    let Ok(value) = serde_json::from_slice::<serde_json::Value>(&collected.to_bytes()) else {
+        return (None, None);
+    };
+    let text = |name: &str| {
+        value
+            .get(name)
+            .and_then(serde_json::Value::as_str)
+            .map(|s| s.chars().take(200).collect::<String>())
+    };
+    (text("type"), text("title"))
+}
+
 impl Proxy {
+    /// Starts a request to several regions (a list or split `nodes`) within
+    /// `crate::fanout::budget`'s bounds.
+    ///
+    /// Errors: the bound reached (counted); the caller answers 503 `Retry-After: 1` at once.
+    pub(in crate::proxy) fn admit_fanout<'a>(
+        &'a self,
+        client: &'a ClientAddr,
+    ) -> Result<Permit<'a>, Refusal> {
+        self.fanouts.admit(&client.fanouts).inspect_err(|refusal| {
+            metrics::fanout_refused(refusal.as_str());
+        })
+    }
+
     /// Sends `head` + `body` to `region` and reads its whole answer within `timeout`. A
-    /// non-2xx answer is a failure (its body unread). The caller counts the outcome
+    /// non-2xx answer is a failure (at most [`PROBLEM_BYTES`] of it read, for its problem
+    /// type). The body is held against `limits.fanout_buffer_bytes` while the returned leg
+    /// lives; one that does not fit fails as [`BUFFER_FULL`]. The caller counts the outcome
     /// ([`metrics::fanout_leg`]) once it has judged the body too.
     pub(super) async fn ask(
         &self,
@@ -182,7 +259,7 @@ impl Proxy {
         head: Parts,
         body: Bytes,
         timeout: Duration,
-    ) -> Result<Leg, LegFailure> {
+    ) -> Result<Leg<'_>, LegFailure> {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
@@ -208,10 +285,17 @@ impl Proxy {
             };
             let (parts, body) = answered.response.into_parts();
             if !parts.status.is_success() {
+                let (problem_type, title) = problem_of(&parts.headers, body, idle).await;
+                let detail = match title {
+                    Some(title) => format!("the region answered {}: {title}", parts.status),
+                    None => format!("the region answered {}", parts.status),
+                };
                 return Err(LegFailure {
                     error: "status",
                     status: Some(parts.status.as_u16()),
-                    detail: format!("the region answered {}", parts.status),
+                    problem_type,
+                    detail,
+                    ..LegFailure::default()
                 });
             }
             let declared = parts
@@ -228,23 +312,43 @@ impl Proxy {
             if declared.is_some_and(|n| n > max as u64) {
                 return Err(too_large());
             }
-            let bytes = match Limited::new(IdleTimeout::new(body, idle), max)
-                .collect()
-                .await
-            {
-                Ok(collected) => collected.to_bytes(),
-                Err(e) if e.is::<LengthLimitError>() => return Err(too_large()),
-                Err(e) => {
-                    return Err(LegFailure::new(
-                        "reset",
-                        format!("reading the answer failed: {e}"),
-                    ))
-                }
+            let buffer_full = || {
+                LegFailure::new(
+                    BUFFER_FULL,
+                    "the answers buffered by all fan-outs reached limits.fanout_buffer_bytes",
+                )
             };
+            // The declared length is held at once; otherwise each growth of the buffer is,
+            // before it is made (doubling, as a Vec grows, up to the limit).
+            let first = declared.map_or(0, |n| n as usize);
+            let mut held = self.fanouts.reserve(first).ok_or_else(buffer_full)?;
+            let mut buf: Vec<u8> = Vec::with_capacity(first);
+            let mut body = std::pin::pin!(IdleTimeout::new(body, idle));
+            while let Some(frame) = body.frame().await {
+                let frame = frame.map_err(|e| {
+                    LegFailure::new("reset", format!("reading the answer failed: {e}"))
+                })?;
+                let Ok(data) = frame.into_data() else {
+                    continue;
+                };
+                let len = buf.len() + data.len();
+                if len > max {
+                    return Err(too_large());
+                }
+                if len > buf.capacity() {
+                    let capacity = len.max(buf.capacity() * 2).min(max);
+                    if capacity > held.bytes() && !held.grow(capacity - held.bytes()) {
+                        return Err(buffer_full());
+                    }
+                    buf.reserve_exact(capacity - buf.len());
+                }
+                buf.extend_from_slice(&data);
+            }
             drop(answered.in_flight);
             Ok(Leg {
                 status: parts.status,
-                body: bytes,
+                body: Bytes::from(buf),
+                _held: held,
             })
         };
         match tokio::time::timeout(timeout, exchange).await {
@@ -285,7 +389,8 @@ impl Proxy {
                 ))
             })?),
         };
-        let target = format!("{}?{}", parts.uri.path(), page.upstream_query);
+        let query = route.region_query(&page, cursor.as_ref().map(|c| c.id.as_str()));
+        let target = format!("{}?{query}", parts.uri.path());
         parts.uri = target
             .parse()
             .map_err(|_| Problem::BadParameter("the query string is not valid".to_owned()))?;
@@ -305,6 +410,13 @@ impl Proxy {
             }
         });
         let answers = futures_util::future::join_all(legs).await;
+        if answers
+            .iter()
+            .any(|(_, _, a)| a.as_ref().is_err_and(|f| f.error == BUFFER_FULL))
+        {
+            metrics::fanout_refused(Refusal::Memory.as_str());
+            return Err(Problem::FanoutBusy(Refusal::Memory));
+        }
 
         let mut reports: Vec<(&str, RegionReport)> = Vec::with_capacity(answers.len());
         let mut lists = Vec::with_capacity(answers.len());
@@ -322,7 +434,17 @@ impl Proxy {
                     page.limit,
                 )
                 .map(|items| (leg.status, items))
-                .map_err(|e| LegFailure::new(e.as_str(), e.to_string()))
+                .map_err(|e| {
+                    let (index, id) = match &e {
+                        merge::ItemsError::BadId { index, id, .. } => (Some(*index), id.clone()),
+                        _ => (None, None),
+                    };
+                    LegFailure {
+                        index,
+                        id,
+                        ..LegFailure::new(e.as_str(), e.to_string())
+                    }
+                })
             });
             let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
             metrics::fanout_leg(
@@ -350,8 +472,19 @@ impl Proxy {
         let failed: Vec<(String, String)> = reports
             .iter()
             .filter_map(|(name, r)| match r {
-                RegionReport::Failed { detail, error, .. } => {
-                    Some((name.to_string(), format!("{error}: {detail}")))
+                RegionReport::Failed {
+                    error,
+                    detail,
+                    problem_type,
+                    ..
+                } => {
+                    let failure = LegFailure {
+                        error,
+                        problem_type: problem_type.clone(),
+                        detail: detail.clone(),
+                        ..LegFailure::default()
+                    };
+                    Some((name.to_string(), failure.summary()))
                 }
                 RegionReport::Answered { .. } => None,
             })

@@ -27,11 +27,12 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fanout::{for_merging, json_response, LegFailure};
+use super::fanout::{for_merging, json_response, LegFailure, BUFFER_FULL};
 use super::{scheme_or_default, Kind, Route, RouteError};
 use crate::extract::graphql::plan::{ParseLimits, SplitNodes};
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::RouteKind;
+use crate::fanout::budget::Refusal;
 use crate::fanout::nodes::{self, Part};
 use crate::metrics;
 use crate::problem::Problem;
@@ -244,10 +245,8 @@ impl Proxy {
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
-                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| LegFailure {
-                        error: "not_json",
-                        status: None,
-                        detail: format!("the answer is not JSON: {e}"),
+                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
+                        LegFailure::new("not_json", format!("the answer is not JSON: {e}"))
                     })
                 });
                 let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
@@ -265,6 +264,11 @@ impl Proxy {
             }
         });
         let parts = futures_util::future::join_all(legs).await;
+        let full = |p: &Part| p.answer.as_ref().is_err_and(|e| e.starts_with(BUFFER_FULL));
+        if parts.iter().any(full) {
+            metrics::fanout_refused(Refusal::Memory.as_str());
+            return Err(Problem::FanoutBusy(Refusal::Memory));
+        }
         let failed = parts.iter().filter(|p| p.answer.is_err()).count();
         let result = match failed {
             0 => "complete",

@@ -9,17 +9,45 @@ use serde::de::{self, Deserialize, Deserializer, IgnoredAny, MapAccess, Visitor}
 use crate::extract::RouteKind;
 use crate::source::{Seg, Source, SourceError};
 
+/// Why an entry has no kind: the error, and the kind its other keys imply, if only one kind
+/// takes them all (`cursor:` without `fanout:`), so that the caller can report what is wrong
+/// inside them first.
+pub(super) struct NoKind {
+    pub error: SourceError,
+    pub implied: Option<RouteKind>,
+}
+
 /// The kind of the entry at `at`: the one kind key it has. `keys_of` gives each kind's keys.
 ///
-/// Errors: the entry is not a mapping, has no kind key or several, or has a key that only
-/// another kind takes.
+/// Errors: the entry is not a mapping, has a key no kind takes (listing every route key, as
+/// serde does for one struct), has no kind key or several, or has a key that only another
+/// kind takes.
 pub(super) fn kind_of(
     source: &Source,
     at: &[Seg],
     keys_of: fn(RouteKind) -> &'static [&'static str],
-) -> Result<RouteKind, SourceError> {
-    let keys: EntryKeys = source.parse_at(at)?;
+) -> Result<RouteKind, NoKind> {
+    let fail = |error| NoKind {
+        error,
+        implied: None,
+    };
+    let keys: EntryKeys = source.parse_at(at).map_err(fail)?;
     let key = |k: &str| [at, &[Seg::Key(k.to_owned())]].concat();
+    let mut every: Vec<&str> = Vec::new();
+    for k in RouteKind::ALL.into_iter().flat_map(keys_of) {
+        if !every.contains(k) {
+            every.push(k);
+        }
+    }
+    if let Some(unknown) = keys.0.iter().find(|k| !every.contains(&k.as_str())) {
+        let expected: Vec<String> = every.iter().map(|k| format!("`{k}`")).collect();
+        let message = format!(
+            "unknown field `{unknown}`, expected one of {}",
+            expected.join(", ")
+        );
+        let at = [at, &[Seg::KeyName(unknown.clone(), 0)]].concat();
+        return Err(fail(error_at(source, &at, message)));
+    }
     let present: Vec<RouteKind> = RouteKind::ALL
         .into_iter()
         .filter(|kind| keys.0.iter().any(|k| k == kind.as_str()))
@@ -32,7 +60,18 @@ pub(super) fn kind_of(
             Some(second) => key(second.as_str()),
             None => at.to_vec(),
         };
-        return Err(error_at(source, &at, message));
+        let mut takers = RouteKind::ALL.into_iter().filter(|kind| {
+            let own = keys_of(*kind);
+            keys.0.iter().all(|k| own.contains(&k.as_str()))
+        });
+        let implied = match (present.is_empty(), takers.next(), takers.next()) {
+            (true, Some(kind), None) => Some(kind),
+            _ => None,
+        };
+        return Err(NoKind {
+            error: error_at(source, &at, message),
+            implied,
+        });
     };
     let own = keys_of(kind);
     for k in keys.0.iter().filter(|k| !own.contains(&k.as_str())) {
@@ -41,7 +80,7 @@ pub(super) fn kind_of(
             .find(|other| keys_of(*other).contains(&k.as_str()));
         if let Some(other) = other {
             let message = format!("{k} goes with a {} route", other.as_str());
-            return Err(error_at(source, &key(k), message));
+            return Err(fail(error_at(source, &key(k), message)));
         }
     }
     Ok(kind)

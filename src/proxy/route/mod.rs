@@ -215,8 +215,19 @@ impl Routes {
         let mut errors = Vec::new();
         for i in 0..entries.len {
             let at = [Seg::Key("routes".to_owned()), Seg::Index(i)];
-            let added = keys::kind_of(source, &at, keys_of)
-                .and_then(|kind| compile_as(kind, source, &at, &mut routes, limits));
+            let added = match keys::kind_of(source, &at, keys_of) {
+                Ok(kind) => compile_as(kind, source, &at, &mut routes, limits),
+                // Read as the kind its keys imply, an error inside them (a nested unknown
+                // key) is reported rather than the missing kind key.
+                Err(keys::NoKind {
+                    error,
+                    implied: Some(kind),
+                }) => match compile_as(kind, source, &at, &mut Vec::new(), limits) {
+                    Err(inner) if !inner.message.contains("missing field") => Err(inner),
+                    _ => Err(error),
+                },
+                Err(keys::NoKind { error, .. }) => Err(error),
+            };
             match added {
                 Ok(used) => uses.extend(used),
                 Err(e) => errors.push(e),
@@ -384,7 +395,7 @@ pub(super) mod tests {
     #[test]
     fn bad_routes_are_reported_at_their_keys() {
         let errors = compile(
-            "- path: /x/{key}\n- header: bad header\n- { path: \"/a/{id}\", header: x }\n- { path: \"/b/{id}\", order: asc }\n- { path: \"/c/{id}\", nope: 1 }\n- {}\n- grpc: /a.B/C\n- { path: \"/d/{id}\", scheme: '' }\n",
+            "- path: /x/{key}\n- header: bad header\n- { path: \"/a/{id}\", header: x }\n- { path: \"/b/{id}\", order: asc }\n- { path: \"/c/{id}\", nope: 1 }\n- {}\n- grpc: /a.B/C\n- { path: \"/d/{id}\", scheme: '' }\n- cursor: { nope: 1 }\n- cursor: { param: p }\n",
         )
         .expect_err("invalid")
         .0;
@@ -394,10 +405,12 @@ pub(super) mod tests {
             "router.yaml:3:13: routes[1].header: `bad header` is not a header name",
             "router.yaml:4:32: routes[2].header: a route has exactly one of path, header, graphql, fanout, grpc",
             "router.yaml:5:31: routes[3].order: order goes with a fanout route",
-            "router.yaml:6:24: routes[4]: unknown field `nope`, expected `path` or `scheme`",
+            "router.yaml:6:24: routes[4].nope: unknown field `nope`, expected one of `path`, `scheme`, `header`, `graphql`, `persisted_id_variables`, `split_nodes`, `fanout`, `items`, `id_field`, `order`, `limit`, `cursor`, `timeout_ms`, `on_region_error`, `grpc`, `field`",
             "router.yaml:7:5: routes[5]: a route has exactly one of path, header, graphql, fanout, grpc",
             "router.yaml:8:11: routes[6].grpc: a grpc route needs `field:`, the field holding the id",
             "router.yaml:9:32: routes[7].scheme: the scheme name is empty",
+            "router.yaml:10:15: routes[8].cursor: unknown field `nope`, expected `param`",
+            "router.yaml:11:5: routes[9]: a route has exactly one of path, header, graphql, fanout, grpc",
         ];
         assert_eq!(lines, want);
     }

@@ -1,0 +1,209 @@
+//! The timers of an HTTP/2 client connection, both `timeouts.idle_ms` (SPEC §4):
+//!
+//! - **Connection idle** (nginx `keepalive_timeout`, Envoy `idle_timeout`): with no stream
+//!   open for `idle_ms` the connection is closed with GOAWAY. hyper's HTTP/2 server has
+//!   keep-alive pings but no idle timeout. One timer per connection, re-armed when it fires,
+//!   not per request.
+//! - **Stream progress** (nginx `send_timeout`, Envoy `stream_idle_timeout`): a response whose
+//!   body the client takes nothing of for `idle_ms` is reset (RST_STREAM), which drops its
+//!   body and with it the upstream connection and in-flight counts. hyper stops polling a
+//!   response body while the stream's flow-control window is closed, so the body's own idle
+//!   timer ([`crate::upstream::body::IdleTimeout`]) never runs then; the timer is instead in
+//!   the task hyper spawns for each stream, through [`Exec`], and made only for a response
+//!   still being sent when its task has to wait. A body that waits on the upstream is left to
+//!   its own timer, so the upstream, not the client, is blamed for it.
+
+use std::future::Future;
+use std::pin::{pin, Pin};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http_body::{Body, Frame, SizeHint};
+use tokio::time::Instant;
+
+use crate::error::ErrorKind;
+
+tokio::task_local! {
+    /// The stream whose task is running, for the service to hand to its response body.
+    static STREAM: Arc<Stream>;
+}
+
+/// One connection's streams, for its idle timer.
+#[derive(Debug)]
+pub struct Streams {
+    open: AtomicUsize,
+    /// When the last stream ended, in ms since `epoch`.
+    last_end_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl Streams {
+    /// No stream yet; the connection counts as idle from now.
+    pub fn new() -> Arc<Streams> {
+        Arc::new(Streams {
+            open: AtomicUsize::new(0),
+            last_end_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        })
+    }
+
+    /// When the connection will have been idle for `idle`, or None if it already has.
+    pub fn idle_until(&self, idle: Duration) -> Option<Instant> {
+        let now = Instant::now();
+        if self.open.load(Ordering::Acquire) > 0 {
+            return Some(now + idle);
+        }
+        let last = self.epoch + Duration::from_millis(self.last_end_ms.load(Ordering::Relaxed));
+        let until = last + idle;
+        (until > now).then_some(until)
+    }
+}
+
+/// Counts a stream open until dropped.
+struct Open(Arc<Streams>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        let streams = &self.0;
+        let ms = streams.epoch.elapsed().as_millis() as u64;
+        streams.last_end_ms.store(ms, Ordering::Relaxed);
+        // Released after the time, so a timer that sees no stream open sees when it ended.
+        streams.open.fetch_sub(1, Ordering::Release);
+    }
+}
+
+/// One stream's response as its progress timer sees it.
+#[derive(Debug, Default)]
+struct Stream {
+    /// The service answered: the response body is being sent.
+    responding: AtomicBool,
+    /// Frames the body has handed to hyper.
+    frames: AtomicU64,
+    /// The body's last poll found nothing: it waits on the upstream, not the client.
+    waiting_on_upstream: AtomicBool,
+}
+
+/// The executor of an HTTP/2 connection's stream tasks: each runs with a progress timer and
+/// is counted open in the connection's [`Streams`].
+#[derive(Clone)]
+pub struct Exec {
+    streams: Arc<Streams>,
+    idle: Duration,
+}
+
+impl Exec {
+    /// Stream tasks counted in `streams`, reset after `idle` without progress.
+    pub fn new(streams: Arc<Streams>, idle: Duration) -> Exec {
+        Exec { streams, idle }
+    }
+}
+
+impl<F> hyper::rt::Executor<F> for Exec
+where
+    F: Future<Output = ()> + Send + 'static,
+{
+    fn execute(&self, task: F) {
+        self.streams.open.fetch_add(1, Ordering::AcqRel);
+        let open = Open(self.streams.clone());
+        let stream = Arc::new(Stream::default());
+        let idle = self.idle;
+        tokio::spawn(async move {
+            let _open = open;
+            let task = STREAM.scope(stream.clone(), task);
+            if stalled(task, &stream, idle).await {
+                crate::metrics::client_error(ErrorKind::SendTimeout);
+                tracing::debug!(
+                    idle_ms = idle.as_millis() as u64,
+                    "the client took nothing of a response; stream reset"
+                );
+            }
+            // Dropping the task resets the stream (RST_STREAM CANCEL) and drops the body.
+        });
+    }
+}
+
+/// Runs `task` until it ends (false) or its response made no progress for `idle` while not
+/// waiting on the upstream (true).
+async fn stalled<F: Future<Output = ()>>(task: F, stream: &Stream, idle: Duration) -> bool {
+    let mut task = pin!(task);
+    // Made now, registered with the timer only when first polled.
+    let mut timer = pin!(tokio::time::sleep(idle));
+    let mut armed = false;
+    let mut seen = 0;
+    std::future::poll_fn(|cx: &mut Context<'_>| {
+        if task.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(false);
+        }
+        if !stream.responding.load(Ordering::Relaxed) {
+            // Still waiting for the answer: bounded by the upstream timeouts.
+            return Poll::Pending;
+        }
+        let frames = stream.frames.load(Ordering::Relaxed);
+        if !armed || frames != seen {
+            seen = frames;
+            armed = true;
+            timer.as_mut().reset(Instant::now() + idle);
+        }
+        loop {
+            if timer.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            if !stream.waiting_on_upstream.load(Ordering::Relaxed) {
+                return Poll::Ready(true);
+            }
+            // The body's own idle timer runs; look again later.
+            timer.as_mut().reset(Instant::now() + idle);
+        }
+    })
+    .await
+}
+
+/// `response`'s body reporting its progress to the stream's timer (when served by [`Exec`]).
+pub fn track<B>(response: hyper::Response<B>) -> hyper::Response<Progress<B>> {
+    let stream = STREAM
+        .try_with(|stream| {
+            stream.responding.store(true, Ordering::Relaxed);
+            stream.clone()
+        })
+        .ok();
+    response.map(|inner| Progress { inner, stream })
+}
+
+/// A response body that reports each frame it hands over, and whether it waits on the
+/// upstream, to its stream's progress timer.
+#[derive(Debug)]
+pub struct Progress<B> {
+    inner: B,
+    stream: Option<Arc<Stream>>,
+}
+
+impl<B: Body + Unpin> Body for Progress<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        let polled = Pin::new(&mut this.inner).poll_frame(cx);
+        if let Some(stream) = &this.stream {
+            let pending = polled.is_pending();
+            stream.waiting_on_upstream.store(pending, Ordering::Relaxed);
+            if !pending {
+                stream.frames.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
