@@ -409,9 +409,8 @@ impl Proxy {
             }
             Extraction::NoId
             | Extraction::Ids(..)
-            | Extraction::Graphql(_)
-            | Extraction::Fanout(_)
-            | Extraction::Grpc(_) => match self.config.unrouted {
+            | Extraction::Pending(_)
+            | Extraction::Fanout(_) => match self.config.unrouted {
                 Unrouted::DefaultRegion => Ok((
                     Decision {
                         region: table.default_region,

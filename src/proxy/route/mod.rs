@@ -120,13 +120,11 @@ pub enum Extraction<'r, 'q> {
     /// The id texts of a GraphQL request (possibly none), read from its body or query
     /// string, and the route (its scheme, whether it splits `nodes`).
     Ids(Vec<Vec<u8>>, &'r Arc<GraphqlRoute>),
-    /// A GraphQL endpoint: the ids are in the body, which the caller reads and hands to the
-    /// route.
-    Graphql(&'r Arc<GraphqlRoute>),
+    /// A route whose ids are in the body (GraphQL, gRPC): its phase reads them
+    /// (`Proxy::extract`).
+    Pending(Pending<'r>),
     /// A list endpoint asked of every region.
     Fanout(&'r Arc<FanoutRoute>),
-    /// A gRPC method whose id is in the first message, which the caller reads.
-    Grpc(&'r Arc<GrpcRoute>),
     /// No route matched: the `unrouted` policy applies.
     NoId,
 }
@@ -136,10 +134,36 @@ impl Extraction<'_, '_> {
     pub fn route_kind(&self) -> Option<RouteKind> {
         match self {
             Extraction::Id(_, kind) => Some(*kind),
-            Extraction::Ids(..) | Extraction::Graphql(_) => Some(RouteKind::Graphql),
+            Extraction::Ids(..) => Some(RouteKind::Graphql),
+            Extraction::Pending(pending) => Some(pending.0.kind()),
             Extraction::Fanout(_) => Some(RouteKind::Fanout),
-            Extraction::Grpc(_) => Some(RouteKind::Grpc),
             Extraction::NoId => None,
+        }
+    }
+}
+
+/// A matched route whose ids are not in the request's head.
+#[derive(Debug, Clone, Copy)]
+pub struct Pending<'r>(&'r Route);
+
+/// The same route (routes are compared by identity).
+impl PartialEq for Pending<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self.0, other.0)
+    }
+}
+
+impl Eq for Pending<'_> {}
+
+impl Route {
+    /// The kind's name.
+    fn kind(&self) -> RouteKind {
+        match self {
+            Route::Path(_) => RouteKind::Path,
+            Route::Header(_) => RouteKind::Header,
+            Route::Graphql(_) => RouteKind::Graphql,
+            Route::Fanout(_) => RouteKind::Fanout,
+            Route::Grpc(_) => RouteKind::Grpc,
         }
     }
 }
@@ -282,9 +306,13 @@ impl Routes {
                         return Extraction::Id(token, RouteKind::Header);
                     }
                 }
-                Route::Graphql(route) if path == route.path => return Extraction::Graphql(route),
-                Route::Fanout(route) if path == route.path => return Extraction::Fanout(route),
-                Route::Grpc(route) if path == route.path => return Extraction::Grpc(route),
+                Route::Fanout(fanout) if path == fanout.path => return Extraction::Fanout(fanout),
+                Route::Graphql(graphql) if path == graphql.path => {
+                    return Extraction::Pending(Pending(route))
+                }
+                Route::Grpc(grpc) if path == grpc.path => {
+                    return Extraction::Pending(Pending(route))
+                }
                 Route::Graphql(_) | Route::Fanout(_) | Route::Grpc(_) => {}
             }
         }
@@ -301,7 +329,20 @@ impl Proxy {
         body: Incoming,
     ) -> Result<(Extraction<'_, 'q>, ClientBody), Problem> {
         match self.routes.extract(parts) {
-            Extraction::Graphql(route) => {
+            Extraction::Pending(Pending(route)) => self.read_ids(route, parts, body).await,
+            found => Ok((found, Either::Left(Prefixed::new(body)))),
+        }
+    }
+
+    /// The phase of a route whose ids are in the body.
+    async fn read_ids<'r, 'q>(
+        &'r self,
+        route: &'r Route,
+        parts: &'q Parts,
+        body: Incoming,
+    ) -> Result<(Extraction<'r, 'q>, ClientBody), Problem> {
+        match route {
+            Route::Graphql(route) => {
                 let limit = self.config.limits.graphql_body_bytes;
                 let idle = self.config.timeouts.idle();
                 let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
@@ -311,11 +352,14 @@ impl Proxy {
                 };
                 Ok((Extraction::Ids(ids, route), body))
             }
-            Extraction::Grpc(route) => {
+            Route::Grpc(route) => {
                 let limit = self.config.limits.grpc_message_bytes;
                 grpc::read_id(route, body, limit, self.config.timeouts.idle()).await
             }
-            found => Ok((found, Either::Left(Prefixed::new(body)))),
+            // `Routes::extract` leaves no other kind pending: their ids are in the head.
+            Route::Path(_) | Route::Header(_) | Route::Fanout(_) => {
+                Ok((Extraction::NoId, Either::Left(Prefixed::new(body))))
+            }
         }
     }
 }
