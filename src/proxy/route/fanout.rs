@@ -1,12 +1,12 @@
-//! `fanout:` routes (SPEC §11): a list endpoint's path, matched exactly, asked of every
+//! `fanout:` routes (docs/fanout.md): a list endpoint's path, matched exactly, asked of every
 //! region; the answers are merged by the items' id creation time.
 //!
 //! The route's phases: read the page asked for, send the request to one upstream of every
 //! region in parallel, merge the answers into one page. Each region's request goes through
-//! `upstream::forward` like any proxied request (health, ejection, pools, retries, SPEC §6
-//! header rules) and is bounded as a whole — response headers and body — by the route's
-//! `timeout_ms`, and its body by `limits.fanout_region_bytes`. [`Proxy::ask`] is that one
-//! bounded exchange; the split GraphQL `nodes` request uses it too. The bytes it buffers are
+//! `upstream::forward` like any proxied request (health, ejection, pools, retries, the header
+//! rules of docs/data-path.md) and is bounded as a whole — response headers and body — by the
+//! route's `timeout_ms`, and its body by `limits.fanout_region_bytes`. [`Proxy::ask`] is that
+//! one bounded exchange; the split GraphQL `nodes` request uses it too. The bytes it buffers are
 //! held against the router-wide `limits.fanout_buffer_bytes` (`crate::fanout::budget`) until
 //! the answer is merged or dropped; a request whose answers do not fit is refused whole
 //! (503). The page a query asks for, and the merge, are pure (`crate::extract::fanout`,
@@ -42,7 +42,7 @@ use crate::upstream::regions::RegionRuntime;
 pub(super) struct Spec {
     /// The list endpoint's path, matched exactly.
     fanout: String,
-    /// The scheme of the items' ids (SPEC §10), which must carry a time; default `iuid`.
+    /// The scheme of the items' ids (docs/schemes.md), which must carry a time; default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
     /// JSON pointer to the items array in each region's answer (default `/items`).
@@ -361,7 +361,8 @@ impl Proxy {
     }
 
     /// A `fanout:` request, end to end: the page asked for, every region asked in parallel,
-    /// their items merged (SPEC §11). `parts` has had SPEC §6's header rules applied.
+    /// their items merged (docs/fanout.md). `parts` has had the header rules of
+    /// docs/data-path.md applied.
     pub(in crate::proxy) async fn fanout(
         &self,
         route: &FanoutRoute,

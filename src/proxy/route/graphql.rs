@@ -1,6 +1,7 @@
-//! `graphql:` routes (SPEC §4, §6, §11): a GraphQL endpoint's path, matched exactly; ids are
-//! read from `node(id:)` and `nodes(ids:)` in the request, and with `split_nodes` a
-//! `nodes(ids: $var)` whose ids live in several regions is split, one request per region.
+//! `graphql:` routes (docs/config.md, docs/data-path.md, docs/fanout.md): a GraphQL endpoint's
+//! path, matched exactly; ids are read from `node(id:)` and `nodes(ids:)` in the request, and
+//! with `split_nodes` a `nodes(ids: $var)` whose ids live in several regions is split, one
+//! request per region.
 //!
 //! Phase 2 reads the body (bounded), finds the node ids, and keeps the bytes to send upstream
 //! unchanged. Requests are read on the async worker when that is cheap: a cache hit costs a
@@ -11,9 +12,10 @@
 //! by the token and depth limits — never holds up other connections of the same worker. The
 //! scan, plan and plan cache are `crate::extract::graphql`'s.
 //!
-//! Splitting: without `split_nodes` (or with ids in literals, several fields, a batch) SPEC
-//! §6's 400 stands; `GraphqlRoute::split_of` decides which requests qualify, and each region
-//! is asked with [`Proxy::ask`] for its ids, in parallel, the answers merged as one.
+//! Splitting: without `split_nodes` (or with ids in literals, several fields, a batch) the
+//! one-region 400 of docs/data-path.md stands; `GraphqlRoute::split_of` decides which requests
+//! qualify, and each region is asked with [`Proxy::ask`] for its ids, in parallel, the answers
+//! merged as one.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,14 +49,14 @@ use crate::upstream::forward;
 pub(super) struct Spec {
     /// The endpoint's path, matched exactly.
     graphql: String,
-    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    /// The scheme of the route's ids (docs/schemes.md); default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
     /// Variables that hold ids in persisted queries sent by hash only (default `id`, `ids`,
     /// `nodeId`).
     #[serde(default)]
     persisted_id_variables: Option<Vec<String>>,
-    /// Whether a `nodes(ids: $var)` over several regions is split by region (SPEC §11).
+    /// Whether a `nodes(ids: $var)` over several regions is split by region (docs/fanout.md).
     #[serde(default)]
     split_nodes: Option<bool>,
 }
@@ -180,8 +182,8 @@ fn problem(e: GraphqlError) -> Problem {
 
 impl Proxy {
     /// Splits `body` (one JSON operation whose `variables.<split.variable>` lists the ids) by
-    /// region, asks each region for its ids, and merges the answers. `parts` has had SPEC §6's
-    /// header rules applied.
+    /// region, asks each region for its ids, and merges the answers. `parts` has had the header
+    /// rules of docs/data-path.md applied.
     pub(in crate::proxy) async fn split_nodes(
         &self,
         scheme: &str,
@@ -283,7 +285,7 @@ impl Proxy {
 }
 
 /// The one region that owns every id of a GraphQL request; ids in several regions cannot be
-/// served by one upstream (SPEC §6: 400 naming the regions).
+/// served by one upstream (docs/data-path.md: 400 naming the regions).
 pub(in crate::proxy) fn resolve_all(
     table: &RoutingTable,
     scheme: &str,

@@ -1,5 +1,5 @@
-//! `grpc:` routes (SPEC §12): a gRPC method's path, matched exactly; the id is a field of
-//! the call's first request message (`field: 1`, or `2.1` inside field 2).
+//! `grpc:` routes (docs/tls-h2-grpc.md): a gRPC method's path, matched exactly; the id is a
+//! field of the call's first request message (`field: 1`, or `2.1` inside field 2).
 //!
 //! Phase 2 reads the call's first message, bounded, finds the id field in it (the protobuf
 //! reader is `crate::extract::grpc`'s), and puts what was read back in front of the rest of
@@ -30,7 +30,7 @@ use crate::upstream::body::Prefixed;
 pub(super) struct Spec {
     /// The method's path, `/package.Service/Method`.
     grpc: String,
-    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    /// The scheme of the route's ids (docs/schemes.md); default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
     /// The field holding the id (`1`, or `2.1` inside field 2).

@@ -1,4 +1,4 @@
-//! `header:` routes (SPEC §4): a request header holding an id, e.g. `x-entity-id`; its value
+//! `header:` routes (docs/config.md): a request header holding an id, e.g. `x-entity-id`; its value
 //! trimmed is the id's text.
 
 use std::borrow::Cow;
@@ -16,7 +16,7 @@ use crate::extract::graphql::plan::ParseLimits;
 pub(super) struct Spec {
     /// The header's name.
     header: String,
-    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    /// The scheme of the route's ids (docs/schemes.md); default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
 }

@@ -1,5 +1,5 @@
-//! Route kinds (SPEC §4 `routes`): where a request's ids are, and what its route does with
-//! them before it is forwarded.
+//! Route kinds (docs/config.md, `routes[]`): where a request's ids are, and what its route
+//! does with them before it is forwarded.
 //!
 //! One file per kind owns all of it, as mini-redis has one file per command: its keys in the
 //! config (a serde struct with `deny_unknown_fields`), their validation, its match on the

@@ -1,4 +1,4 @@
-//! `path:` routes (SPEC §4): a path template with an `{id}` parameter, e.g.
+//! `path:` routes (docs/config.md): a path template with an `{id}` parameter, e.g.
 //! `/v1/orders/{id}/{*rest}`.
 //!
 //! All templates live in one `matchit` router, tried at the place of the first `path:` route;
@@ -18,7 +18,7 @@ use crate::extract::path::decode_segment;
 pub(super) struct Spec {
     /// The template, starting with `/`, with an `{id}` parameter.
     path: String,
-    /// The scheme of the route's ids (SPEC §10); default `iuid`.
+    /// The scheme of the route's ids (docs/schemes.md); default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
 }
