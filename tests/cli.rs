@@ -189,6 +189,29 @@ fn check_rejects_a_typod_config_key() {
     );
 }
 
+/// A route's keys belong to its kind: an unknown key is named with where it is, a key of
+/// another kind is named as such, and both are reported with the config's other errors.
+#[test]
+fn check_names_a_bad_route_key_with_the_configs_other_errors() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: nowhere\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - { path: \"/o/{id}\", fanuot: 1 }\n  - { header: x-id, split_nodes: true }\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    for want in [
+        "router.yaml:1:9: `nowhere` is not an address",
+        "router.yaml:5:24: routes[0].fanuot: unknown field `fanuot`, expected one of `path`",
+        "router.yaml:6:34: routes[1].split_nodes: split_nodes goes with a graphql route",
+    ] {
+        assert!(err.contains(want), "missing {want:?} in:\n{err}");
+    }
+}
+
 #[test]
 fn check_reports_config_and_table_errors_in_one_run() {
     let dir = tempfile::tempdir().expect("tempdir");
