@@ -10,7 +10,7 @@
 
 mod admit;
 pub mod headers;
-mod probe;
+mod legacy;
 pub mod request_id;
 pub mod route;
 mod upgrade;
@@ -34,7 +34,6 @@ use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::RouteKind;
 use crate::fanout::budget::FanoutBudget;
-use crate::fanout::owners::Owners;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
@@ -44,6 +43,7 @@ use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies}
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self, UpstreamState};
 use headers::{ClientAddr, Forwarding, ViaValues};
+use legacy::owners::Owners;
 use route::{Extraction, Routes};
 
 /// The body of every response the router sends: the upstream's, streamed with an idle
@@ -68,7 +68,7 @@ struct Target {
     routing: Arc<Routing>,
     region: RegionId,
     /// Boxed: rare, and every request's future holds the target.
-    probe: Option<Box<probe::Probe>>,
+    probe: Option<Box<legacy::Probe>>,
 }
 
 /// What the routing phases decided: one region, or several (SPEC §11).
@@ -293,11 +293,11 @@ impl Proxy {
     }
 
     /// Phase 5b, legacy ids only: a 404/410 from the region first asked sends the request to
-    /// every other region (`probe.rs`).
+    /// every other region (`legacy/`).
     async fn legacy_probe(
         &self,
         target: &Target,
-        probe: &probe::Probe,
+        probe: &legacy::Probe,
         head: Parts,
         answered: Answered,
         trail: &mut Trail,

@@ -2,7 +2,7 @@
 //! routing bits (UUIDv4/v7), so no table can say where they live. A `GET`/`HEAD` for one goes
 //! to `default_region` first (or to the owner learned before); on 404 or 410 every other
 //! region is asked in parallel, the first 2xx answer is returned at once (a slow region does
-//! not hold it up) and its region remembered (`crate::fanout::owners`). An owner that now
+//! not hold it up) and its region remembered ([`owners`]). An owner that now
 //! answers 404/410 is forgotten and the id probed again. Other methods are never probed: a
 //! write must not be tried in several places.
 //!
@@ -12,6 +12,8 @@
 //! it the first region's 404/410 is the answer. A flood of unknown ids then costs the
 //! regions about one request each, not one per region.
 
+pub mod owners;
+
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::request::Parts;
@@ -19,11 +21,11 @@ use http::{Method, StatusCode};
 
 use super::Proxy;
 use crate::config::{Legacy, RetryPolicy};
-use crate::fanout::owners::Known;
 use crate::metrics::{self, ProbeSkip};
 use crate::table::{Decision, RegionId, Rule};
 use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::Routing;
+use owners::Known;
 
 /// A request that may be probed: its id's canonical text, and the region first asked.
 #[derive(Debug)]
