@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The cost of a hop in the mesh (SPEC §14): requests per second through one edge (eu's edge to
+# The cost of a hop in the mesh (docs/mesh.md): requests per second through one edge (eu's edge to
 # eu's upstream) and through two (eu's edge to us's edge, over mTLS and HTTP/2, to us's
 # upstream), with wrk over HTTPS on loopback. The edges are the release binary; the upstreams
 # are its `echo` command. Prints a Markdown table.

@@ -1,4 +1,4 @@
-//! The CPU cost of a fan-out page once the regions' bytes are in (SPEC §11): three regions'
+//! The CPU cost of a fan-out page once the regions' bytes are in (docs/fanout.md): three regions'
 //! answers of 500 items each read (JSON validated, ids parsed), merged by (creation time,
 //! canonical id) and rendered as the page. `cargo bench --bench fanout`.
 

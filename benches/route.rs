@@ -89,7 +89,7 @@ fn bench(c: &mut Criterion) {
     });
 }
 
-/// Parse + resolve of one id of each scheme of SPEC §10 (target: 60 ns each), on the
+/// Parse + resolve of one id of each scheme of docs/schemes.md (target: 60 ns each), on the
 /// shipped routing table's schemes.
 fn schemes(c: &mut Criterion) {
     use iuid_router::scheme::mint::{mint, MintSpec};
@@ -133,7 +133,7 @@ fn schemes(c: &mut Criterion) {
             },
         ),
     ];
-    // SPEC §10's fixed function alone: per region one xxHash64 and one ln (perf: they are
+    // docs/schemes.md's fixed function alone: per region one xxHash64 and one ln (perf: they are
     // two thirds of it).
     let placer = iuid_router::scheme::hrw::Placer::new(&[("eu", 2.0), ("us", 1.0), ("ap", 1.0)]);
     c.bench_function("hrw/place_3_regions", |b| {
@@ -152,7 +152,7 @@ fn schemes(c: &mut Criterion) {
     }
 }
 
-/// SPEC §6 header rules on a typical browser-ish request and an upstream's response.
+/// docs/data-path.md header rules on a typical browser-ish request and an upstream's response.
 fn headers(c: &mut Criterion) {
     use http::header::{HeaderMap, HeaderValue};
     use iuid_router::proxy::headers::{self, ClientAddr, Forwarding, ViaValues};

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A throwaway CA and certificates signed by it, for local HTTPS and mTLS (SPEC §12). Never for
+# A throwaway CA and certificates signed by it, for local HTTPS and mTLS (docs/tls-h2-grpc.md). Never for
 # production: the CA key sits next to the certificates.
 #
 #   bash config/make-certs.sh DIR NAME...          # server certificates, SAN DNS:NAME

@@ -1,6 +1,6 @@
 //! One way to start the router: [`App`] wires the config, the live routing table, the
 //! upstream runtime, the data path, the admin API, table reloads (file watch, `SIGHUP`,
-//! `POST /admin/reload`) and graceful shutdown (SPEC §3, §7, §8). `serve`, `demo` and the
+//! `POST /admin/reload`) and graceful shutdown (docs/cli.md, §7, §8). `serve`, `demo` and the
 //! integration tests all start it, so what one exercises the others run.
 
 use std::future::Future;
@@ -120,7 +120,7 @@ impl App {
     }
 
     /// Runs the router on `listener` (and the admin API on `admin`, if given) until
-    /// `shutdown` completes, then drains (SPEC §8 order: `/readyz` 503, wait
+    /// `shutdown` completes, then drains (docs/admin.md order: `/readyz` 503, wait
     /// `drain_delay_ms`, close the listener, let requests in flight finish within
     /// `grace_ms`).
     ///
@@ -254,7 +254,7 @@ fn hangups() -> Option<()> {
     None
 }
 
-/// Reloads the table on every `SIGHUP` (SPEC §7).
+/// Reloads the table on every `SIGHUP` (docs/routing-table.md#hot-reload).
 #[cfg(unix)]
 async fn reload_on_sighup(hup: Option<tokio::signal::unix::Signal>, live: Arc<LiveTable>) {
     let Some(mut hup) = hup else { return };

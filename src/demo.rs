@@ -1,4 +1,4 @@
-//! `iuid-router demo`: three regional echo clusters and the router in one process (SPEC §3).
+//! `iuid-router demo`: three regional echo clusters and the router in one process (docs/cli.md).
 //!
 //! The echo servers bind ephemeral loopback ports, and the embedded routing table is written
 //! with those ports, so the demo never collides with what else runs on the machine; only the
@@ -72,7 +72,7 @@ default_region: eu
 ";
 
 /// Orders created before the iUID (UUIDv4 ids, no routing bits) and the region holding each:
-/// the demo's echo regions answer 404 for one they do not hold (SPEC §11 `legacy: probe`).
+/// the demo's echo regions answer 404 for one they do not hold (docs/fanout.md `legacy: probe`).
 const LEGACY_ORDERS: [(&str, &str); 2] = [
     ("9b2c4f7e-1d3a-4c5b-8e6f-0a1b2c3d4e5f", "eu"),
     ("5f0e8d1c-2b3a-4c9d-8e7f-6a5b4c3d2e1f", "ap"),
@@ -99,7 +99,7 @@ const HISTORY_NEWEST_MS: u64 = 1_795_435_200_000;
 
 /// An echo server for one region: answers every request with the region's name and what it
 /// received (request line, headers, body length), as plain text. `GET /v1/orders` lists the
-/// region's [`history`] as a fan-out region must (SPEC §11: `before`/`after`, `limit`);
+/// region's [`history`] as a fan-out region must (docs/fanout.md: `before`/`after`, `limit`);
 /// GraphQL `nodes(ids: $ids)` is answered as GraphQL; a legacy order it does not hold is 404.
 pub async fn echo_server(region: &str, listener: TcpListener) -> std::io::Result<()> {
     let region: Arc<str> = region.into();
@@ -357,7 +357,7 @@ fn tour(
         "a malformed id (problem+json)",
         format!("curl -s {base}/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398"),
     );
-    // Ids of the other schemes (SPEC §10), minted for the demo table's schemes.
+    // Ids of the other schemes (docs/schemes.md), minted for the demo table's schemes.
     let minted = |name: &str, spec: MintSpec| {
         table
             .scheme(name)

@@ -2,7 +2,7 @@
 //! in the manner of Pingora's `Error { esource: Upstream | Downstream | Internal, retry }`.
 //!
 //! Health accounting, retries, status codes and metrics all read an [`Error`] instead of each
-//! guessing from hyper's error text. The rule they share (SPEC §6): only upstream failures
+//! guessing from hyper's error text. The rule they share (docs/data-path.md): only upstream failures
 //! count towards ejection and are retried; a client's own errors (a malformed body, an upload
 //! it abandoned, a body it stalled, a response it stopped reading) never eject an upstream and
 //! are never retried.
@@ -86,7 +86,7 @@ impl ErrorKind {
         }
     }
 
-    /// The status the client gets (SPEC §6). An aborted client gets 400 too, though it is no
+    /// The status the client gets (docs/data-path.md). An aborted client gets 400 too, though it is no
     /// longer there to read it: the status shows in the access log and metrics.
     pub fn status(self) -> StatusCode {
         match self {

@@ -1,5 +1,5 @@
 //! What an id is and where it goes, as JSON: shared by the `decode` and `resolve` commands
-//! (SPEC §3) and the admin API's `/admin/resolve/{id}` (SPEC §8).
+//! (docs/cli.md) and the admin API's `/admin/resolve/{id}` (docs/admin.md).
 
 use iuid::Iuid;
 use serde_json::{json, Map, Value};
@@ -34,7 +34,7 @@ impl std::fmt::Display for InspectError {
     }
 }
 
-/// The fields of an iUID (SPEC §3 `decode`): `id`, `ts_ms`, `created_at`, `ver`, `ver1`,
+/// The fields of an iUID (docs/cli.md `decode`): `id`, `ts_ms`, `created_at`, `ver`, `ver1`,
 /// `country`, `service_entity`, `rand`; with a table, `country_code`, `service` and `region`
 /// where the table names them.
 pub fn decode(id: &Iuid, table: Option<&RoutingTable>) -> Value {
@@ -58,7 +58,7 @@ pub fn decode(id: &Iuid, table: Option<&RoutingTable>) -> Value {
     Value::Object(out)
 }
 
-/// Parses `text` as an id of the scheme called `scheme` for `decode` (SPEC §10): its fields,
+/// Parses `text` as an id of the scheme called `scheme` for `decode` (docs/schemes.md): its fields,
 /// creation time and canonical text. For `iuid`, a UUID of another version is an error here.
 pub fn decode_text(
     scheme: &str,
@@ -98,7 +98,7 @@ fn describe(scheme: &str, kind: &Kind, key: &Key) -> Value {
     Value::Object(out)
 }
 
-/// The routing decision for `text`, an id of the scheme called `scheme` (SPEC §3 `resolve`):
+/// The routing decision for `text`, an id of the scheme called `scheme` (docs/cli.md `resolve`):
 /// the decoded id, `region`, `upstreams` and the `rule` that matched (with the override's
 /// text when one did).
 pub fn resolve_text(scheme: &str, text: &str, table: &RoutingTable) -> Result<Value, InspectError> {

@@ -1,5 +1,5 @@
 //! iuid-router: an HTTP edge router that proxies each request to the region owning the iUID in
-//! it (SPEC §1).
+//! it (README.md).
 //!
 //! Where things are (ARCHITECTURE.md has the request's path through them):
 //! - the iUID codec is the `iuid` crate (`crates/iuid`); id schemes, which turn an id's text

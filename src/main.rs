@@ -1,4 +1,4 @@
-//! The `iuid-router` command line (SPEC §3): serve, demo, check, decode, resolve, mint.
+//! The `iuid-router` command line (docs/cli.md): serve, demo, check, decode, resolve, mint.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,7 +31,7 @@ const DEFAULT_CONFIG: &str = "config/router.yaml";
 enum Command {
     /// Run the router.
     Serve {
-        /// Router config (SPEC §4).
+        /// Router config (docs/config.md).
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
@@ -46,7 +46,7 @@ enum Command {
     },
     /// Validate the router config and its routing table.
     Check {
-        /// Router config (SPEC §4).
+        /// Router config (docs/config.md).
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
@@ -63,7 +63,7 @@ enum Command {
     },
     /// Print the routing decision for an id as JSON.
     Resolve {
-        /// Router config (SPEC §4).
+        /// Router config (docs/config.md).
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
         /// The id, in any accepted text form.

@@ -1,4 +1,4 @@
-//! Prometheus metrics (SPEC §8): names, units and the recorder.
+//! Prometheus metrics (docs/admin.md): names, units and the recorder.
 //!
 //! Names follow Prometheus conventions: a `iuid_router_` prefix, `_total` for counters,
 //! `_seconds` for durations, an `_info` gauge (value 1) carrying the table version as a label.
@@ -24,7 +24,7 @@ pub const UPSTREAM_DURATION: &str = "iuid_router_upstream_request_duration_secon
 /// Upstream-blamed failures by `region` and `kind` (`connect`, `timeout`, `reset`).
 pub const UPSTREAM_ERRORS: &str = "iuid_router_upstream_errors_total";
 /// Client-blamed failures by `kind` (`bad_framing`, `aborted`, `body_timeout`,
-/// `send_timeout`): never counted against an upstream (SPEC §6).
+/// `send_timeout`): never counted against an upstream (docs/data-path.md).
 pub const CLIENT_ERRORS: &str = "iuid_router_client_errors_total";
 /// Routing decisions by `rule` kind (`override`, `country`, `default_region`, `unrouted`,
 /// `map`, `scheme_default`, `hash`) and `scheme` (`iuid`, a table scheme's name, `none`).
@@ -33,7 +33,7 @@ pub const DECISIONS: &str = "iuid_router_routing_decisions_total";
 pub const RELOADS: &str = "iuid_router_table_reloads_total";
 /// 1 for the routing-table `version` now serving, 0 for versions served before.
 pub const TABLE_INFO: &str = "iuid_router_routing_table_info";
-/// Requests sent to several regions (SPEC §11), by `kind` (`list`, `split_nodes`) and
+/// Requests sent to several regions (docs/fanout.md), by `kind` (`list`, `split_nodes`) and
 /// `result` (`complete`, `partial`, `failed`).
 pub const FANOUT_REQUESTS: &str = "iuid_router_fanout_requests_total";
 /// Each region's part of such a request, by `region` and `outcome` (`ok`, or what failed:
@@ -57,7 +57,7 @@ pub const LEGACY_CACHE: &str = "iuid_router_legacy_cache_total";
 pub const TLS_RELOADS: &str = "iuid_router_tls_reloads_total";
 /// TLS handshakes that did not complete, by `reason` (`timeout`, `error`).
 pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_total";
-/// Admin requests refused (SPEC §13), by `reason` (`unauthorized`: no or a wrong token, or
+/// Admin requests refused (docs/admin.md), by `reason` (`unauthorized`: no or a wrong token, or
 /// an ended session; `foreign_origin`: a state change from another origin;
 /// `host_not_allowed`: a tokenless admin asked for another `Host`, as DNS rebinding does;
 /// `throttled`: too many wrong tokens from the address). A rising count is someone guessing.
@@ -408,7 +408,7 @@ impl RegionMetrics {
     }
 }
 
-/// Counts one client-blamed failure (SPEC §6: never against an upstream). An upstream kind
+/// Counts one client-blamed failure (docs/data-path.md: never against an upstream). An upstream kind
 /// passed here is a bug; it is counted under its own name rather than lost.
 pub fn client_error(kind: ErrorKind) {
     static HANDLES: [OnceLock<Counter>; ErrorKind::CLIENT.len()] =

@@ -1,4 +1,4 @@
-//! Error responses as `application/problem+json` (RFC 9457), with the statuses of SPEC §6.
+//! Error responses as `application/problem+json` (RFC 9457), with the statuses of docs/data-path.md.
 //!
 //! Every refusal the router makes itself, on the data path and on the admin API alike, goes
 //! through [`Problem`], so that clients get one shape — `{"type", "title", "status",
@@ -14,7 +14,7 @@ use crate::error::ErrorKind;
 use crate::extract::RouteKind;
 use crate::table::ResolveError;
 
-/// Why a request is a routing loop (SPEC §6: 508).
+/// Why a request is a routing loop (docs/data-path.md: 508).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoopReason {
     /// `Via` already names this router's region.
@@ -90,11 +90,11 @@ pub enum Problem {
     /// A query parameter of a fan-out route that cannot be used: a `limit` that is no number,
     /// a cursor that is no id of the route's scheme (400).
     BadParameter(String),
-    /// An admin request without the admin token (401, `WWW-Authenticate: Bearer`, SPEC §13).
+    /// An admin request without the admin token (401, `WWW-Authenticate: Bearer`, docs/admin.md).
     Unauthorized(&'static str),
-    /// A state-changing admin request from another origin (403, SPEC §13).
+    /// A state-changing admin request from another origin (403, docs/admin.md).
     ForeignOrigin,
-    /// A request to a tokenless admin API for a `Host` it does not serve (403, SPEC §13:
+    /// A request to a tokenless admin API for a `Host` it does not serve (403, docs/admin.md:
     /// DNS rebinding).
     HostNotAllowed,
     /// Too many wrong admin tokens from the client's address (429, with `Retry-After`).
@@ -165,7 +165,7 @@ impl Problem {
         }
     }
 
-    /// The HTTP status of SPEC §6.
+    /// The HTTP status of docs/data-path.md.
     pub fn status(&self) -> StatusCode {
         match self {
             Problem::MalformedId { .. }
@@ -404,15 +404,15 @@ impl Problem {
 /// Marks a response the router made itself (a refusal), with what a gRPC client is told.
 #[derive(Debug, Clone)]
 pub struct RouterMade {
-    /// The HTTP status of SPEC §6.
+    /// The HTTP status of docs/data-path.md.
     pub status: StatusCode,
     /// The problem's detail.
     pub detail: String,
 }
 
-/// The gRPC status code for a refusal's HTTP status (SPEC §12; gRPC's `statuscodes.md`):
+/// The gRPC status code for a refusal's HTTP status (docs/tls-h2-grpc.md; gRPC's `statuscodes.md`):
 /// 400 → 3 INVALID_ARGUMENT, 404 → 5 NOT_FOUND, 413 → 8 RESOURCE_EXHAUSTED, 502/503 → 14
-/// UNAVAILABLE, 504 → 4 DEADLINE_EXCEEDED, 508 → 10 ABORTED; beyond the SPEC's list, 405/501
+/// UNAVAILABLE, 504 → 4 DEADLINE_EXCEEDED, 508 → 10 ABORTED; beyond that list, 405/501
 /// → 12 UNIMPLEMENTED, 408 → 4 DEADLINE_EXCEEDED, anything else 2 UNKNOWN.
 pub fn grpc_code(status: StatusCode) -> u8 {
     match status.as_u16() {

@@ -3,7 +3,7 @@
 //!
 //! HTTP/1.1 and HTTP/2 are both served on one port; upstreams are always spoken to in
 //! HTTP/1.1. Each connection's protocol is chosen once (`announce`): on a plain listener by its
-//! first bytes (HTTP/2 with prior knowledge, h2c), with `tls:` (SPEC §12) by the protocol ALPN
+//! first bytes (HTTP/2 with prior knowledge, h2c), with `tls:` (docs/tls-h2-grpc.md) by the protocol ALPN
 //! negotiated, `h2` or `http/1.1`, whatever the client then sends (RFC 7301 §3.2, RFC 9113
 //! §3.2), and by the first bytes only when ALPN chose none. The TLS handshake, and then the
 //! first bytes, must each come within `limits.header_read_timeout_ms`.
@@ -15,7 +15,7 @@
 //! Connections are accepted here, on the caller's runtime, and each is served on one of the
 //! [`Workers`] for its whole life (see `workers` for why).
 //!
-//! Shutdown order (SPEC §8, for load balancers): the caller flips `/readyz` to 503 before the
+//! Shutdown order (docs/admin.md, for load balancers): the caller flips `/readyz` to 503 before the
 //! `shutdown` future completes; then the listener is closed, so new connections are refused;
 //! every open connection is told to finish: HTTP/1 connections close after the response in
 //! progress (idle keep-alive ones at once), HTTP/2 ones send GOAWAY; requests in flight get

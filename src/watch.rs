@@ -1,5 +1,5 @@
 //! Watching directories for the file changes that trigger a reload (the routing table,
-//! SPEC §7; the listener's certificates, SPEC §12).
+//! docs/routing-table.md#hot-reload; the listener's certificates, docs/tls-h2-grpc.md).
 //!
 //! Directories, not files: an editor that saves by renaming a new file over the old one, a
 //! Kubernetes ConfigMap or Secret update (a `..data` symlink swap) and cert-manager renewals

@@ -1,4 +1,4 @@
-//! The admin API's access rules of SPEC §13 that a browser can be steered around, over real
+//! The admin API's access rules of docs/admin.md that a browser can be steered around, over real
 //! sockets: cross-origin state changes and DNS rebinding against a tokenless loopback admin,
 //! random server-side sessions that expire and end, and the throttle of wrong tokens.
 
@@ -82,7 +82,7 @@ fn problem_type(r: &Raw) -> String {
 }
 
 /// Issue 25 item 6: without a token, a POST from another origin, or `null`, was answered
-/// 200 and reloaded the table. SPEC §13: 403 whatever the credentials.
+/// 200 and reloaded the table. docs/admin.md: 403 whatever the credentials.
 #[tokio::test]
 async fn a_tokenless_admin_refuses_state_changes_from_other_origins() {
     let (router, _up) = start(None).await;

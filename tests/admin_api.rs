@@ -1,4 +1,4 @@
-//! The admin API the support console reads (SPEC §13): `/admin/upstreams` and
+//! The admin API the support console reads (docs/admin.md): `/admin/upstreams` and
 //! `/admin/decode/{id}`, over real sockets.
 
 mod common;

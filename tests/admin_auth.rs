@@ -1,4 +1,4 @@
-//! Admin API access (SPEC §13) over real sockets: the bearer token, the console's session
+//! Admin API access (docs/admin.md) over real sockets: the bearer token, the console's session
 //! cookie, cross-origin refusals, and the refusal to start reachable and open.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §6 "who is to blame": a client's own errors (a malformed or abandoned body, a stalled
+//! docs/data-path.md "who is to blame": a client's own errors (a malformed or abandoned body, a stalled
 //! upload, a response it stops reading) get a clear status and never eject or count against
 //! an upstream; requests a proxy must refuse (`CONNECT`, bad `Host`, unknown transfer
 //! codings) are refused before anything is forwarded. Each test talks raw HTTP/1.1 over a

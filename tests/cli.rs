@@ -1,4 +1,4 @@
-//! The commands of SPEC §3, run as the real binary.
+//! The commands of docs/cli.md, run as the real binary.
 
 use std::process::{Command, Output};
 
@@ -406,7 +406,7 @@ fn the_tls_example_checks_and_a_missing_certificate_is_reported_at_its_entry() {
     );
 }
 
-/// SPEC §12 writes `field: 2.1` bare, which YAML reads as a float: it is the field path 2.1
+/// docs/tls-h2-grpc.md writes `field: 2.1` bare, which YAML reads as a float: it is the field path 2.1
 /// (and `2.10` field 10 of field 2, not the float 2.1), as is the quoted form; anything else
 /// is refused with where it is and what a field path looks like.
 #[test]

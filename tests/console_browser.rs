@@ -1,4 +1,4 @@
-//! The support console (SPEC §13) in a real browser: headless Chromium driven through
+//! The support console (docs/admin.md) in a real browser: headless Chromium driven through
 //! chromedriver (WebDriver), against the real router on loopback.
 //!
 //! Needs `chromium` and `chromium-driver` (Debian; `.ci/run` installs them);

@@ -744,3 +744,42 @@ fn references_into_docs_resolve() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The code and the guides cite `docs/`, which is in the repository, not a contract kept
+/// elsewhere: no `SPEC §N` citation is left for a reader who cannot follow it.
+#[test]
+fn no_citation_of_a_document_outside_the_repository() {
+    let mut files = Vec::new();
+    for dir in [
+        "src", "crates", "tests", "benches", "deploy", "config", "bench",
+    ] {
+        files_under(
+            &repo().join(dir),
+            &[".rs", ".md", ".yaml", ".sh", ".js", ".html", ".py"],
+            &mut files,
+        );
+    }
+    files.extend(["README.md", "ARCHITECTURE.md", "Cargo.toml"].map(|f| repo().join(f)));
+    let this = repo().join("tests/docs.rs");
+    let mut found = Vec::new();
+    for path in files.iter().filter(|p| **p != this) {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        for (i, line) in text.lines().enumerate() {
+            if line.contains("SPEC §") || line.contains("SPEC.md") {
+                let shown = path
+                    .strip_prefix(repo())
+                    .unwrap_or(path)
+                    .display()
+                    .to_string();
+                found.push(format!("{shown}:{}: {}", i + 1, line.trim()));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "cite docs/ instead:\n{}",
+        found.join("\n")
+    );
+}

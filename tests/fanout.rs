@@ -1,4 +1,4 @@
-//! SPEC §11 fan-out over real sockets: three regional list endpoints, the real router, a real
+//! docs/fanout.md fan-out over real sockets: three regional list endpoints, the real router, a real
 //! client paging through.
 
 mod common;
@@ -195,7 +195,7 @@ async fn a_page_is_no_store_json_and_each_region_gets_the_request_with_the_clamp
             "/v1/orders?user=7&limit=20"
         );
         let headers = region.last_headers.lock().expect("h").clone();
-        assert_eq!(headers["via"], "1.1 edge", "SPEC §6 header rules");
+        assert_eq!(headers["via"], "1.1 edge", "docs/data-path.md header rules");
         assert!(headers.contains_key("x-forwarded-for"));
         // The router parses each answer: uncompressed, whole, unconditional.
         assert_eq!(headers["accept-encoding"], "identity");

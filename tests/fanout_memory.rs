@@ -1,4 +1,4 @@
-//! The router's memory under fan-out load (SPEC §11: "memory is bounded"): the real binary
+//! The router's memory under fan-out load (docs/fanout.md: "memory is bounded"): the real binary
 //! in its own process, three regions of 500 items each, 50 concurrent fan-outs of 3 × 500
 //! items, five rounds. Its peak resident set (`VmHWM` in `/proc/<pid>/status`) must stay
 //! bounded and must not grow round after round; and with large answers, the global byte

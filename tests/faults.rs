@@ -1,4 +1,4 @@
-//! SPEC §6 resilience with real upstreams on loopback: dead, killed, hanging and refusing
+//! docs/data-path.md resilience with real upstreams on loopback: dead, killed, hanging and refusing
 //! upstreams; ejection and 503; isolation of regions; WebSocket tunnels; slowloris.
 
 mod common;

@@ -1,4 +1,4 @@
-//! GraphQL routes end to end (SPEC §4 `graphql:`, §6): every request form and every decision,
+//! GraphQL routes end to end (docs/config.md `graphql:`, §6): every request form and every decision,
 //! with real upstreams, asserting where each request arrived and that its body arrived
 //! byte-exact with its headers.
 

@@ -1,4 +1,4 @@
-//! GraphQL `split_nodes` (SPEC §11) over real sockets: a `nodes(ids: $ids)` whose ids live in
+//! GraphQL `split_nodes` (docs/fanout.md) over real sockets: a `nodes(ids: $ids)` whose ids live in
 //! three regions goes to each region with only its ids, and the answers come back as one, in
 //! the request's id order, errors renumbered, a failed region's ids `null`.
 

@@ -1,4 +1,4 @@
-//! gRPC through the router (SPEC §12) over real HTTP/2: a client on hyper's HTTP/2 client
+//! gRPC through the router (docs/tls-h2-grpc.md) over real HTTP/2: a client on hyper's HTTP/2 client
 //! (prior knowledge) reading every frame and the trailers, an upstream on hyper's HTTP/2
 //! server answering as a gRPC server does (length-prefixed messages, then `grpc-status` and
 //! custom metadata in trailers), routed by `x-entity-id` metadata.
@@ -351,7 +351,7 @@ async fn a_first_message_over_the_limit_is_resource_exhausted() {
 /// The router routes by the id the service decodes (issue: it took the first occurrence, a
 /// protobuf decoder the last). Each message is also decoded with prost (`proto/orders.proto`),
 /// and the region that answered must own the id prost read. `field: 2.1` is written bare,
-/// as SPEC §12 shows it (YAML reads it as a float).
+/// as docs/tls-h2-grpc.md shows it (YAML reads it as a float).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_repeated_id_field_routes_by_the_occurrence_the_service_decodes() {
     use prost::Message as _;

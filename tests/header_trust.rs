@@ -1,4 +1,4 @@
-//! Which request fields a client can make the router pass on, drop or forge (SPEC §6, §12):
+//! Which request fields a client can make the router pass on, drop or forge (docs/data-path.md, §12):
 //! a second `X-Request-Id` line, `Connection` nominating the fields the proxies own, and
 //! client-certificate identity fields. Raw HTTP/1.1 over loopback, so every line is exactly
 //! what a client could send.

@@ -1,4 +1,4 @@
-//! Legacy ids (SPEC §11 `legacy: probe`) over real sockets: an entity with a UUIDv4 id, from
+//! Legacy ids (docs/fanout.md `legacy: probe`) over real sockets: an entity with a UUIDv4 id, from
 //! before the iUID, is found in whichever region holds it, and its owner remembered.
 
 mod common;

@@ -1,4 +1,4 @@
-//! The real binary under signals (SPEC §7, §8): SIGHUP reloads; SIGTERM drains — /readyz turns
+//! The real binary under signals (docs/routing-table.md#hot-reload, §8): SIGHUP reloads; SIGTERM drains — /readyz turns
 //! 503, new connections are refused, a request in flight completes, idle keep-alive
 //! connections are closed, exit 0. And /metrics as a Prometheus parser reads it.
 

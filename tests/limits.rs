@@ -1,4 +1,4 @@
-//! SPEC §6 / issue 5 behaviours with real servers on loopback that the fault tests leave out:
+//! docs/data-path.md / issue 5 behaviours with real servers on loopback that the fault tests leave out:
 //! which methods are retried after a reset before response headers, the idle timeout on a
 //! stalled response body, and the limits on request header count and size.
 

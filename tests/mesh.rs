@@ -1,7 +1,7 @@
-//! The peered mesh (SPEC §14) end to end: three router processes — the edges of regions eu,
+//! The peered mesh (docs/mesh.md) end to end: three router processes — the edges of regions eu,
 //! us and ap — and three regional upstreams on loopback. Each edge's table sends its own
 //! region to its upstream and the other regions to the other edges, over mutual TLS (each
-//! edge verifies the other's client certificate, SPEC §12) and HTTP/2.
+//! edge verifies the other's client certificate, docs/tls-h2-grpc.md) and HTTP/2.
 //!
 //! What is shown: any id through any edge reaches its owner with `Via` naming at most two
 //! edges; two tables that disagree (a rollout in progress) end in a 508 after two hops, with

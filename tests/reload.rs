@@ -1,4 +1,4 @@
-//! SPEC §7 hot reload and §8 admin API, with the router in this process: file changes, the
+//! docs/routing-table.md#hot-reload hot reload and §8 admin API, with the router in this process: file changes, the
 //! ConfigMap symlink swap, refused tables, POST /admin/reload, and reloads under load.
 
 mod common;

@@ -1,4 +1,4 @@
-//! SPEC §5–§6 end to end: real upstreams on loopback, the real router, a real HTTP client.
+//! docs/routing-table.md–§6 end to end: real upstreams on loopback, the real router, a real HTTP client.
 
 mod common;
 

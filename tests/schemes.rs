@@ -1,4 +1,4 @@
-//! SPEC §10 over real sockets: ids of every scheme reach the region the table says, through
+//! docs/schemes.md over real sockets: ids of every scheme reach the region the table says, through
 //! path, header and GraphQL routes (numbers and strings); bad ids get 400 or 404
 //! problem+json; a reload that changes a scheme's map moves routing, and one that removes a
 //! scheme a route uses is refused.
@@ -10,7 +10,7 @@ use iuid_router::scheme::mint::{mint, MintSpec};
 use iuid_router::scheme::snowflake::Layout;
 use iuid_router::scheme::{hrw, Kind};
 
-/// SPEC §10's schemes, with `offers`' map given (for the reload test), and one override.
+/// docs/schemes.md's schemes, with `offers`' map given (for the reload test), and one override.
 fn table(
     eu: &Upstream,
     us: &Upstream,
@@ -169,7 +169,7 @@ async fn ids_of_every_scheme_reach_their_region_by_path_header_and_graphql() {
     ] {
         by_all_routes("legacy", legacy(shard), want).await;
     }
-    // composite: rendezvous hashing of the key, as SPEC §10's function places it.
+    // composite: rendezvous hashing of the key, as docs/schemes.md's function places it.
     let weights = [("eu", 2.0), ("us", 1.0), ("ap", 1.0)];
     let mut seen = std::collections::BTreeSet::new();
     for device in 0..12 {

@@ -1,4 +1,4 @@
-//! HTTPS on the listener (SPEC §12) with real clients: a rustls client that reports what was
+//! HTTPS on the listener (docs/tls-h2-grpc.md) with real clients: a rustls client that reports what was
 //! negotiated (version, ALPN, the certificate served), and curl for whole requests. The
 //! certificates come from the shipped `config/make-certs.sh` (openssl).
 

@@ -1,4 +1,4 @@
-//! TLS and HTTP/2 to upstreams (SPEC §12) over real sockets: upstream servers on hyper behind
+//! TLS and HTTP/2 to upstreams (docs/tls-h2-grpc.md) over real sockets: upstream servers on hyper behind
 //! rustls with certificates from the shipped `config/make-certs.sh`, the real router in
 //! front, reqwest as the client.
 

@@ -1,4 +1,4 @@
-"""The rules of deploy/kubernetes (SPEC §14) that a schema cannot see, checked on a rendered
+"""The rules of deploy/kubernetes (docs/mesh.md) that a schema cannot see, checked on a rendered
 manifest: `python check.py rendered.yaml`. Exits 1 with every broken rule."""
 
 import sys
@@ -44,7 +44,7 @@ def main(path):
         get = container.get(probe, {}).get("httpGet", {})
         need(get.get("path") == route and get.get("port") == "admin", f"{probe} is GET {route} on the admin port")
 
-    # The kubelet probes the pod's IP: admin_listen is not loopback, so by SPEC §13 a token,
+    # The kubelet probes the pod's IP: admin_listen is not loopback, so by docs/admin.md a token,
     # from a Secret mounted as a file.
     need(not router["admin_listen"].startswith("127."), "admin_listen reachable by the kubelet")
     token = (router.get("admin") or {}).get("token_file", "")

@@ -1,4 +1,4 @@
-//! Access to the admin API (SPEC §13).
+//! Access to the admin API (docs/admin.md).
 //!
 //! With `admin.token_file`, every admin route but `/healthz`, `/readyz` and the console's
 //! page needs `Authorization: Bearer <token>` or the session cookie that `POST /admin/login`

@@ -1,4 +1,4 @@
-// The support console's script (SPEC §13). It reads the admin JSON API only and builds the
+// The support console's script (docs/admin.md). It reads the admin JSON API only and builds the
 // page with DOM calls: ids and error texts come from clients, so nothing goes through
 // innerHTML. Everything refreshes every REFRESH_MS without reloading the page.
 "use strict";

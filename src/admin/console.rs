@@ -1,4 +1,4 @@
-//! The support console (SPEC §13): one page and its script, compiled into the binary (no
+//! The support console (docs/admin.md): one page and its script, compiled into the binary (no
 //! build step, no CDN), served on `admin_listen` at `GET /` and `GET /console.js`.
 //!
 //! The page holds no data: it reads the admin JSON API with the session cookie and renders

@@ -1,4 +1,4 @@
-//! The admin API (SPEC §8), served on `admin_listen` only, never on the public listener.
+//! The admin API (docs/admin.md), served on `admin_listen` only, never on the public listener.
 //!
 //! | route | answers |
 //! |---|---|
@@ -8,7 +8,7 @@
 //! | `GET /admin/routing-table` | version, loaded_at, source, content_sha256, last reload error |
 //! | `GET /admin/resolve/{id}?scheme=NAME` | the `resolve` command's JSON (scheme default `iuid`); problem+json 400/404 |
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
-//! | `GET /admin/upstreams` | every region's upstreams with their health (SPEC §13) |
+//! | `GET /admin/upstreams` | every region's upstreams with their health (docs/admin.md) |
 //! | `GET /admin/decode/{id}` | the id read in every scheme, with its region or why not |
 //! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
 //! | `GET /admin/rates` | requests and 5xx per region over the last minute |
@@ -107,7 +107,7 @@ async fn table_summary(State(s): State<AdminState>) -> Response {
     Json(s.table.current().summary()).into_response()
 }
 
-/// Requests and 5xx per region over the last minute (SPEC §13).
+/// Requests and 5xx per region over the last minute (docs/admin.md).
 async fn region_rates(State(s): State<AdminState>) -> Response {
     let list = match (&s.rates, &s.regions) {
         (Some(rates), Some(regions)) => rates.report(regions, crate::clock::now_ms()),
@@ -116,7 +116,7 @@ async fn region_rates(State(s): State<AdminState>) -> Response {
     Json(json!({ "window_s": rates::WINDOW.as_secs(), "regions": list })).into_response()
 }
 
-/// Every upstream of every region with its health (SPEC §13 `GET /admin/upstreams`).
+/// Every upstream of every region with its health (docs/admin.md `GET /admin/upstreams`).
 async fn upstreams(State(s): State<AdminState>) -> Response {
     let Some(regions) = &s.regions else {
         return Json(json!({ "regions": [] })).into_response();
@@ -142,7 +142,7 @@ async fn upstreams(State(s): State<AdminState>) -> Response {
     Json(json!({ "table_version": routing.table.version, "regions": list })).into_response()
 }
 
-/// What an id is in every scheme (SPEC §13 `GET /admin/decode/{id}`): for each scheme of the
+/// What an id is in every scheme (docs/admin.md `GET /admin/decode/{id}`): for each scheme of the
 /// serving table (`iuid` first), its reading and where it goes, or why it is not one.
 async fn decode_all(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
     let table = s.table.current();

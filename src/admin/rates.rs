@@ -1,4 +1,4 @@
-//! Request and error rates per region over the last minute (SPEC §13), for the console.
+//! Request and error rates per region over the last minute (docs/admin.md), for the console.
 //!
 //! The data path only adds to two relaxed atomics per answer (`RegionMetrics::totals`); this
 //! module samples them every [`SAMPLE`] into a short ring per region, and a rate is the

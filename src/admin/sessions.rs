@@ -1,4 +1,4 @@
-//! The admin API's server-side state (SPEC §13): console sessions and the per-address
+//! The admin API's server-side state (docs/admin.md): console sessions and the per-address
 //! throttle of wrong tokens. Both are bounded in size, so that no client can grow them
 //! without limit; both take `now` from the caller, so that tests need no clock.
 

@@ -1,4 +1,4 @@
-//! `admin:` of the router config (SPEC §13): the admin API's token, its session lifetime, and
+//! `admin:` of the router config (docs/admin.md): the admin API's token, its session lifetime, and
 //! the host names a tokenless admin answers to.
 
 use std::path::{Path, PathBuf};
@@ -33,7 +33,7 @@ fn default_max_age() -> u64 {
     DEFAULT_SESSION_MAX_AGE_S
 }
 
-/// The admin API's access settings (SPEC §13).
+/// The admin API's access settings (docs/admin.md).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdminSettings {
     /// `admin.token_file`: the file holding the bearer token, resolved against the config's

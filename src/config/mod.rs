@@ -1,4 +1,4 @@
-//! The router config, `config/router.yaml` (SPEC §4).
+//! The router config, `config/router.yaml` (docs/config.md).
 //!
 //! Unknown keys are errors: a typo (`time_outs:`) must not silently disable a feature.
 //! Paths inside the file (`routing_table`) are relative to the file itself, so a config and its
@@ -70,7 +70,7 @@ struct ConfigFile {
     admin: Option<admin::AdminSpec>,
 }
 
-/// How routing-table changes are picked up (SPEC §7); `SIGHUP` and `POST /admin/reload`
+/// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
 /// always work.
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -121,7 +121,7 @@ pub enum LogFormat {
     Json,
 }
 
-/// What to do with a request that carries no id (SPEC §4 `unrouted`).
+/// What to do with a request that carries no id (docs/config.md `unrouted`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Unrouted {
@@ -139,7 +139,7 @@ pub struct RouterConfig {
     pub path: PathBuf,
     /// The public listener.
     pub listen: SocketAddr,
-    /// The admin API listener (SPEC §8), if any.
+    /// The admin API listener (docs/admin.md), if any.
     pub admin_listen: Option<SocketAddr>,
     /// This edge's own region name (for `Via`, loop detection, metrics).
     pub region: String,
@@ -173,15 +173,15 @@ pub struct RouterConfig {
     /// Worker threads serving the data path, at least 1 (`workers: 0`, the default, is one
     /// per available core; see `crate::workers`).
     pub workers: usize,
-    /// Requests for ids without routing bits: `default_region` or `probe` (SPEC §11).
+    /// Requests for ids without routing bits: `default_region` or `probe` (docs/fanout.md).
     pub legacy: Legacy,
     /// The owner cache of `legacy: probe`.
     pub legacy_cache: LegacyCache,
     /// The probe budget of `legacy: probe`.
     pub legacy_probe: LegacyProbe,
-    /// `admin:`: the admin API's token file, sessions and allowed hosts (SPEC §13).
+    /// `admin:`: the admin API's token file, sessions and allowed hosts (docs/admin.md).
     pub admin: AdminSettings,
-    /// HTTPS on `listen` (SPEC §12): certificate files resolved against the config's
+    /// HTTPS on `listen` (docs/tls-h2-grpc.md): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
 }
@@ -391,7 +391,7 @@ impl RouterConfig {
                     &[key("admin_listen")],
                     format!(
                         "admin_listen {addr} is reachable from other hosts, and the admin API \
-                         can reload the table: set admin.token_file (SPEC §13), or listen on \
+                         can reload the table: set admin.token_file (docs/admin.md), or listen on \
                          127.0.0.1"
                     ),
                 ));

@@ -1,5 +1,5 @@
 //! Plain policy types of the router config: timeouts, limits, outlier ejection, retries and
-//! active checks (SPEC §4, §6). They are data only; what enforces them lives in
+//! active checks (docs/config.md, §6). They are data only; what enforces them lives in
 //! `crate::upstream` (ejection, budgets, checks) and `crate::server` (limits), which read
 //! them from here, so the config depends on no runtime module.
 
@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Upstream timeouts in milliseconds (SPEC §4 `timeouts`).
+/// Upstream timeouts in milliseconds (docs/config.md `timeouts`).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Timeouts {
@@ -54,7 +54,7 @@ impl Timeouts {
 /// kernel caps it at `net.core.somaxconn` (4096 by default since Linux 5.4).
 pub const DEFAULT_BACKLOG: u32 = 1024;
 
-/// Request limits (SPEC §4 `limits`).
+/// Request limits (docs/config.md `limits`).
 #[derive(Debug, Clone, Copy, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Limits {
@@ -75,16 +75,16 @@ pub struct Limits {
     /// Connections the kernel queues on the public listener before the router accepts them
     /// (`listen(2)` backlog; capped by `net.core.somaxconn`).
     pub listen_backlog: u32,
-    /// Most bytes read of one region's answer to a fan-out (SPEC §11; then the region is
+    /// Most bytes read of one region's answer to a fan-out (docs/fanout.md; then the region is
     /// named as failed, `too_large`). Also bounds each region's answer to a split GraphQL
     /// `nodes` request.
     pub fanout_region_bytes: usize,
-    /// Largest first message a `grpc:` route reads to find its id, in bytes (SPEC §12; then
+    /// Largest first message a `grpc:` route reads to find its id, in bytes (docs/tls-h2-grpc.md; then
     /// 413, `RESOURCE_EXHAUSTED` for a gRPC client).
     pub grpc_message_bytes: usize,
     /// Most bytes of regions' answers buffered by all fan-outs together (list and split
     /// `nodes`), in bytes: at least `fanout_region_bytes`. A fan-out that would go beyond is
-    /// answered 503 with `Retry-After` (SPEC §11: memory is bounded).
+    /// answered 503 with `Retry-After` (docs/fanout.md: memory is bounded).
     pub fanout_buffer_bytes: usize,
     /// Most fan-outs in flight in the whole router (then 503 with `Retry-After`).
     pub fanout_concurrent: usize,
@@ -195,11 +195,11 @@ fn default_timeout() -> u64 {
     1_000
 }
 
-/// What a request for an id without routing bits does (SPEC §11 `legacy`).
+/// What a request for an id without routing bits does (docs/fanout.md `legacy`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Legacy {
-    /// SPEC §5: it goes to `default_region`.
+    /// docs/routing-table.md: it goes to `default_region`.
     #[default]
     DefaultRegion,
     /// A `GET`/`HEAD` answered 404 or 410 there is asked of every other region; the first 2xx

@@ -1,4 +1,4 @@
-//! The `fanout:` route (SPEC §11): a list endpoint asked of every region and merged by the
+//! The `fanout:` route (docs/fanout.md): a list endpoint asked of every region and merged by the
 //! items' id creation time.
 //!
 //! This module holds what the route *is*: its settings as compiled from the config, and how a
@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-/// Which end of time a page starts from (SPEC §11 `order`).
+/// Which end of time a page starts from (docs/fanout.md `order`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Order {
@@ -32,7 +32,7 @@ impl Order {
     }
 }
 
-/// What a failed region does to the page (SPEC §11 `on_region_error`).
+/// What a failed region does to the page (docs/fanout.md `on_region_error`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OnRegionError {

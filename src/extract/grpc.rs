@@ -1,4 +1,4 @@
-//! The protobuf reader of `grpc:` routes (SPEC §12): the id is a field of the call's first
+//! The protobuf reader of `grpc:` routes (docs/tls-h2-grpc.md): the id is a field of the call's first
 //! request message, read without the schema from the protobuf wire format.
 //!
 //! `field: 1` is field 1 of the message; `field: 2.1` is field 1 of the message in field 2.

@@ -1,4 +1,4 @@
-//! Bounds on what fan-outs hold (SPEC §11: memory is bounded): how many are in flight in the
+//! Bounds on what fan-outs hold (docs/fanout.md: memory is bounded): how many are in flight in the
 //! router and on one client connection, and how many bytes of regions' answers they buffer
 //! together. Beyond a bound a fan-out is refused at once (503 with `Retry-After`) rather than
 //! queued: a client that retries later costs less than a router that swaps.

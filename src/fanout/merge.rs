@@ -1,4 +1,4 @@
-//! The merge of SPEC §11: the regions' items, one page ordered by (creation time, canonical
+//! The merge of docs/fanout.md: the regions' items, one page ordered by (creation time, canonical
 //! id text), each id once.
 //!
 //! Items are kept as the regions sent them: a region's answer is validated once as JSON and
@@ -19,7 +19,7 @@ use crate::scheme::Kind;
 pub struct Item<'b> {
     /// The id's creation time, in ms since the Unix epoch.
     pub created_ms: u64,
-    /// The id's canonical text (SPEC §10), whatever form the region wrote it in.
+    /// The id's canonical text (docs/schemes.md), whatever form the region wrote it in.
     pub id: String,
     /// The item as the region sent it.
     pub raw: &'b RawValue,

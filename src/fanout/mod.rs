@@ -1,4 +1,4 @@
-//! Asking several regions for one request (SPEC §11): what is done with their answers.
+//! Asking several regions for one request (docs/fanout.md): what is done with their answers.
 //!
 //! Two route kinds send one client request to every region that holds part of its answer: a
 //! `fanout:` list and a GraphQL `nodes` split (`crate::proxy::route`, which sends them through

@@ -1,4 +1,4 @@
-//! GraphQL `split_nodes` (SPEC §11): one `nodes(ids: $var)` request whose ids live in several
+//! GraphQL `split_nodes` (docs/fanout.md): one `nodes(ids: $var)` request whose ids live in several
 //! regions becomes one request per region with only that region's ids, and their answers one
 //! answer in the order of the request's ids.
 //!

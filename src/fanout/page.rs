@@ -1,4 +1,4 @@
-//! The answer of a fan-out route (SPEC §11): `{"items", "next_cursor", "partial", "regions"}`.
+//! The answer of a fan-out route (docs/fanout.md): `{"items", "next_cursor", "partial", "regions"}`.
 
 use serde::Serialize;
 

@@ -71,7 +71,7 @@ struct Target {
     probe: Option<Box<legacy::Probe>>,
 }
 
-/// What the routing phases decided: one region, or several (SPEC §11).
+/// What the routing phases decided: one region, or several (docs/fanout.md).
 enum Routed {
     /// One region (the usual case).
     Region(Target, ClientBody),
@@ -189,7 +189,7 @@ impl Proxy {
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
         let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
         if grpc {
-            // A gRPC client reads the status in trailers, not a problem+json body (SPEC §12).
+            // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
             if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
                 resp = crate::problem::grpc_response(made).map(Either::Right);
             }
@@ -316,7 +316,7 @@ impl Proxy {
 
     /// Phases 0–3: admission, loop check, id extraction, region resolution. The body comes
     /// back as it must go on (read whole only for GraphQL). A fan-out route, and GraphQL
-    /// `nodes` split by region, go to several regions instead (SPEC §11).
+    /// `nodes` split by region, go to several regions instead (docs/fanout.md).
     async fn route(
         &self,
         parts: &Parts,
@@ -424,7 +424,7 @@ impl Proxy {
         }
     }
 
-    /// Phase 4a: SPEC §6 header rules (once; each attempt then only aims the request).
+    /// Phase 4a: docs/data-path.md header rules (once; each attempt then only aims the request).
     fn rewrite_request(&self, parts: &mut Parts, client: &ClientAddr) {
         let authority_host = parts
             .uri
@@ -547,7 +547,7 @@ impl Proxy {
         }
     }
 
-    /// Phase 6: the upstream's response with SPEC §6's header rules; the body streams back,
+    /// Phase 6: the upstream's response with docs/data-path.md's header rules; the body streams back,
     /// carrying `in_flight` until it is done (a `101` answer to an upgrade starts the tunnel
     /// instead).
     fn respond(

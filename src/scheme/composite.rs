@@ -1,4 +1,4 @@
-//! The `composite` scheme (SPEC §10): a `<key, t*>` id such as Nauto's trip id
+//! The `composite` scheme (docs/schemes.md): a `<key, t*>` id such as Nauto's trip id
 //! `<device id, t*>`, written `<key><separator><t*>`.
 //!
 //! The key is 1–128 characters of `[A-Za-z0-9._-]`; `t*` is the creation time in decimal ms

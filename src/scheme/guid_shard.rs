@@ -1,4 +1,4 @@
-//! The `guid_shard` scheme (SPEC §10): HotGuid, a time-ordered GUID whose last 4 bytes are a
+//! The `guid_shard` scheme (docs/schemes.md): HotGuid, a time-ordered GUID whose last 4 bytes are a
 //! shard key.
 //!
 //! | bytes (text order) | field |
@@ -75,7 +75,7 @@ impl fmt::Display for Guid {
 mod tests {
     use super::*;
 
-    /// SPEC §10's vector: seconds 0x61FFB840, machine/pid `AB CD EF 12 34` as .NET writes
+    /// docs/schemes.md's vector: seconds 0x61FFB840, machine/pid `AB CD EF 12 34` as .NET writes
     /// them, counter 0x0A0B0C, shard key 208.
     #[test]
     fn the_spec_vector() {

@@ -1,4 +1,4 @@
-//! Weighted rendezvous (highest random weight) hashing, fixed by SPEC §10 so that services in
+//! Weighted rendezvous (highest random weight) hashing, fixed by docs/schemes.md so that services in
 //! any language place a key where the router does:
 //!
 //! for each region `r`: `h = xxHash64(seed 0)` of the bytes `r ‖ 0x00 ‖ key`,
@@ -95,7 +95,7 @@ impl Placer {
     /// then `ln` — the costly part — only where it can matter: since
     /// `1 − u ≤ −ln u ≤ (1 − u) / u`, each score lies in `[w·u / (1 − u), w / (1 − u)]`, and a
     /// region whose upper bound is below another's lower bound (by a margin far above any
-    /// rounding) cannot win. Regions that may still win get SPEC §10's exact score and
+    /// rounding) cannot win. Regions that may still win get docs/schemes.md's exact score and
     /// comparison, so the result is the same as [`place`]'s.
     #[inline]
     pub fn place(&self, key: &[u8]) -> Option<usize> {
@@ -356,7 +356,7 @@ mod tests {
         h ^ (h >> 32)
     }
 
-    /// SPEC §10's function, written with the reference hash.
+    /// docs/schemes.md's function, written with the reference hash.
     fn reference_place(regions: &[(&str, f64)], key: &str) -> &'static str {
         let mut best: Option<(&str, f64)> = None;
         for (name, weight) in regions {
@@ -418,7 +418,7 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// The data path's placer and SPEC §10's function as written agree on any key and
+        /// The data path's placer and docs/schemes.md's function as written agree on any key and
         /// weights, bounds and all.
         #[test]
         fn the_placer_agrees_with_the_function(

@@ -1,4 +1,4 @@
-//! The `iuid` scheme (SPEC §2, §5): an iUID routes by its country and service entity; a UUID
+//! The `iuid` scheme (docs/iuid.md, §5): an iUID routes by its country and service entity; a UUID
 //! of another version (v4, v7, …) has no routing bits and goes to the table's
 //! `default_region`. The codec itself (text forms, fields, minting) is the `iuid` crate's,
 //! which knows nothing of routing.
@@ -16,7 +16,7 @@ pub enum IuidKey {
     NoRoutingBits(Uuid),
 }
 
-/// Parses any text form of SPEC §2. Version 8 must be a valid iUID (else its
+/// Parses any text form of docs/iuid.md. Version 8 must be a valid iUID (else its
 /// [`ParseError`]); any other version is [`IuidKey::NoRoutingBits`].
 #[inline]
 pub fn parse(text: &[u8]) -> Result<IuidKey, ParseError> {

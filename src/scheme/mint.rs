@@ -1,4 +1,4 @@
-//! Minting ids of every kind (SPEC §10: `mint` makes valid ids for tests and demos). Services
+//! Minting ids of every kind (docs/schemes.md: `mint` makes valid ids for tests and demos). Services
 //! mint their own ids; these exist so that a table can be tried end to end.
 
 use super::guid_shard::Guid;

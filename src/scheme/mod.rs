@@ -1,4 +1,4 @@
-//! Id schemes (SPEC §10): how the text of an id becomes the key the routing table routes by.
+//! Id schemes (docs/schemes.md): how the text of an id becomes the key the routing table routes by.
 //!
 //! A route names the scheme of its ids (`scheme:`, default `iuid`); a scheme is never guessed
 //! from the text, since a HotGuid is valid UUID text too. Extraction (`crate::extract`) only
@@ -40,7 +40,7 @@ pub const IUID: &str = "iuid";
 /// hot path.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Kind {
-    /// The iUID (SPEC §2); UUIDs of other versions carry no routing bits.
+    /// The iUID (docs/iuid.md); UUIDs of other versions carry no routing bits.
     Iuid,
     /// HotGuid: a GUID with a little-endian shard key in its last 4 bytes.
     GuidShard,

@@ -1,4 +1,4 @@
-//! The `snowflake` scheme (SPEC §10): a decimal integer below 2^63 (ids are stored as signed
+//! The `snowflake` scheme (docs/schemes.md): a decimal integer below 2^63 (ids are stored as signed
 //! 64-bit integers; JSON may carry them as strings or numbers) made of bit fields.
 //!
 //! A [`Layout`] lists the fields from the most significant bit; their widths sum to 63 (under

@@ -1,4 +1,4 @@
-//! The `uniqid_shard` scheme (SPEC §10): PHP's `uniqid()` with a shard-number prefix.
+//! The `uniqid_shard` scheme (docs/schemes.md): PHP's `uniqid()` with a shard-number prefix.
 //!
 //! 18 characters: `S RRRR SSSSSSSS UUUUU` — 1 decimal shard digit, 4 hex random digits, then
 //! PHP's 13-hex `uniqid()` (8 hex unix seconds and 5 hex microseconds). The id is valid only

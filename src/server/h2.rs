@@ -1,4 +1,4 @@
-//! The timers of an HTTP/2 client connection, both `timeouts.idle_ms` (SPEC §4):
+//! The timers of an HTTP/2 client connection, both `timeouts.idle_ms` (docs/config.md):
 //!
 //! - **Connection idle** (nginx `keepalive_timeout`, Envoy `idle_timeout`): with no stream
 //!   open for `idle_ms` the connection is closed with GOAWAY. hyper's HTTP/2 server has

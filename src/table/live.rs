@@ -1,4 +1,4 @@
-//! The live routing table and its reloads (SPEC §7).
+//! The live routing table and its reloads (docs/routing-table.md#hot-reload).
 //!
 //! Requests read the table through `arc-swap`: a load is a couple of atomic operations and
 //! never blocks, and a request keeps the `Arc` it loaded until it is done, so a reload never
@@ -31,7 +31,7 @@ type InstallHook = Box<dyn Fn(&Arc<RoutingTable>) + Send + Sync>;
 /// installed.
 type Requirement = Box<dyn Fn(&RoutingTable) -> Result<(), SourceErrors> + Send + Sync>;
 
-/// What `/admin/routing-table` reports (SPEC §8).
+/// What `/admin/routing-table` reports (docs/admin.md).
 #[derive(Debug, Clone, Serialize)]
 pub struct TableStatus {
     /// The serving table's `version`.

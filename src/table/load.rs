@@ -1,4 +1,4 @@
-//! Validation and compilation of a routing table file (SPEC §5).
+//! Validation and compilation of a routing table file (docs/routing-table.md).
 //!
 //! Every semantic error is collected (not just the first) and located in the file, so that
 //! `iuid-router check` lists all a table's problems at once. A table with any error is never
@@ -415,7 +415,7 @@ impl Validator<'_> {
             .map(|ms| ms.clamp(0, i128::from(u64::MAX)) as u64)
     }
 
-    /// `created_after`: the first whole millisecond strictly after the instant (SPEC §10:
+    /// `created_after`: the first whole millisecond strictly after the instant (docs/schemes.md:
     /// both bounds are strict), so that `after <= t` holds iff the id at ms `t` was minted
     /// after `x`: `t > x` iff `t >= floor(x) + 1`.
     fn instant_after(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {

@@ -1,4 +1,4 @@
-//! The routing table (SPEC §5): which region owns an id.
+//! The routing table (docs/routing-table.md): which region owns an id.
 //!
 //! The file ([`model`]) is validated and compiled once per load (`load`) into a
 //! [`RoutingTable`] whose [`RoutingTable::resolve`] is a couple of array reads: every
@@ -39,7 +39,7 @@ pub use load::{load_file, load_source};
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RegionId(pub u16);
 
-/// Which rule of the table decided a route; serialized for `resolve` (SPEC §3) as
+/// Which rule of the table decided a route; serialized for `resolve` (docs/cli.md) as
 /// `{"kind": "override", "index": 0}`, `{"kind": "country", "country": 3}` or
 /// `{"kind": "default_region"}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -113,7 +113,7 @@ pub struct Decision {
 /// Why an id has no region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ResolveError {
-    /// The text is not an id of the route's scheme (SPEC §6: 400).
+    /// The text is not an id of the route's scheme (docs/data-path.md: 400).
     Malformed(SchemeError),
     /// A value of a scheme's `route_by` field that no `map` entry covers, and the scheme has
     /// no `default` (404).
@@ -128,7 +128,7 @@ pub enum ResolveError {
     /// A route names a scheme the table does not define (404; `check` and reloads refuse
     /// such tables, so only a table loaded without the config's routes meets it).
     UnknownScheme(String),
-    /// A well-formed iUID whose country no region owns and no override covers (SPEC §6: 404).
+    /// A well-formed iUID whose country no region owns and no override covers (docs/data-path.md: 404).
     UnownedCountry {
         /// The iUID country id.
         country: u8,
@@ -189,7 +189,7 @@ impl UpstreamSpec {
     }
 }
 
-/// The protocol a region's upstreams speak (SPEC §12 `protocol`).
+/// The protocol a region's upstreams speak (docs/tls-h2-grpc.md `protocol`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum UpstreamProtocol {
@@ -252,7 +252,7 @@ struct Plan {
     otherwise: Option<Decision>,
 }
 
-/// A validated, compiled routing table (SPEC §5). Immutable; share it behind an `Arc`.
+/// A validated, compiled routing table (docs/routing-table.md). Immutable; share it behind an `Arc`.
 #[derive(Debug)]
 pub struct RoutingTable {
     /// The file's `version` text.
@@ -263,7 +263,7 @@ pub struct RoutingTable {
     pub overrides: Vec<Override>,
     /// Region for ids without routing bits and for unrouted requests.
     pub default_region: RegionId,
-    /// Declared schemes (SPEC §10) in file order; [`SchemeSlot::Table`] indexes this.
+    /// Declared schemes (docs/schemes.md) in file order; [`SchemeSlot::Table`] indexes this.
     pub schemes: Vec<TableScheme>,
     country_codes: Box<[Option<String>; 256]>,
     country_region: [Option<RegionId>; 256],

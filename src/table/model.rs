@@ -1,4 +1,4 @@
-//! The routing table file as written (SPEC §5), before validation.
+//! The routing table file as written (docs/routing-table.md), before validation.
 //!
 //! Types here are deliberately loose (ids as integers, URLs and timestamps as text) so that one
 //! pass of `super::load` can report every semantic error with its position, instead of
@@ -23,7 +23,7 @@ pub struct TableFile {
     /// iUID service_entity id → name, in file order.
     #[serde(default)]
     pub services: Entries<i64, String>,
-    /// Id schemes besides `iuid` (SPEC §10), by name, in file order.
+    /// Id schemes besides `iuid` (docs/schemes.md), by name, in file order.
     #[serde(default)]
     pub schemes: Entries<String, SchemeSpec>,
     /// Rules checked before the country map (or a scheme's map), first match wins.
@@ -39,7 +39,7 @@ pub struct TableFile {
 pub struct RegionSpec {
     /// Base URLs, e.g. `http://eu-gw-1:8080` or `https://eu-gw-1:8443`.
     pub upstreams: Vec<String>,
-    /// TLS to the region's `https://` upstreams (SPEC §12).
+    /// TLS to the region's `https://` upstreams (docs/tls-h2-grpc.md).
     #[serde(default)]
     pub tls: Option<RegionTlsSpec>,
     /// `http1` (default) or `h2` (over TLS by ALPN, h2c over `http://`).
@@ -108,7 +108,7 @@ impl<'de> Deserialize<'de> for CountrySpec {
     }
 }
 
-/// One declared scheme (SPEC §10). Which keys apply depends on `kind`; validation says which
+/// One declared scheme (docs/schemes.md). Which keys apply depends on `kind`; validation says which
 /// are missing or out of place.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -206,7 +206,7 @@ impl<'de> Deserialize<'de> for MapKey {
     }
 }
 
-/// One override rule; every predicate given must hold (SPEC §5, §10). Keys other than the
+/// One override rule; every predicate given must hold (docs/routing-table.md, §10). Keys other than the
 /// ones below are predicates over the fields of `scheme`'s ids (`shard: 17`); validation
 /// refuses them for a scheme without such a field, which is how a typo is still an error.
 #[derive(Debug, Deserialize)]

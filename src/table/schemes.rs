@@ -1,4 +1,4 @@
-//! Declared schemes (SPEC §10), compiled: what resolves their ids — overrides first, then a
+//! Declared schemes (docs/schemes.md), compiled: what resolves their ids — overrides first, then a
 //! map over a field (sorted, disjoint ranges, binary search) or weighted rendezvous hashing of
 //! a composite key. `schemes_load.rs` validates `schemes:` (file:line:column) into these.
 

@@ -1,4 +1,4 @@
-//! Validation of `schemes:` and of the overrides that name a scheme (SPEC §10): every error
+//! Validation of `schemes:` and of the overrides that name a scheme (docs/schemes.md): every error
 //! with file:line:column, then compiled into a [`TableScheme`] (`schemes.rs`).
 
 use std::collections::HashMap;
@@ -549,7 +549,7 @@ mod time_bounds {
     use crate::source::Source;
     use crate::table::load_source;
 
-    /// SPEC §10: `created_before` and `created_after` are both strict, for the iUID and for a
+    /// docs/schemes.md: `created_before` and `created_after` are both strict, for the iUID and for a
     /// scheme alike. 2026-06-01T00:00:00Z is 1780272000000 ms.
     #[test]
     fn both_time_bounds_are_strict() {

@@ -1,4 +1,4 @@
-//! The routing table at a glance (SPEC §13): what the console shows of the serving table,
+//! The routing table at a glance (docs/admin.md): what the console shows of the serving table,
 //! built from the compiled table on request (admin only, never on the data path).
 
 use serde::Serialize;
@@ -61,7 +61,7 @@ pub struct ServiceSummary<'t> {
 pub struct SchemeSummary<'t> {
     /// The name routes and overrides give.
     pub name: &'t str,
-    /// Its `kind:` (SPEC §10).
+    /// Its `kind:` (docs/schemes.md).
     pub kind: &'static str,
 }
 

@@ -1,4 +1,4 @@
-//! Reloading the routing table when its file changes (SPEC §7).
+//! Reloading the routing table when its file changes (docs/routing-table.md#hot-reload).
 //!
 //! The watch is on the file's *directory*, not the file: an editor that saves by writing a
 //! new file and renaming it over the old one, and a Kubernetes ConfigMap update (which swaps a

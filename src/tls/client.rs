@@ -1,4 +1,4 @@
-//! TLS to upstreams (SPEC §12): `https://` upstreams, and per region in the routing table
+//! TLS to upstreams (docs/tls-h2-grpc.md): `https://` upstreams, and per region in the routing table
 //! `tls: { ca, client_cert, client_key, server_name }` — a private CA, a client certificate
 //! for mTLS between regions, and the name to verify.
 //!

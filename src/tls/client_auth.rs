@@ -1,4 +1,4 @@
-//! Client certificates on the listener (SPEC §12; the mTLS between edges of SPEC §14):
+//! Client certificates on the listener (docs/tls-h2-grpc.md; the mTLS between edges of docs/mesh.md):
 //! verified against the CA file of `tls.client_auth`, which is reloaded with the listener's
 //! certificates (`Certificates::reload`), so a rotated mesh CA takes effect without a restart.
 //!

@@ -1,4 +1,4 @@
-//! HTTPS on the public listener (SPEC §12): rustls, certificates chosen by SNI, ALPN `h2` and
+//! HTTPS on the public listener (docs/tls-h2-grpc.md): rustls, certificates chosen by SNI, ALPN `h2` and
 //! `http/1.1`, certificates reloaded when their files change.
 //!
 //! The crypto provider is *ring*: it builds with a C compiler alone (aws-lc-rs needs cmake and
@@ -37,7 +37,7 @@ pub struct TlsSpec {
     /// The oldest TLS version accepted.
     #[serde(default)]
     pub min_version: MinVersion,
-    /// Client certificates (mTLS between edges, SPEC §14): the CA they must chain to.
+    /// Client certificates (mTLS between edges, docs/mesh.md): the CA they must chain to.
     #[serde(default)]
     pub client_auth: Option<ClientAuthSpec>,
 }

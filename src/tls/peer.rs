@@ -1,5 +1,5 @@
 //! The verified client certificate as the upstream sees it: `X-Forwarded-Client-Cert` in
-//! Envoy's format (SPEC §12, `tls.client_auth.forward_client_cert: set`).
+//! Envoy's format (docs/tls-h2-grpc.md, `tls.client_auth.forward_client_cert: set`).
 //!
 //! `Hash=<SHA-256 of the DER, hex>;Subject="<RFC 4514 subject>";URI=<SAN URI>;DNS=<SAN DNS>`,
 //! one `URI=` / `DNS=` pair per subject alternative name, as Envoy writes it with

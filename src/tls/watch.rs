@@ -1,4 +1,4 @@
-//! Reloading the listener's certificates when their files change (SPEC §12).
+//! Reloading the listener's certificates when their files change (docs/tls-h2-grpc.md).
 //!
 //! As with the routing table (`crate::table::watch`), the watch is on the files'
 //! *directories*: certificate managers (cert-manager's Secret volumes, certbot's renewals)

@@ -6,7 +6,7 @@
 //!   has ended, whether it failed (and how), and whether it is waiting on the client. hyper's
 //!   client reports a failed request body as one more send error; the watch is how the router
 //!   knows the client, not the upstream, is to blame, and when the response-header timer may
-//!   start (SPEC §6: counted from the end of the request body).
+//!   start (docs/data-path.md: counted from the end of the request body).
 
 use std::future::Future;
 use std::pin::Pin;

@@ -8,7 +8,7 @@
 //! twice as long. No more than `max_ejected_percent` of a region (at least one upstream) is
 //! ejected for failures while another upstream may be fine, so a bad day does not empty a
 //! region by accident; when every upstream is failing, all are ejected and the region
-//! answers 503 at once (SPEC §6) instead of making each request wait for a dead upstream.
+//! answers 503 at once (docs/data-path.md) instead of making each request wait for a dead upstream.
 //!
 //! Balancing is power-of-two-choices on requests in flight (Mitzenmacher): the round-robin
 //! next upstream against a random other one, the less busy wins, a tie goes to round-robin
@@ -147,7 +147,7 @@ pub fn record_failure(upstreams: &[Upstream], i: usize, policy: &HealthPolicy) -
         .count();
     let allowed = (upstreams.len() * policy.max_ejected_percent as usize / 100).max(1);
     // The cap keeps traffic on upstreams that may be fine; when every other upstream still
-    // in rotation is failing too, there is none such, and the region is out (SPEC §6: 503).
+    // in rotation is failing too, there is none such, and the region is out (docs/data-path.md: 503).
     let threshold = policy.eject_after.max(1);
     let another_may_be_fine = upstreams.iter().enumerate().any(|(j, u)| {
         let h = &u.state.health;

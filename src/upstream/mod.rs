@@ -1,4 +1,4 @@
-//! Talking to upstreams: pools, balancing, health, retries (SPEC §6, last bullet).
+//! Talking to upstreams: pools, balancing, health, retries (docs/data-path.md, last bullet).
 //!
 //! Each upstream (`host:port`) has its own [`UpstreamState`]: pooled HTTP/1.1 connections and
 //! a health record. Separate pools mean a slow or dead upstream cannot hold up another
@@ -280,7 +280,7 @@ impl UpstreamState {
     /// uploads, there is no response-header timer: a slow but steady upload is fine, a client
     /// that stalls it meets the body's own idle timer (408, the client's), and an upstream
     /// that reads none of it for `idle_ms` is a timeout (the upstream's). The
-    /// `response_headers_ms` timer starts when the body has ended (SPEC §6).
+    /// `response_headers_ms` timer starts when the body has ended (docs/data-path.md).
     ///
     /// Errors: the client's, when its body failed (whatever hyper then reports); else
     /// `Connect`, `Reset` or `Timeout`.

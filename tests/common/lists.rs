@@ -1,5 +1,5 @@
 //! A regional list endpoint for the fan-out tests: a real HTTP server holding a dataset of
-//! items with iUIDs, answering `GET <any path>?limit=&before=|after=` the way SPEC §11 asks of
+//! items with iUIDs, answering `GET <any path>?limit=&before=|after=` the way docs/fanout.md asks of
 //! each region (items strictly beyond the cursor, ordered by (creation time, id text), at most
 //! `limit`), or failing in a chosen way.
 
@@ -16,7 +16,7 @@ use super::{serve, url};
 /// How the region answers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mode {
-    /// As SPEC §11 asks.
+    /// As docs/fanout.md asks.
     Normal,
     /// Never answers within the test (sleeps 30 s).
     Hang,
@@ -148,7 +148,7 @@ impl ListRegion {
         }
     }
 
-    /// SPEC §11 on the region's side; `asc` for an oldest-first list (paths ending `-asc`).
+    /// docs/fanout.md on the region's side; `asc` for an oldest-first list (paths ending `-asc`).
     fn page(&self, query: &str, asc: bool) -> Value {
         let mut limit = 50usize;
         let mut before = None;

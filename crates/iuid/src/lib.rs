@@ -1,4 +1,4 @@
-//! The iUID codec: parse, read fields, format and mint iUIDs (SPEC §2).
+//! The iUID codec: parse, read fields, format and mint iUIDs (docs/iuid.md).
 //!
 //! An iUID is a UUIDv8 (RFC 9562 §5.8) whose bits name the country and the service entity
 //! that created it, so that any router can tell from the id alone which region owns it:
@@ -44,7 +44,7 @@ pub use parse::ParseError;
 pub struct Uuid(pub [u8; 16]);
 
 impl Uuid {
-    /// Parses every text form of SPEC §2: hyphenated (36), simple (32 hex), braced (38),
+    /// Parses every text form of docs/iuid.md: hyphenated (36), simple (32 hex), braced (38),
     /// `urn:uuid:` (45), hex in either case, and Relay global ids. No heap allocation.
     pub fn parse(input: &[u8]) -> Result<Uuid, ParseError> {
         parse::parse_bytes(input).map(Uuid)
@@ -97,7 +97,7 @@ impl FromStr for Uuid {
     }
 }
 
-/// A valid iUID: version 8, variant 0b10, `ver1` 0 (SPEC §2). Orders like its bytes, which is
+/// A valid iUID: version 8, variant 0b10, `ver1` 0 (docs/iuid.md). Orders like its bytes, which is
 /// creation order for ids of one [`Generator`].
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Debug)]
 // 16-aligned for the same reason as `Uuid`.

@@ -1,4 +1,4 @@
-//! Minting: strictly increasing iUIDs per generator (SPEC §2; RFC 9562 §6.2, method 1).
+//! Minting: strictly increasing iUIDs per generator (docs/iuid.md; RFC 9562 §6.2, method 1).
 //!
 //! The 54 `rand` bits are a 24-bit counter followed by 30 random bits. The counter is seeded
 //! randomly at each new millisecond with its top bit clear, leaving at least 2^23 increments

@@ -1,4 +1,4 @@
-//! Reading UUID text: the four RFC 9562 text forms and Relay global ids (SPEC §2).
+//! Reading UUID text: the four RFC 9562 text forms and Relay global ids (docs/iuid.md).
 //!
 //! Parsing never allocates: hex digits are decoded arithmetically straight into the 16
 //! output bytes, and a Relay id is base64-decoded into a stack buffer. The form is chosen by

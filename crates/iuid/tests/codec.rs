@@ -1,4 +1,4 @@
-//! The codec against SPEC §2: the test vector in every text form, each error, round-trips.
+//! The codec against docs/iuid.md: the test vector in every text form, each error, round-trips.
 
 use iuid::{Iuid, ParseError, Uuid};
 use proptest::prelude::*;

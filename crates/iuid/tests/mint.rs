@@ -1,4 +1,4 @@
-//! Minting: strictly increasing ids per generator (SPEC §2, RFC 9562 §6.2).
+//! Minting: strictly increasing ids per generator (docs/iuid.md, RFC 9562 §6.2).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! Node ids in GraphQL requests (SPEC §4 `graphql:` routes, §6).
+//! Node ids in GraphQL requests (docs/config.md `graphql:` routes, §6).
 //!
 //! The GraphQL-over-HTTP forms read here: `POST` with `application/json` (one operation, or a
 //! batch array), `POST` with `application/graphql` (the raw document), and `GET` with
@@ -170,7 +170,7 @@ impl GraphqlRoute {
         }
     }
 
-    /// The route with `split_nodes` set as given (SPEC §11).
+    /// The route with `split_nodes` set as given (docs/fanout.md).
     pub fn with_split_nodes(mut self, split_nodes: bool) -> Self {
         self.split_nodes = split_nodes;
         self
@@ -184,7 +184,7 @@ impl GraphqlRoute {
     /// The root `nodes(ids: $var)` of a `POST` JSON body holding one operation, when its
     /// variable holds every id of the request (given as a list): the request can be split
     /// by region. `None` for anything else (a batch, a raw document, ids in literals or in
-    /// several fields), which keeps SPEC §6's one-region rule.
+    /// several fields), which keeps docs/data-path.md's one-region rule.
     pub fn split_of(&self, content_type: Option<&[u8]>, body: &[u8]) -> Option<SplitNodes> {
         if content_type.is_some_and(is_raw_document) {
             return None;

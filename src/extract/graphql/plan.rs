@@ -33,7 +33,7 @@ pub struct Plan {
     /// Every place an id is, in document order.
     pub sources: Box<[IdSource]>,
     /// Set when the operation's only ids are one root `nodes(ids: $var)`: such a request
-    /// can be split by region (SPEC §11 `split_nodes`).
+    /// can be split by region (docs/fanout.md `split_nodes`).
     pub split: Option<SplitNodes>,
 }
 

@@ -1,4 +1,4 @@
-//! Header rules of a forwarding proxy (RFC 9110 §7.6, RFC 7239; SPEC §6).
+//! Header rules of a forwarding proxy (RFC 9110 §7.6, RFC 7239; docs/data-path.md).
 //!
 //! - Hop-by-hop fields describe one connection, so they are removed in both directions, with
 //!   every field the `Connection` lines name (RFC 9110 §7.6.1) except those the proxies
@@ -61,7 +61,7 @@ const HOP_BY_HOP_LENGTHS: u32 = {
 /// Fields that carry a client certificate's identity, as TLS-terminating proxies set them
 /// (Envoy's `X-Forwarded-Client-Cert`, nginx's and HAProxy's `X-SSL-Client-*` conventions,
 /// RFC 9440's `Client-Cert`). Only this router may vouch for a certificate it verified, so a
-/// client's own are removed from every request (SPEC §12); with
+/// client's own are removed from every request (docs/tls-h2-grpc.md); with
 /// `tls.client_auth.forward_client_cert: set` the router sets `X-Forwarded-Client-Cert` itself.
 const CLIENT_CERT_NAMES: [&str; 11] = [
     "x-forwarded-client-cert",
@@ -319,7 +319,7 @@ pub struct ClientAddr {
     /// §6: an IPv6 address is bracketed and quoted).
     forwarded_for: Box<str>,
     /// Whether the client spoke TLS to this router: `X-Forwarded-Proto` and `Forwarded:
-    /// proto=` then say `https` (SPEC §12).
+    /// proto=` then say `https` (docs/tls-h2-grpc.md).
     pub tls: bool,
     /// `X-Forwarded-Client-Cert` for the certificate the client presented, when
     /// `tls.client_auth.forward_client_cert: set` (made once per connection).
@@ -367,11 +367,11 @@ pub struct Forwarding<'a> {
     pub original_host: Option<&'a HeaderValue>,
     /// This router's `Via` entry.
     pub via: &'a HeaderValue,
-    /// Keep the client's `Host` (SPEC §6 `preserve_host`).
+    /// Keep the client's `Host` (docs/data-path.md `preserve_host`).
     pub preserve_host: bool,
 }
 
-/// Applies SPEC §6 to a request about to go upstream: hop-by-hop fields removed (an upgrade
+/// Applies docs/data-path.md to a request about to go upstream: hop-by-hop fields removed (an upgrade
 /// keeps `Connection: upgrade` and its `Upgrade`), `X-Forwarded-For` appended,
 /// `X-Forwarded-Proto`/`-Host` and `Forwarded` set, `Via` added. `Host` is left to [`aim`]
 /// (or kept, with `preserve_host`).
@@ -501,7 +501,7 @@ pub fn upgrade_of(headers: &HeaderMap) -> Option<HeaderValue> {
     }
 }
 
-/// Applies SPEC §6 to a response on its way back: hop-by-hop fields removed (a `101` keeps
+/// Applies docs/data-path.md to a response on its way back: hop-by-hop fields removed (a `101` keeps
 /// its `Connection: upgrade` and `Upgrade`), `Via` added.
 ///
 /// A response with both `Transfer-Encoding` and `Content-Length` was framed by the former

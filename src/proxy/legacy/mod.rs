@@ -1,4 +1,4 @@
-//! Legacy ids (SPEC §11 `legacy: probe`): entities created before the iUID keep ids without
+//! Legacy ids (docs/fanout.md `legacy: probe`): entities created before the iUID keep ids without
 //! routing bits (UUIDv4/v7), so no table can say where they live. A `GET`/`HEAD` for one goes
 //! to `default_region` first (or to the owner learned before); on 404 or 410 every other
 //! region is asked in parallel, the first 2xx answer is returned at once (a slow region does
@@ -83,7 +83,7 @@ impl Proxy {
     }
 
     /// After `asked` answered `first`: on 404/410, every other region is asked with `head`
-    /// (SPEC §6 rules applied, not yet aimed); the first 2xx wins. Returns the answer to give
+    /// (docs/data-path.md rules applied, not yet aimed); the first 2xx wins. Returns the answer to give
     /// and the region that gave it.
     pub(super) async fn probe(
         &self,

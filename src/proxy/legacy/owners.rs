@@ -1,4 +1,4 @@
-//! Owners of legacy ids (SPEC §11 `legacy: probe`): which region answered for an id that has
+//! Owners of legacy ids (docs/fanout.md `legacy: probe`): which region answered for an id that has
 //! no routing bits, so that the next request for it goes straight there.
 //!
 //! A bounded LRU (the `lru` crate) with a time to live, behind a mutex. Only requests for ids
