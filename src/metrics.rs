@@ -163,10 +163,38 @@ fn describe() {
     ::metrics::describe_counter!(ADMIN_REFUSALS, "Admin requests refused, by reason.");
 }
 
-/// Counts one request sent to several regions (`kind`: `list` or `split_nodes`) and its
-/// `result` (`complete`, `partial`, `failed`).
-pub fn fanout_request(kind: &'static str, result: &'static str) {
+/// `kind` of [`FANOUT_REQUESTS`]: which route asked several regions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanoutKind {
+    /// A `fanout:` list route.
+    List,
+    /// A GraphQL `nodes` split by region (`split_nodes`).
+    SplitNodes,
+}
+
+/// `result` of [`FANOUT_REQUESTS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FanoutResult {
+    /// Every region answered.
+    Complete,
+    /// Some regions failed; the answer says which.
+    Partial,
+    /// The request failed (every region, or one under `on_region_error: fail`).
+    Failed,
+}
+
+/// Counts one request sent to several regions and its result.
+pub fn fanout_request(kind: FanoutKind, result: FanoutResult) {
     handle();
+    let kind = match kind {
+        FanoutKind::List => "list",
+        FanoutKind::SplitNodes => "split_nodes",
+    };
+    let result = match result {
+        FanoutResult::Complete => "complete",
+        FanoutResult::Partial => "partial",
+        FanoutResult::Failed => "failed",
+    };
     ::metrics::counter!(FANOUT_REQUESTS, "kind" => kind, "result" => result).increment(1);
 }
 
@@ -218,15 +246,47 @@ pub fn tls_reload(success: bool) {
     ::metrics::counter!(TLS_RELOADS, "result" => result).increment(1);
 }
 
-/// Counts one TLS handshake that did not complete (`timeout` or `error`).
-pub fn tls_handshake_failure(reason: &'static str) {
+/// `reason` of [`TLS_HANDSHAKE_FAILURES`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HandshakeFailure {
+    /// Not done within `limits.header_read_timeout_ms`.
+    Timeout,
+    /// Refused by either side (no shared version or cipher, a bad certificate, …).
+    Error,
+}
+
+/// Counts one TLS handshake that did not complete.
+pub fn tls_handshake_failure(reason: HandshakeFailure) {
     handle();
+    let reason = match reason {
+        HandshakeFailure::Timeout => "timeout",
+        HandshakeFailure::Error => "error",
+    };
     ::metrics::counter!(TLS_HANDSHAKE_FAILURES, "reason" => reason).increment(1);
 }
 
-/// Counts one refused admin request (`reason`: see [`ADMIN_REFUSALS`]).
-pub fn admin_refusal(reason: &'static str) {
+/// `reason` of [`ADMIN_REFUSALS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminRefusal {
+    /// No token or session, or a wrong one (401).
+    Unauthorized,
+    /// A state-changing request from another origin (403).
+    ForeignOrigin,
+    /// A tokenless admin API asked for a `Host` it does not serve (403).
+    HostNotAllowed,
+    /// Too many wrong tokens from the address (429).
+    Throttled,
+}
+
+/// Counts one refused admin request.
+pub fn admin_refusal(reason: AdminRefusal) {
     handle();
+    let reason = match reason {
+        AdminRefusal::Unauthorized => "unauthorized",
+        AdminRefusal::ForeignOrigin => "foreign_origin",
+        AdminRefusal::HostNotAllowed => "host_not_allowed",
+        AdminRefusal::Throttled => "throttled",
+    };
     ::metrics::counter!(ADMIN_REFUSALS, "reason" => reason).increment(1);
 }
 

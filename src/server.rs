@@ -119,12 +119,12 @@ pub async fn serve(
             let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
                 Ok(Ok(stream)) => stream,
                 Ok(Err(e)) => {
-                    metrics::tls_handshake_failure("error");
+                    metrics::tls_handshake_failure(metrics::HandshakeFailure::Error);
                     tracing::debug!(%client, error = %e, "TLS handshake failed");
                     return;
                 }
                 Err(_) => {
-                    metrics::tls_handshake_failure("timeout");
+                    metrics::tls_handshake_failure(metrics::HandshakeFailure::Timeout);
                     tracing::debug!(%client, "TLS handshake not done within the header read timeout; closed");
                     return;
                 }

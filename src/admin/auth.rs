@@ -182,11 +182,12 @@ fn foreign_origin(headers: &HeaderMap, host: Option<&str>) -> bool {
 
 /// A refusal, counted by reason, through the one problem+json renderer.
 fn refusal(problem: Problem) -> Response {
+    use crate::metrics::AdminRefusal;
     crate::metrics::admin_refusal(match problem {
-        Problem::ForeignOrigin => "foreign_origin",
-        Problem::HostNotAllowed => "host_not_allowed",
-        Problem::TooManyAttempts { .. } => "throttled",
-        _ => "unauthorized",
+        Problem::ForeignOrigin => AdminRefusal::ForeignOrigin,
+        Problem::HostNotAllowed => AdminRefusal::HostNotAllowed,
+        Problem::TooManyAttempts { .. } => AdminRefusal::Throttled,
+        _ => AdminRefusal::Unauthorized,
     });
     problem.into_response().map(axum::body::Body::new)
 }

@@ -52,12 +52,13 @@ pub enum ItemsError {
 }
 
 impl ItemsError {
-    /// The short name a page's `regions` gives it.
-    pub fn as_str(&self) -> &'static str {
+    /// What a page's `regions` calls it.
+    pub fn leg_error(&self) -> super::page::LegError {
+        use super::page::LegError;
         match self {
-            ItemsError::NotJson(_) => "not_json",
-            ItemsError::NoArray => "no_items_array",
-            ItemsError::BadId { .. } => "bad_id",
+            ItemsError::NotJson(_) => LegError::NotJson,
+            ItemsError::NoArray => LegError::NoItemsArray,
+            ItemsError::BadId { .. } => LegError::BadId,
         }
     }
 }

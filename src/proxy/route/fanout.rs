@@ -27,8 +27,9 @@ use crate::extract::fanout::{CursorSpec, FanoutRoute, LimitSpec, OnRegionError, 
 use crate::extract::graphql::plan::ParseLimits;
 use crate::fanout::budget::{Permit, Refusal, Reservation};
 use crate::fanout::merge::{self, Cursor};
-use crate::fanout::page::{self, RegionReport};
+use crate::fanout::page::{self, LegError, RegionReport};
 use crate::metrics;
+use crate::metrics::{FanoutKind, FanoutResult};
 use crate::problem::Problem;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
@@ -151,19 +152,15 @@ pub(super) struct Leg<'a> {
     _held: Reservation<'a>,
 }
 
-/// [`LegFailure::error`] of a leg whose answer did not fit in `limits.fanout_buffer_bytes`:
-/// the router's bound, not the region's failure, so the whole request is refused (503).
-pub(super) const BUFFER_FULL: &str = "buffer_full";
-
 /// Most bytes read of a region's non-2xx answer to find its problem `type`.
 const PROBLEM_BYTES: usize = 4096;
 
 /// Why a region gave no usable answer: the name `regions` and the leg metric give it (see
 /// [`RegionReport::Failed`]), what explains it (the region's status and problem type, the bad
 /// item's index and id), and a sentence.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(super) struct LegFailure {
-    pub error: &'static str,
+    pub error: LegError,
     pub status: Option<u16>,
     pub problem_type: Option<String>,
     pub index: Option<usize>,
@@ -172,11 +169,14 @@ pub(super) struct LegFailure {
 }
 
 impl LegFailure {
-    pub(super) fn new(error: &'static str, detail: impl Into<String>) -> LegFailure {
+    pub(super) fn new(error: LegError, detail: impl Into<String>) -> LegFailure {
         LegFailure {
             error,
+            status: None,
+            problem_type: None,
+            index: None,
+            id: None,
             detail: detail.into(),
-            ..LegFailure::default()
         }
     }
 
@@ -251,7 +251,7 @@ impl Proxy {
     /// Sends `head` + `body` to `region` and reads its whole answer within `timeout`. A
     /// non-2xx answer is a failure (at most [`PROBLEM_BYTES`] of it read, for its problem
     /// type). The body is held against `limits.fanout_buffer_bytes` while the returned leg
-    /// lives; one that does not fit fails as [`BUFFER_FULL`]. The caller counts the outcome
+    /// lives; one that does not fit fails as [`LegError::BufferFull`]. The caller counts the outcome
     /// ([`metrics::fanout_leg`]) once it has judged the body too.
     pub(super) async fn ask(
         &self,
@@ -270,15 +270,15 @@ impl Proxy {
                 Ok(answered) => answered,
                 Err(ForwardError::Unavailable { .. }) => {
                     return Err(LegFailure::new(
-                        "unavailable",
+                        LegError::Unavailable,
                         "every upstream of the region is ejected",
                     ))
                 }
                 Err(ForwardError::Failed { error, .. }) => {
                     let name = match error.kind {
-                        ErrorKind::Connect => "connect",
-                        ErrorKind::Timeout => "timeout",
-                        _ => "reset",
+                        ErrorKind::Connect => LegError::Connect,
+                        ErrorKind::Timeout => LegError::Timeout,
+                        _ => LegError::Reset,
                     };
                     return Err(LegFailure::new(name, error.detail));
                 }
@@ -291,11 +291,9 @@ impl Proxy {
                     None => format!("the region answered {}", parts.status),
                 };
                 return Err(LegFailure {
-                    error: "status",
                     status: Some(parts.status.as_u16()),
                     problem_type,
-                    detail,
-                    ..LegFailure::default()
+                    ..LegFailure::new(LegError::Status, detail)
                 });
             }
             let declared = parts
@@ -305,7 +303,7 @@ impl Proxy {
                 .and_then(|v| v.parse::<u64>().ok());
             let too_large = || {
                 LegFailure::new(
-                    "too_large",
+                    LegError::TooLarge,
                     format!("the answer is over the {max}-byte limit (limits.fanout_region_bytes)"),
                 )
             };
@@ -314,7 +312,7 @@ impl Proxy {
             }
             let buffer_full = || {
                 LegFailure::new(
-                    BUFFER_FULL,
+                    LegError::BufferFull,
                     "the answers buffered by all fan-outs reached limits.fanout_buffer_bytes",
                 )
             };
@@ -326,7 +324,7 @@ impl Proxy {
             let mut body = std::pin::pin!(IdleTimeout::new(body, idle));
             while let Some(frame) = body.frame().await {
                 let frame = frame.map_err(|e| {
-                    LegFailure::new("reset", format!("reading the answer failed: {e}"))
+                    LegFailure::new(LegError::Reset, format!("reading the answer failed: {e}"))
                 })?;
                 let Ok(data) = frame.into_data() else {
                     continue;
@@ -354,7 +352,7 @@ impl Proxy {
         match tokio::time::timeout(timeout, exchange).await {
             Ok(result) => result,
             Err(_) => Err(LegFailure::new(
-                "timeout",
+                LegError::Timeout,
                 format!("no whole answer within {} ms", timeout.as_millis()),
             )),
         }
@@ -413,7 +411,7 @@ impl Proxy {
         let answers = futures_util::future::join_all(legs).await;
         if answers
             .iter()
-            .any(|(_, _, a)| a.as_ref().is_err_and(|f| f.error == BUFFER_FULL))
+            .any(|(_, _, a)| a.as_ref().is_err_and(|f| f.error == LegError::BufferFull))
         {
             metrics::fanout_refused(Refusal::Memory.as_str());
             return Err(Problem::FanoutBusy(Refusal::Memory));
@@ -424,7 +422,7 @@ impl Proxy {
         for (region, started, answer) in &answers {
             let judged = answer.as_ref().map_err(Clone::clone).and_then(|leg| {
                 let text = std::str::from_utf8(&leg.body).map_err(|e| {
-                    LegFailure::new("not_json", format!("the answer is not UTF-8: {e}"))
+                    LegFailure::new(LegError::NotJson, format!("the answer is not UTF-8: {e}"))
                 })?;
                 merge::items(
                     text,
@@ -443,11 +441,11 @@ impl Proxy {
                     LegFailure {
                         index,
                         id,
-                        ..LegFailure::new(e.as_str(), e.to_string())
+                        ..LegFailure::new(e.leg_error(), e.to_string())
                     }
                 })
             });
-            let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
+            let outcome = judged.as_ref().map_or_else(|f| f.error.as_str(), |_| "ok");
             metrics::fanout_leg(
                 &region.state.metrics.label,
                 outcome,
@@ -465,7 +463,7 @@ impl Proxy {
                     lists.push(items);
                 }
                 Err(failure) => {
-                    tracing::debug!(region = %region.name, error = failure.error, detail = %failure.detail, "fan-out region failed");
+                    tracing::debug!(region = %region.name, error = failure.error.as_str(), detail = %failure.detail, "fan-out region failed");
                     reports.push((&region.name, failure.report()));
                 }
             }
@@ -480,10 +478,8 @@ impl Proxy {
                     ..
                 } => {
                     let failure = LegFailure {
-                        error,
                         problem_type: problem_type.clone(),
-                        detail: detail.clone(),
-                        ..LegFailure::default()
+                        ..LegFailure::new(*error, detail.clone())
                     };
                     Some((name.to_string(), failure.summary()))
                 }
@@ -492,17 +488,15 @@ impl Proxy {
             .collect();
         let all_failed = lists.is_empty() && !reports.is_empty();
         if !failed.is_empty() && (route.on_region_error == OnRegionError::Fail || all_failed) {
-            metrics::fanout_request("list", "failed");
+            metrics::fanout_request(FanoutKind::List, FanoutResult::Failed);
             return Err(Problem::RegionsFailed { regions: failed });
         }
-        metrics::fanout_request(
-            "list",
-            if failed.is_empty() {
-                "complete"
-            } else {
-                "partial"
-            },
-        );
+        let result = if failed.is_empty() {
+            FanoutResult::Complete
+        } else {
+            FanoutResult::Partial
+        };
+        metrics::fanout_request(FanoutKind::List, result);
         let merged = merge::merge(lists, route.order, cursor.as_ref(), page.limit);
         let body = page::render(&merged.items, merged.more, &reports);
         Ok(json_response(StatusCode::OK, body))

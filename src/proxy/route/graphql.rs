@@ -29,13 +29,14 @@ use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::fanout::{for_merging, json_response, LegFailure, BUFFER_FULL};
+use super::fanout::{for_merging, json_response, LegFailure};
 use super::{scheme_or_default, Kind, Route, RouteError};
 use crate::extract::graphql::plan::{ParseLimits, SplitNodes};
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
 use crate::extract::RouteKind;
 use crate::fanout::budget::Refusal;
 use crate::fanout::nodes::{self, Part};
+use crate::fanout::page::LegError;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::proxy::Proxy;
@@ -248,10 +249,10 @@ impl Proxy {
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
                     serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
-                        LegFailure::new("not_json", format!("the answer is not JSON: {e}"))
+                        LegFailure::new(LegError::NotJson, format!("the answer is not JSON: {e}"))
                     })
                 });
-                let outcome = judged.as_ref().map_or_else(|f| f.error, |_| "ok");
+                let outcome = judged.as_ref().map_or_else(|f| f.error.as_str(), |_| "ok");
                 let answer = judged.map_err(|f| format!("{}: {}", f.error, f.detail));
                 metrics::fanout_leg(
                     &region.state.metrics.label,
@@ -266,18 +267,22 @@ impl Proxy {
             }
         });
         let parts = futures_util::future::join_all(legs).await;
-        let full = |p: &Part| p.answer.as_ref().is_err_and(|e| e.starts_with(BUFFER_FULL));
+        let full = |p: &Part| {
+            p.answer
+                .as_ref()
+                .is_err_and(|e| e.starts_with(LegError::BufferFull.as_str()))
+        };
         if parts.iter().any(full) {
             metrics::fanout_refused(Refusal::Memory.as_str());
             return Err(Problem::FanoutBusy(Refusal::Memory));
         }
         let failed = parts.iter().filter(|p| p.answer.is_err()).count();
         let result = match failed {
-            0 => "complete",
-            n if n == parts.len() => "failed",
-            _ => "partial",
+            0 => metrics::FanoutResult::Complete,
+            n if n == parts.len() => metrics::FanoutResult::Failed,
+            _ => metrics::FanoutResult::Partial,
         };
-        metrics::fanout_request("split_nodes", result);
+        metrics::fanout_request(metrics::FanoutKind::SplitNodes, result);
         let merged = nodes::merge(list.len(), &split.response_key, parts);
         let bytes = serde_json::to_vec(&merged).unwrap_or_default();
         Ok(json_response(StatusCode::OK, bytes))
