@@ -453,10 +453,3 @@ pub fn grpc_response(made: &RouterMade) -> Response<Full<Bytes>> {
     }
     resp
 }
-
-/// Whether a request is gRPC: `content-type: application/grpc` (with `+proto` and the like).
-pub fn is_grpc(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
-}

@@ -114,6 +114,14 @@ pub fn declared_len(buf: &[u8]) -> Option<usize> {
     Some(u32::from_be_bytes([h[1], h[2], h[3], h[4]]) as usize)
 }
 
+/// Whether a request is gRPC: `content-type: application/grpc` (with `+proto` and the
+/// like, gRPC over HTTP/2 "Requests"). Its refusals are then gRPC statuses, not problem+json.
+pub fn is_grpc(headers: &http::HeaderMap) -> bool {
+    headers
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+}
+
 /// How deep messages may nest before the reader gives up (protobuf's own decoders stop at
 /// 100, e.g. prost's `RECURSION_LIMIT`).
 const MAX_DEPTH: usize = 100;

@@ -53,8 +53,8 @@ pub enum ItemsError {
 
 impl ItemsError {
     /// What a page's `regions` calls it.
-    pub fn leg_error(&self) -> super::page::LegError {
-        use super::page::LegError;
+    pub fn leg_error(&self) -> super::leg::LegError {
+        use super::leg::LegError;
         match self {
             ItemsError::NotJson(_) => LegError::NotJson,
             ItemsError::NoArray => LegError::NoItemsArray,

@@ -14,8 +14,10 @@
 //! - [`nodes`]: GraphQL `split_nodes`, a `nodes(ids: $var)` split by region and merged back
 //!   in request order.
 //! - [`budget`]: the bounds on fan-outs in flight and on the bytes of answers they buffer.
+//! - [`leg`]: why a region's part failed (`LegError`).
 
 pub mod budget;
+pub mod leg;
 pub mod merge;
 pub mod nodes;
 pub mod page;

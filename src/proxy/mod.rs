@@ -184,7 +184,7 @@ impl Proxy {
             upstream: None,
             regions: None,
         };
-        let grpc = crate::problem::is_grpc(req.headers());
+        let grpc = crate::extract::grpc::is_grpc(req.headers());
         let method = self.config.access_log.then(|| req.method().clone());
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
         let mut resp = self.phases(req, client, &mut trail).instrument(span).await;

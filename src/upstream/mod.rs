@@ -315,7 +315,7 @@ impl UpstreamState {
                 req.headers_mut().remove(http::header::HOST);
                 // `te` is hop-by-hop and was removed, but gRPC requires `te: trailers` on
                 // every HTTP/2 request (the gRPC HTTP/2 protocol).
-                if crate::problem::is_grpc(req.headers()) {
+                if crate::extract::grpc::is_grpc(req.headers()) {
                     req.headers_mut()
                         .insert(http::header::TE, HeaderValue::from_static("trailers"));
                 }
