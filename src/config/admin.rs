@@ -22,7 +22,7 @@ pub const MAX_SESSION_MAX_AGE_S: u64 = 30 * 24 * 3600;
 #[serde(deny_unknown_fields)]
 pub(super) struct AdminSpec {
     #[serde(default)]
-    token_file: Option<String>,
+    pub(super) token_file: Option<String>,
     #[serde(default = "default_max_age")]
     session_max_age_s: u64,
     #[serde(default)]
@@ -88,28 +88,8 @@ pub(super) fn settings(
         return AdminSettings::default();
     };
     let at = |k: &str| [Seg::Key("admin".to_owned()), Seg::Key(k.to_owned())];
+    // Whether the file reads and its token is long enough is `files::check`'s (I/O).
     let token_file = spec.token_file.as_ref().map(|f| base.join(f));
-    if let Some(path) = &token_file {
-        let problem = match std::fs::read_to_string(path) {
-            Ok(text) if text.trim().is_empty() => {
-                Some(format!("the token file {} is empty", path.display()))
-            }
-            Ok(text) if text.trim().chars().count() < MIN_TOKEN_CHARS => Some(format!(
-                "the token in {} has {} characters: use at least {MIN_TOKEN_CHARS} random ones \
-                 (e.g. `openssl rand -hex 32`)",
-                path.display(),
-                text.trim().chars().count()
-            )),
-            Ok(_) => None,
-            Err(e) => Some(format!(
-                "cannot read the token file {}: {e}",
-                path.display()
-            )),
-        };
-        if let Some(message) = problem {
-            errors.push(source.error_at(&at("token_file"), message));
-        }
-    }
     if spec.session_max_age_s == 0 || spec.session_max_age_s > MAX_SESSION_MAX_AGE_S {
         errors.push(source.error_at(
             &at("session_max_age_s"),

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use crate::source::{Seg, Source, SourceError, SourceErrors};
 
 mod admin;
+mod files;
 mod policy;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
@@ -304,8 +305,26 @@ impl RouterConfig {
         Self::from_source(&source)
     }
 
-    /// Validates a config already read; relative paths resolve against `source.path`.
+    /// Validates a config already read, then reads the files it names (the listener's
+    /// certificates and client CA, the admin token) and reports those that do not load at
+    /// their keys; every error of both steps in one list. Relative paths resolve against
+    /// `source.path`.
     pub fn from_source(source: &Source) -> Result<RouterConfig, SourceErrors> {
+        let file_errors = files::check(source);
+        match (Self::validate(source), file_errors.is_empty()) {
+            (Ok(config), true) => Ok(config),
+            (Ok(_), false) => Err(SourceErrors(file_errors)),
+            (Err(SourceErrors(mut errors)), _) => {
+                errors.extend(file_errors);
+                Err(SourceErrors(errors))
+            }
+        }
+    }
+
+    /// Validates a config already read without touching any other file (a pure function of
+    /// the text and its path): shapes, ranges, addresses, and how the keys relate. The files
+    /// it names are [`RouterConfig::from_source`]'s to read.
+    pub fn validate(source: &Source) -> Result<RouterConfig, SourceErrors> {
         let file: ConfigFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
         let mut errors: Vec<SourceError> = Vec::new();
         let key = |k: &str| Seg::Key(k.to_owned());
@@ -403,19 +422,6 @@ impl RouterConfig {
                     &[key("tls"), key("certificates")],
                     "tls needs at least one certificate",
                 ));
-            }
-            // Each pair is loaded now, so that a bad file is reported at its entry.
-            for (i, files) in settings.certificates.iter().enumerate() {
-                if let Err(e) = crate::tls::Certificates::load(vec![files.clone()], None) {
-                    let at = [key("tls"), key("certificates"), Seg::Index(i)];
-                    errors.push(source.error_at(&at, e));
-                }
-            }
-            if let Some(auth) = &settings.client_auth {
-                if let Err(e) = crate::tls::client_auth::build(auth) {
-                    let at = [key("tls"), key("client_auth"), key("ca")];
-                    errors.push(source.error_at(&at, e));
-                }
             }
         }
 
