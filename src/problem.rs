@@ -83,6 +83,10 @@ pub enum Problem {
     },
     /// `Host` missing, repeated or invalid (400, RFC 9112 §3.2).
     BadHost(&'static str),
+    /// A request target with bytes outside US-ASCII (400, RFC 9112 §3.2, RFC 3986 §2: they
+    /// must be percent-encoded); strict parsers reject it, so forwarding it would let the
+    /// router and a later hop disagree on the path.
+    BadTarget,
     /// A method the router does not forward: `CONNECT` (405).
     MethodNotAllowed,
     /// A transfer coding other than `chunked` (501, RFC 9112 §6.1).
@@ -178,7 +182,7 @@ impl Problem {
             Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Problem::Client(e) => e.kind.status(),
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Problem::BadHost(_) => StatusCode::BAD_REQUEST,
+            Problem::BadHost(_) | Problem::BadTarget => StatusCode::BAD_REQUEST,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -218,6 +222,7 @@ impl Problem {
             },
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
             Problem::BadHost(_) => ("invalid-host", "Host missing, repeated or invalid"),
+            Problem::BadTarget => ("invalid-target", "Request target not US-ASCII"),
             Problem::MethodNotAllowed => ("method-not-allowed", "Method not forwarded"),
             Problem::UnsupportedTransferCoding => (
                 "unsupported-transfer-coding",
@@ -282,6 +287,9 @@ impl Problem {
                 format!("upstream of region {region}: {detail}")
             }
             Problem::BadHost(why) => format!("an HTTP/1.1 request needs exactly one valid Host: {why}"),
+            Problem::BadTarget => "the request target holds bytes outside US-ASCII; percent-encode \
+                                   them (RFC 3986 §2.1)"
+                .to_owned(),
             Problem::MethodNotAllowed => {
                 "CONNECT is not forwarded: this router proxies requests, not tunnels".to_owned()
             }

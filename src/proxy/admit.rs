@@ -6,6 +6,9 @@
 //!   (forwarded, the client got no status line at all);
 //! - a transfer coding other than `chunked` (`gzip, chunked`): hyper decodes the chunked
 //!   framing and would let the other coding be dropped silently; RFC 9112 §6.1 asks for 501;
+//! - `chunked` applied more than once (two `Transfer-Encoding` lines of it): 400, RFC 9112
+//!   §6.1, since a later hop may frame the body otherwise;
+//! - a request target with raw bytes outside US-ASCII: 400 (they must be percent-encoded);
 //! - `Host`: RFC 9112 §3.2 requires 400 for an HTTP/1.1 request with none, more than one, or
 //!   an invalid one; its value reaches `X-Forwarded-Host` and `Forwarded: host=`.
 
@@ -13,6 +16,7 @@ use http::header::{HOST, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{Method, Version};
 
+use crate::error::{Error, ErrorKind};
 use crate::problem::Problem;
 
 /// Checks the method, transfer coding and `Host` of a request (each a header lookup; a
@@ -21,16 +25,38 @@ pub fn admit(parts: &Parts) -> Result<(), Problem> {
     if parts.method == Method::CONNECT {
         return Err(Problem::MethodNotAllowed);
     }
-    for coding in parts.headers.get_all(TRANSFER_ENCODING) {
-        // hyper accepts a request only when `chunked` is its last coding; anything before it
-        // would be dropped.
-        if !coding
-            .as_bytes()
-            .trim_ascii()
-            .eq_ignore_ascii_case(b"chunked")
-        {
-            return Err(Problem::UnsupportedTransferCoding);
+    let mut chunked = 0;
+    for line in parts.headers.get_all(TRANSFER_ENCODING) {
+        for coding in line.as_bytes().split(|&b| b == b',') {
+            let coding = coding.trim_ascii();
+            if coding.is_empty() {
+                continue;
+            }
+            // hyper accepts a request only when `chunked` is its last coding; anything before
+            // it would be dropped.
+            if !coding.eq_ignore_ascii_case(b"chunked") {
+                return Err(Problem::UnsupportedTransferCoding);
+            }
+            chunked += 1;
         }
+    }
+    if chunked > 1 {
+        // RFC 9112 §6.1: chunked must not be applied more than once; two lines (or two
+        // entries) of it are a framing a later hop may read otherwise.
+        let kind = ErrorKind::BadFraming;
+        crate::metrics::client_error(kind);
+        return Err(Problem::Client(Error::new(
+            kind,
+            "Transfer-Encoding names chunked more than once",
+        )));
+    }
+    // Bytes outside US-ASCII in the target must be percent-encoded (a word-at-a-time scan).
+    if !parts
+        .uri
+        .path_and_query()
+        .is_none_or(|pq| pq.as_str().is_ascii())
+    {
+        return Err(Problem::BadTarget);
     }
     let mut hosts = parts.headers.get_all(HOST).iter();
     match (hosts.next(), hosts.next()) {
