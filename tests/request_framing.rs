@@ -79,3 +79,51 @@ async fn a_raw_non_ascii_target_is_400_and_not_forwarded() {
         format!("/v1/orders/{id}/%CE%B4%C2%B6/pope")
     );
 }
+
+/// An upstream that answers `101 Switching Protocols` to a request that asked for no upgrade
+/// (RFC 9110 §15.2.2) gets 502 sent to the client, and the error counts against it; nothing
+/// of its 101 reaches the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unsolicited_101_is_502_and_counted_against_the_upstream() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let upstream = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = stream
+                    .write_all(b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: x-private\r\n\r\nswitched")
+                    .await;
+                tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+            });
+        }
+    });
+    let table = lettered_table("switch", &[&[common::url(upstream)]]);
+    let router = Router::start(&orders_config().yaml(), &table).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let before = router
+        .metric("iuid_router_upstream_errors_total", &["region=\"a\""])
+        .await;
+    let answer = raw(
+        &router,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 502"), "{answer}");
+    assert!(answer.contains("bad-gateway"), "{answer}");
+    assert!(!answer.contains("switched"), "{answer}");
+    let after = router
+        .metric("iuid_router_upstream_errors_total", &["region=\"a\""])
+        .await;
+    assert_eq!(after, before + 1.0, "counted against the upstream");
+}

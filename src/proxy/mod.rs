@@ -273,6 +273,13 @@ impl Proxy {
             Ok(answered) => answered,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
+        if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && client_upgrade.is_none()
+        {
+            return self
+                .unsolicited_switch(&target, &answered)
+                .into_response()
+                .map(Either::Right);
+        }
         if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
             // Boxed, as the fan-out paths are: its future is large and would otherwise grow
             // every request's.
@@ -544,6 +551,22 @@ impl Proxy {
                     })
                 }
             },
+        }
+    }
+
+    /// A `101` to a request that asked for no upgrade (RFC 9110 §15.2.2: a server switches
+    /// only to a protocol the client listed in `Upgrade`): relayed, it would hand the client's
+    /// connection to a protocol it never asked for. The upstream answered wrongly: 502,
+    /// counted against it.
+    fn unsolicited_switch(&self, target: &Target, answered: &Answered) -> Problem {
+        let region = target.region();
+        region.state.metrics.upstream_error(ErrorKind::Reset);
+        tracing::warn!(region = %region.name, upstream = %answered.upstream, "upstream switched protocols unasked");
+        Problem::BadGateway {
+            region: region.name.clone(),
+            detail: "the upstream answered 101 Switching Protocols to a request that asked \
+                     for no upgrade"
+                .to_owned(),
         }
     }
 
