@@ -127,3 +127,28 @@ async fn an_unsolicited_101_is_502_and_counted_against_the_upstream() {
         .await;
     assert_eq!(after, before + 1.0, "counted against the upstream");
 }
+
+/// A body goes upstream with its framing whatever the method (search APIs send a GET with a
+/// body): a GET with a chunked body arrives with it, and one whose chunked body turns out
+/// malformed is not completed upstream as a bare GET: the client gets 400.
+#[tokio::test]
+async fn a_get_with_a_chunked_body_keeps_it_and_a_malformed_one_is_400() {
+    let (router, upstream) = world().await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let request = format!(
+        "GET {path} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n0\r\n\r\n"
+    );
+    let answer = raw(&router, request.into_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got = upstream.last();
+    assert_eq!(got.method, "GET");
+    assert_eq!(&got.body[..], b"hello");
+
+    for bad in ["5\r\nhello\r\nzz\r\n", "5\r\nhello\r\n0_2e\r\n\r\n"] {
+        let request = format!(
+            "GET {path} HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{bad}"
+        );
+        let answer = raw(&router, request.into_bytes()).await;
+        assert!(answer.starts_with("HTTP/1.1 400"), "{bad:?}: {answer}");
+    }
+}

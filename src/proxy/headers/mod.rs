@@ -14,7 +14,10 @@
 
 use std::net::{IpAddr, SocketAddr};
 
-use http::header::{HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, HOST, UPGRADE, VIA};
+use http::header::{
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, HOST, TRANSFER_ENCODING, UPGRADE,
+    VIA,
+};
 use http::{uri::Authority, Version};
 
 pub use crate::problem::LoopReason;
@@ -387,6 +390,13 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     if let Some(protocol) = upgrade {
         headers.insert(CONNECTION, HeaderValue::from_static("upgrade"));
         headers.insert(UPGRADE, protocol);
+    }
+    if has_transfer_encoding(present) {
+        // `Transfer-Encoding` is hop-by-hop, but the body it framed still goes upstream, and
+        // hyper's client sends no body for a GET (or HEAD) that names none: a search API's
+        // `GET` with a chunked body would arrive bare, and a malformed body would not stop a
+        // request the client never finished. Admission allowed `chunked` alone, once.
+        headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
     append_forwarded_for(headers, &f.client.xff);
     let (proto, proto_pair) = if f.client.tls {
