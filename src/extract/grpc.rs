@@ -162,35 +162,57 @@ fn last<'m>(message: &'m [u8], path: &[u32], depth: usize) -> Result<Option<&'m 
     while at < message.len() {
         let key = varint(message, &mut at)?;
         let (number, wire) = (key >> 3, key & 7);
-        if number == u64::from(want) && wire != 2 {
+        if number != u64::from(want) {
+            at = skip_field(message, at, number, wire, depth)?;
+            continue;
+        }
+        if wire != 2 {
             return Err(format!(
                 "field {want} is not a string, bytes or message field (wire type {wire})"
             ));
         }
-        match wire {
-            0 => {
-                varint(message, &mut at)?;
-            }
-            1 => at = skip(message, at, 8)?,
-            5 => at = skip(message, at, 4)?,
-            2 => {
-                let len = usize::try_from(varint(message, &mut at)?)
-                    .map_err(|_| "a length too large".to_owned())?;
-                let end = skip(message, at, len)?;
-                if number == u64::from(want) {
-                    // Merged occurrences: one without the inner field leaves the value found
-                    // in an earlier one.
-                    if let Some(value) = last(&message[at..end], inner, depth + 1)? {
-                        found = Some(value);
-                    }
-                }
-                at = end;
-            }
-            3 => at = skip_group(message, at, number, depth)?,
-            _ => return Err(format!("wire type {wire} where a field was expected")),
+        let (start, end) = delimited(message, &mut at)?;
+        // Merged occurrences: one without the inner field leaves the value found in an
+        // earlier one.
+        if let Some(value) = last(&message[start..end], inner, depth + 1)? {
+            found = Some(value);
         }
+        at = end;
     }
     Ok(found)
+}
+
+/// The bounds of a length-delimited value whose key was just read; `at` is left past its
+/// length prefix.
+fn delimited(message: &[u8], at: &mut usize) -> Result<(usize, usize), String> {
+    let len = usize::try_from(varint(message, at)?).map_err(|_| "a length too large".to_owned())?;
+    Ok((*at, skip(message, *at, len)?))
+}
+
+/// Skips the value of a field whose key (`number`, `wire`) was just read: where the next key
+/// starts. A group is skipped to its matching end.
+fn skip_field(
+    message: &[u8],
+    at: usize,
+    number: u64,
+    wire: u64,
+    depth: usize,
+) -> Result<usize, String> {
+    match wire {
+        0 => {
+            let mut at = at;
+            varint(message, &mut at)?;
+            Ok(at)
+        }
+        1 => skip(message, at, 8),
+        5 => skip(message, at, 4),
+        2 => {
+            let mut at = at;
+            delimited(message, &mut at).map(|(_, end)| end)
+        }
+        3 => skip_group(message, at, number, depth),
+        _ => Err(format!("wire type {wire} where a field was expected")),
+    }
 }
 
 /// Skips a group whose start (field `number`, wire type 3) was just read, up to and past its
@@ -202,21 +224,13 @@ fn skip_group(message: &[u8], mut at: usize, number: u64, depth: usize) -> Resul
     loop {
         let key = varint(message, &mut at)?;
         let (inner, wire) = (key >> 3, key & 7);
-        match wire {
-            0 => {
-                varint(message, &mut at)?;
+        if wire == 4 {
+            if inner == number {
+                return Ok(at);
             }
-            1 => at = skip(message, at, 8)?,
-            5 => at = skip(message, at, 4)?,
-            2 => {
-                let len = usize::try_from(varint(message, &mut at)?)
-                    .map_err(|_| "a length too large".to_owned())?;
-                at = skip(message, at, len)?;
-            }
-            3 => at = skip_group(message, at, inner, depth + 1)?,
-            4 if inner == number => return Ok(at),
-            _ => return Err(format!("wire type {wire} inside group {number}")),
+            return Err(format!("wire type 4 inside group {number}"));
         }
+        at = skip_field(message, at, inner, wire, depth + 1)?;
     }
 }
 
