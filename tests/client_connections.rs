@@ -334,14 +334,7 @@ async fn a_stream_the_client_never_reads_is_reset_and_its_upstream_released() {
         assert!(e.is_reset(), "{e:?}");
     }
     // The client's fault, not the upstream's.
-    let metrics = common::client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics
             .lines()

@@ -316,14 +316,7 @@ async fn a_refused_region_is_named_and_all_failing_is_502() {
         .expect("request");
     assert_eq!(resp.status(), 502);
 
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     assert!(
         metrics.contains("iuid_router_fanout_requests_total{kind=\"list\",result=\"partial\"}"),
         "{metrics}"

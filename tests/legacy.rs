@@ -129,14 +129,7 @@ async fn an_old_entity_in_ap_is_found_from_an_eu_edge_and_then_asked_of_ap_direc
     let gone = "0d4e6f70-8192-4a3b-8c5d-6e7f8091a2b3";
     assert_eq!(get(&router, gone).await.0, 404);
 
-    let metrics = client()
-        .get(router.admin_url("/metrics"))
-        .send()
-        .await
-        .expect("metrics")
-        .text()
-        .await
-        .expect("text");
+    let metrics = router.metrics().await;
     // The recorder is process-wide and other tests here probe too: at least these counts.
     for (series, least) in [
         ("iuid_router_legacy_probes_total{result=\"found\"}", 2.0),
