@@ -22,6 +22,7 @@ pub mod demo;
 pub mod error;
 pub mod extract;
 pub mod fanout;
+pub mod http1;
 pub mod inspect;
 pub mod metrics;
 pub mod problem;

@@ -1,0 +1,304 @@
+//! The chunked transfer coding (RFC 9112 §7.1), checked as it passes: the router forwards a
+//! chunked body as it came (sizes, extensions and trailers byte for byte, never re-encoded),
+//! so all it needs to know is where the body ends and that every byte of the framing is
+//! valid. [`Chunked::scan`] is fed the bytes as they arrive, in any split.
+//!
+//! Refused: a chunk size that is not 1–16 hex digits (`2zz`, `0x2`, `+2`, ` 2`), a bare LF
+//! or CR anywhere in the framing, data longer or shorter than its size, control bytes in an
+//! extension or trailer, a trailer field without a name, and more than [`MAX_LINE`] bytes of
+//! one size line or [`MAX_TRAILERS`] of trailers.
+
+/// Longest chunk-size line (size and extensions) accepted.
+pub const MAX_LINE: usize = 4096;
+/// Most trailer bytes accepted.
+pub const MAX_TRAILERS: usize = 16 << 10;
+
+/// Where in the framing the scanner is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    /// At the start of a chunk-size line (no digit yet).
+    SizeStart,
+    /// Reading the size's hex digits.
+    Size,
+    /// Whitespace after the size: only `;` may follow (BWS before a chunk-ext).
+    SizeSpace,
+    /// In the chunk extensions, up to CR.
+    Ext,
+    /// CR seen after the size line: LF must follow.
+    SizeLf,
+    /// In chunk data, `remaining` bytes to go.
+    Data,
+    /// After the data: CR must follow.
+    DataCr,
+    /// After the data's CR: LF must follow.
+    DataLf,
+    /// At the start of a trailer line, or of the final CRLF.
+    TrailerStart,
+    /// In a trailer field's name.
+    TrailerName,
+    /// In a trailer field's value, up to CR.
+    TrailerValue,
+    /// CR seen after a trailer line: LF must follow.
+    TrailerLf,
+    /// CR seen on an empty line: the body ends with the LF.
+    EndLf,
+    /// The body ended.
+    Done,
+}
+
+/// Why a chunked body was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChunkError {
+    /// A chunk-size that is not 1–16 hex digits.
+    BadSize,
+    /// A line of the framing not ended by CRLF.
+    BadLineEnd,
+    /// A byte not allowed in a chunk extension or trailer field.
+    BadByte,
+    /// A size line or the trailers are too long.
+    TooLong,
+}
+
+impl std::fmt::Display for ChunkError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ChunkError::BadSize => "invalid chunk size",
+            ChunkError::BadLineEnd => "chunked framing line not ended by CRLF",
+            ChunkError::BadByte => "invalid byte in a chunk extension or trailer",
+            ChunkError::TooLong => "chunk-size line or trailers too long",
+        })
+    }
+}
+
+/// The scanner of one chunked body.
+#[derive(Debug, Clone)]
+pub struct Chunked {
+    state: State,
+    /// Data bytes left in the current chunk, or the size read so far.
+    remaining: u64,
+    digits: u8,
+    /// Bytes of the current size line, or of the trailers so far.
+    line: usize,
+}
+
+impl Default for Chunked {
+    fn default() -> Self {
+        Chunked::new()
+    }
+}
+
+/// What [`Chunked::scan`] found in its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    /// Bytes of the input that belong to the body (all of it unless `done`).
+    pub used: usize,
+    /// The body ended with the last of those bytes.
+    pub done: bool,
+}
+
+fn tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
+}
+
+/// A byte allowed in a field value or chunk extension: visible, space, tab, obs-text.
+fn text(b: u8) -> bool {
+    b == b'\t' || (b >= 0x20 && b != 0x7f)
+}
+
+impl Chunked {
+    /// A scanner at the start of a body.
+    pub fn new() -> Chunked {
+        Chunked {
+            state: State::SizeStart,
+            remaining: 0,
+            digits: 0,
+            line: 0,
+        }
+    }
+
+    /// Whether the body has ended.
+    pub fn is_done(&self) -> bool {
+        self.state == State::Done
+    }
+
+    /// Scans the next bytes of the body. Errors: the framing is invalid (the whole message
+    /// must then be abandoned: its connection closed).
+    pub fn scan(&mut self, input: &[u8]) -> Result<Progress, ChunkError> {
+        let mut i = 0;
+        while i < input.len() {
+            if self.state == State::Data {
+                let take =
+                    (input.len() - i).min(usize::try_from(self.remaining).unwrap_or(usize::MAX));
+                i += take;
+                self.remaining -= take as u64;
+                if self.remaining == 0 {
+                    self.state = State::DataCr;
+                }
+                continue;
+            }
+            let b = input[i];
+            i += 1;
+            self.state = self.step(b)?;
+            if self.state == State::Done {
+                return Ok(Progress {
+                    used: i,
+                    done: true,
+                });
+            }
+        }
+        Ok(Progress {
+            used: i,
+            done: self.state == State::Done,
+        })
+    }
+
+    fn step(&mut self, b: u8) -> Result<State, ChunkError> {
+        use State::*;
+        Ok(match self.state {
+            SizeStart | Size => {
+                self.line += 1;
+                if self.line > MAX_LINE {
+                    return Err(ChunkError::TooLong);
+                }
+                match b {
+                    _ if b.is_ascii_hexdigit() => {
+                        self.digits += 1;
+                        if self.digits > 16 {
+                            return Err(ChunkError::BadSize);
+                        }
+                        let digit = (b as char).to_digit(16).unwrap_or(0);
+                        self.remaining = (self.remaining << 4) | u64::from(digit);
+                        Size
+                    }
+                    b';' if self.state == Size => Ext,
+                    b' ' | b'\t' if self.state == Size => SizeSpace,
+                    b'\r' if self.state == Size => SizeLf,
+                    b'\n' => return Err(ChunkError::BadLineEnd),
+                    _ => return Err(ChunkError::BadSize),
+                }
+            }
+            SizeSpace => match b {
+                b' ' | b'\t' => SizeSpace,
+                b';' => Ext,
+                _ => return Err(ChunkError::BadSize),
+            },
+            Ext => {
+                self.line += 1;
+                match b {
+                    _ if self.line > MAX_LINE => return Err(ChunkError::TooLong),
+                    b'\r' => SizeLf,
+                    b'\n' => return Err(ChunkError::BadLineEnd),
+                    _ if text(b) => Ext,
+                    _ => return Err(ChunkError::BadByte),
+                }
+            }
+            SizeLf => {
+                if b != b'\n' {
+                    return Err(ChunkError::BadLineEnd);
+                }
+                self.line = 0;
+                self.digits = 0;
+                if self.remaining == 0 {
+                    TrailerStart
+                } else {
+                    Data
+                }
+            }
+            Data => Data,
+            DataCr if b == b'\r' => DataLf,
+            DataLf if b == b'\n' => SizeStart,
+            DataCr | DataLf => return Err(ChunkError::BadLineEnd),
+            TrailerStart | TrailerName | TrailerValue => {
+                self.line += 1;
+                if self.line > MAX_TRAILERS {
+                    return Err(ChunkError::TooLong);
+                }
+                match (self.state, b) {
+                    (TrailerStart, b'\r') => EndLf,
+                    (TrailerStart | TrailerName, _) if tchar(b) => TrailerName,
+                    (TrailerName, b':') => TrailerValue,
+                    (TrailerValue, b'\r') => TrailerLf,
+                    (_, b'\n') => return Err(ChunkError::BadLineEnd),
+                    (TrailerValue, _) if text(b) => TrailerValue,
+                    _ => return Err(ChunkError::BadByte),
+                }
+            }
+            TrailerLf if b == b'\n' => TrailerStart,
+            EndLf if b == b'\n' => Done,
+            TrailerLf | EndLf => return Err(ChunkError::BadLineEnd),
+            Done => Done,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(body: &[u8]) -> Result<Progress, ChunkError> {
+        Chunked::new().scan(body)
+    }
+
+    #[test]
+    fn valid_bodies_end_where_they_end_in_any_split() {
+        let body =
+            b"5;ext=1\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nX-T: 1\r\n\r\nNEXT";
+        let end = body.len() - 4;
+        assert_eq!(
+            whole(body),
+            Ok(Progress {
+                used: end,
+                done: true
+            })
+        );
+        for split in 0..body.len() {
+            let mut c = Chunked::new();
+            let first = c.scan(&body[..split]).expect("first part");
+            assert!(!first.done || split >= end);
+            let second = c.scan(&body[split..]).expect("second part");
+            if !first.done {
+                assert_eq!(split + second.used, end, "split at {split}");
+                assert!(second.done);
+            }
+        }
+        assert_eq!(
+            whole(b"0\r\n\r\n"),
+            Ok(Progress {
+                used: 5,
+                done: true
+            })
+        );
+        assert_eq!(
+            whole(b"5 ; a\r\nhello\r\n0\r\n\r\n").map(|p| p.done),
+            Ok(true)
+        );
+    }
+
+    #[test]
+    fn broken_framing_is_refused() {
+        let cases: [(&[u8], ChunkError); 11] = [
+            (b"2zz\r\nhi\r\n0\r\n\r\n", ChunkError::BadSize),
+            (b"0x2\r\nhi\r\n0\r\n\r\n", ChunkError::BadSize),
+            (b"+2\r\nhi\r\n0\r\n\r\n", ChunkError::BadSize),
+            (b" 2\r\nhi\r\n0\r\n\r\n", ChunkError::BadSize),
+            (b"\r\nhi\r\n", ChunkError::BadSize),
+            (b"5\nhello\r\n", ChunkError::BadLineEnd),
+            (b"5\r\nhello\n0\r\n\r\n", ChunkError::BadLineEnd),
+            (b"5\r\r;ABCD\r\n", ChunkError::BadLineEnd),
+            (b"0_2e\r\n\r\n", ChunkError::BadSize),
+            (b"11111111111111111\r\n", ChunkError::BadSize),
+            (b"0\r\n: v\r\n\r\n", ChunkError::BadByte),
+        ];
+        for (body, error) in cases {
+            assert_eq!(
+                whole(body),
+                Err(error),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+        assert_eq!(whole(b"5\r\nhelloX"), Err(ChunkError::BadLineEnd));
+        let long = [b"1;".as_slice(), &[b'a'; MAX_LINE]].concat();
+        assert_eq!(whole(&long), Err(ChunkError::TooLong));
+    }
+}

@@ -1,0 +1,282 @@
+//! Message heads (RFC 9112 §2–§5) parsed once with `httparse` into offsets over the read
+//! buffer: nothing is copied, and the `fields` vector is the connection's, reused from one
+//! request to the next.
+//!
+//! `httparse` already refuses what RFC 9112 forbids in a head: a bare CR, whitespace between
+//! a field name and its colon, obs-fold in requests, invalid bytes in names and values, and
+//! a request line that is not `method SP target SP version`. This module adds what a proxy
+//! must also refuse: raw bytes outside US-ASCII in the target (they must be
+//! percent-encoded), and more fields or bytes than the limits allow.
+
+/// A byte range of the read buffer (offsets, so a head does not borrow the buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Span {
+    /// First byte.
+    pub start: u32,
+    /// One past the last byte.
+    pub end: u32,
+}
+
+impl Span {
+    /// The bytes of `buf` this span covers (empty if `buf` is shorter: never panics).
+    pub fn of<'b>(&self, buf: &'b [u8]) -> &'b [u8] {
+        buf.get(self.start as usize..self.end as usize)
+            .unwrap_or_default()
+    }
+
+    /// Where `part`, a slice `httparse` returned from `buf`, lies in it (an empty span for
+    /// an empty part, wherever its pointer points).
+    fn within(buf: &[u8], part: &[u8]) -> Span {
+        let start = (part.as_ptr() as usize).wrapping_sub(buf.as_ptr() as usize);
+        match start.checked_add(part.len()) {
+            Some(end) if !part.is_empty() && end <= buf.len() => Span {
+                start: start as u32,
+                end: end as u32,
+            },
+            _ => Span::default(),
+        }
+    }
+}
+
+/// One field line: its name and value (the value without surrounding whitespace).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Field {
+    /// The name, as sent (case kept).
+    pub name: Span,
+    /// The value.
+    pub value: Span,
+}
+
+/// A request head: request line and fields, as offsets into the buffer it was parsed from.
+#[derive(Debug, Default)]
+pub struct RequestHead {
+    /// The method token.
+    pub method: Span,
+    /// The request target, as sent.
+    pub target: Span,
+    /// The minor version: 1 for HTTP/1.1, 0 for HTTP/1.0.
+    pub minor: u8,
+    /// The field lines in order.
+    pub fields: Vec<Field>,
+    /// The head's length in bytes, with its final CRLF: the body starts there.
+    pub len: usize,
+}
+
+/// A response head.
+#[derive(Debug, Default)]
+pub struct ResponseHead {
+    /// The status code (100–999, as `httparse` reads three digits).
+    pub status: u16,
+    /// The minor version.
+    pub minor: u8,
+    /// The field lines in order.
+    pub fields: Vec<Field>,
+    /// The head's length in bytes.
+    pub len: usize,
+}
+
+/// Why a head was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HeadError {
+    /// Not a valid head (`httparse`'s reason).
+    Invalid(&'static str),
+    /// Raw bytes outside US-ASCII in the request target.
+    NonAsciiTarget,
+    /// More field lines than the limit.
+    TooManyFields,
+    /// The head is longer than the limit (and not complete within it).
+    TooLarge,
+}
+
+impl std::fmt::Display for HeadError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeadError::Invalid(why) => write!(f, "invalid message head: {why}"),
+            HeadError::NonAsciiTarget => f.write_str("the request target has raw non-ASCII bytes"),
+            HeadError::TooManyFields => f.write_str("too many header fields"),
+            HeadError::TooLarge => f.write_str("the header section is too large"),
+        }
+    }
+}
+
+/// Field lines parsed at most: the larger of the configured limit and this is what the
+/// stack array holds.
+pub const MAX_FIELDS: usize = 256;
+
+fn invalid(e: httparse::Error) -> HeadError {
+    match e {
+        httparse::Error::TooManyHeaders => HeadError::TooManyFields,
+        e => HeadError::Invalid(e.description_str()),
+    }
+}
+
+trait Describe {
+    fn description_str(&self) -> &'static str;
+}
+
+impl Describe for httparse::Error {
+    fn description_str(&self) -> &'static str {
+        match self {
+            httparse::Error::HeaderName => "invalid header name",
+            httparse::Error::HeaderValue => "invalid header value",
+            httparse::Error::NewLine => "invalid line ending",
+            httparse::Error::Status => "invalid status",
+            httparse::Error::Token => "invalid token",
+            httparse::Error::TooManyHeaders => "too many headers",
+            httparse::Error::Version => "invalid HTTP version",
+        }
+    }
+}
+
+/// Parses a request head at the start of `buf` into `head` (its `fields` reused).
+///
+/// Returns `Ok(true)` when the head is complete (`head.len` is its length), `Ok(false)` when
+/// more bytes are needed. Errors: the head is invalid, has more than `max_fields` fields, or
+/// `max_bytes` were read without its end.
+pub fn parse_request(
+    buf: &[u8],
+    head: &mut RequestHead,
+    max_fields: usize,
+    max_bytes: usize,
+) -> Result<bool, HeadError> {
+    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let max_fields = max_fields.min(MAX_FIELDS);
+    let mut req = httparse::Request::new(&mut storage[..max_fields]);
+    let status = httparse::ParserConfig::default()
+        .parse_request(&mut req, buf)
+        .map_err(invalid)?;
+    let len = match status {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial if buf.len() >= max_bytes => return Err(HeadError::TooLarge),
+        httparse::Status::Partial => return Ok(false),
+    };
+    if len > max_bytes {
+        return Err(HeadError::TooLarge);
+    }
+    let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
+        return Err(HeadError::Invalid("incomplete request line"));
+    };
+    if !target.is_ascii() {
+        return Err(HeadError::NonAsciiTarget);
+    }
+    head.method = Span::within(buf, method.as_bytes());
+    head.target = Span::within(buf, target.as_bytes());
+    head.minor = minor;
+    head.len = len;
+    head.fields.clear();
+    head.fields.extend(req.headers.iter().map(|h| Field {
+        name: Span::within(buf, h.name.as_bytes()),
+        value: Span::within(buf, h.value),
+    }));
+    Ok(true)
+}
+
+/// Parses a response head at the start of `buf` into `head`, as [`parse_request`] does.
+/// obs-fold is refused here too (RFC 9112 §5.2 lets a proxy refuse it: 502).
+pub fn parse_response(
+    buf: &[u8],
+    head: &mut ResponseHead,
+    max_fields: usize,
+    max_bytes: usize,
+) -> Result<bool, HeadError> {
+    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let max_fields = max_fields.min(MAX_FIELDS);
+    let mut resp = httparse::Response::new(&mut storage[..max_fields]);
+    let status = httparse::ParserConfig::default()
+        .parse_response(&mut resp, buf)
+        .map_err(invalid)?;
+    let len = match status {
+        httparse::Status::Complete(len) => len,
+        httparse::Status::Partial if buf.len() >= max_bytes => return Err(HeadError::TooLarge),
+        httparse::Status::Partial => return Ok(false),
+    };
+    if len > max_bytes {
+        return Err(HeadError::TooLarge);
+    }
+    let (Some(code), Some(minor)) = (resp.code, resp.version) else {
+        return Err(HeadError::Invalid("incomplete status line"));
+    };
+    head.status = code;
+    head.minor = minor;
+    head.len = len;
+    head.fields.clear();
+    head.fields.extend(resp.headers.iter().map(|h| Field {
+        name: Span::within(buf, h.name.as_bytes()),
+        value: Span::within(buf, h.value),
+    }));
+    Ok(true)
+}
+
+/// The fields named `name` (ASCII case-insensitive), in order, as (name, value) bytes.
+pub fn all<'b>(
+    buf: &'b [u8],
+    fields: &'b [Field],
+    name: &'b [u8],
+) -> impl Iterator<Item = &'b [u8]> + 'b {
+    fields
+        .iter()
+        .filter(move |f| f.name.of(buf).eq_ignore_ascii_case(name))
+        .map(move |f| f.value.of(buf))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_head_is_offsets_into_its_buffer() {
+        let buf = b"GET /v1/a?b=c HTTP/1.1\r\nHost: x\r\nX-A:  1 \r\n\r\nbody";
+        let mut head = RequestHead::default();
+        assert_eq!(parse_request(buf, &mut head, 100, 8192), Ok(true));
+        assert_eq!(head.method.of(buf), b"GET");
+        assert_eq!(head.target.of(buf), b"/v1/a?b=c");
+        assert_eq!(head.minor, 1);
+        assert_eq!(&buf[head.len..], b"body");
+        let names: Vec<_> = head.fields.iter().map(|f| f.name.of(buf)).collect();
+        assert_eq!(names, [&b"Host"[..], b"X-A"]);
+        assert_eq!(all(buf, &head.fields, b"x-a").next(), Some(&b"1"[..]));
+    }
+
+    #[test]
+    fn partial_heads_wait_and_bad_ones_are_refused() {
+        let mut head = RequestHead::default();
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nHo", &mut head, 100, 8192),
+            Ok(false)
+        );
+        assert_eq!(
+            parse_request(b"GET / HTTP/1.1\r\nHo", &mut head, 100, 10),
+            Err(HeadError::TooLarge)
+        );
+        assert!(parse_request(b"GET / HTTP/1.1\r\nA : b\r\n\r\n", &mut head, 100, 8192).is_err());
+        assert!(parse_request(
+            b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n",
+            &mut head,
+            100,
+            8192
+        )
+        .is_err());
+        assert_eq!(
+            parse_request("GET /δ HTTP/1.1\r\n\r\n".as_bytes(), &mut head, 100, 8192),
+            Err(HeadError::NonAsciiTarget)
+        );
+        assert_eq!(
+            parse_request(
+                b"GET / HTTP/1.1\r\nA: 1\r\nB: 2\r\n\r\n",
+                &mut head,
+                1,
+                8192
+            ),
+            Err(HeadError::TooManyFields)
+        );
+    }
+
+    #[test]
+    fn a_response_head_is_parsed_the_same_way() {
+        let buf = b"HTTP/1.1 204 No Content\r\nVia: 1.1 a\r\n\r\n";
+        let mut head = ResponseHead::default();
+        assert_eq!(parse_response(buf, &mut head, 100, 8192), Ok(true));
+        assert_eq!((head.status, head.minor, head.len), (204, 1, buf.len()));
+        assert!(parse_response(b"HTTP/1.1 2000 OK\r\n\r\n", &mut head, 100, 8192).is_err());
+    }
+}
