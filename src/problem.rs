@@ -87,6 +87,11 @@ pub enum Problem {
     /// must be percent-encoded); strict parsers reject it, so forwarding it would let the
     /// router and a later hop disagree on the path.
     BadTarget,
+    /// A request head the own HTTP/1.1 engine could not parse (RFC 9112 §2–§5): 400.
+    BadHead(&'static str),
+    /// A request head with more fields or bytes than `limits.max_headers` /
+    /// `limits.max_header_bytes` (RFC 6585 §5): 431.
+    HeadTooLarge,
     /// A method the router does not forward: `CONNECT` (405).
     MethodNotAllowed,
     /// A transfer coding other than `chunked` (501, RFC 9112 §6.1).
@@ -182,7 +187,10 @@ impl Problem {
             Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             Problem::Client(e) => e.kind.status(),
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Problem::BadHost(_) | Problem::BadTarget => StatusCode::BAD_REQUEST,
+            Problem::BadHost(_) | Problem::BadTarget | Problem::BadHead(_) => {
+                StatusCode::BAD_REQUEST
+            }
+            Problem::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
             Problem::InvalidTable { .. } => StatusCode::UNPROCESSABLE_ENTITY,
@@ -223,6 +231,8 @@ impl Problem {
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
             Problem::BadHost(_) => ("invalid-host", "Host missing, repeated or invalid"),
             Problem::BadTarget => ("invalid-target", "Request target not US-ASCII"),
+            Problem::BadHead(_) => ("invalid-head", "Request head not valid HTTP/1.1"),
+            Problem::HeadTooLarge => ("head-too-large", "Request header fields too large"),
             Problem::MethodNotAllowed => ("method-not-allowed", "Method not forwarded"),
             Problem::UnsupportedTransferCoding => (
                 "unsupported-transfer-coding",
@@ -287,6 +297,10 @@ impl Problem {
                 format!("upstream of region {region}: {detail}")
             }
             Problem::BadHost(why) => format!("an HTTP/1.1 request needs exactly one valid Host: {why}"),
+            Problem::BadHead(why) => format!("the request head is not valid HTTP/1.1: {why}"),
+            Problem::HeadTooLarge => "the request head has more header fields or bytes than the \
+                                      router accepts (limits.max_headers, limits.max_header_bytes)"
+                .to_owned(),
             Problem::BadTarget => "the request target holds bytes outside US-ASCII; percent-encode \
                                    them (RFC 3986 §2.1)"
                 .to_owned(),

@@ -22,6 +22,7 @@
 //! up to the grace period to complete.
 
 mod announce;
+mod h1;
 mod h2;
 
 use std::convert::Infallible;
@@ -99,7 +100,7 @@ pub async fn serve(
         let open = open_tx.clone();
         let tls = tls.clone();
         workers.spawn(async move {
-            let mut conn = conn;
+            let conn = conn;
             let _open = open;
             let stream = match TcpStream::from_std(stream) {
                 Ok(stream) => stream,
@@ -114,39 +115,17 @@ pub async fn serve(
                     tracing::debug!(%client, "nothing sent within the header read timeout; closed");
                     return;
                 };
-                return conn.serve(protocol, stream).await;
-            };
-            let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => stream,
-                Ok(Err(e)) => {
-                    metrics::tls_handshake_failure(metrics::HandshakeFailure::Error);
-                    tracing::debug!(%client, error = %e, "TLS handshake failed");
-                    return;
+                if protocol == Protocol::Http1 && conn.settings.own_http1 {
+                    return h1::serve(conn, stream).await;
                 }
-                Err(_) => {
-                    metrics::tls_handshake_failure(metrics::HandshakeFailure::Timeout);
-                    tracing::debug!(%client, "TLS handshake not done within the header read timeout; closed");
-                    return;
-                }
+                // Boxed, as the TLS path below: hyper's connection futures are large (tens of
+                // KB), and the task of every connection would otherwise be sized for them.
+                return Box::pin(conn.serve(protocol, stream)).await;
             };
-            let alpn = Protocol::from_alpn(stream.get_ref().1.alpn_protocol());
-            if conn.settings.forward_client_cert {
-                conn.addr.client_cert = stream
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|chain| chain.first())
-                    .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
-            }
-            // The header read timeout starts again after the handshake, as on plain TCP after
-            // the accept.
-            let Some((sniffed, stream)) = announce::read(stream, header_timeout).await else {
-                tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
-                return;
-            };
-            conn.serve(alpn.unwrap_or(sniffed), stream).await
+            Box::pin(serve_tls(conn, acceptor, stream, client)).await
         });
     }
+
     drop(listener);
     tracing::info!("listener closed; draining");
     let _ = draining_tx.send(true);
@@ -162,6 +141,46 @@ pub async fn serve(
     Ok(())
 }
 
+/// A TLS connection: the handshake within the header read timeout, then its protocol (ALPN,
+/// else its first bytes) served by hyper's engine.
+async fn serve_tls(
+    mut conn: Conn,
+    acceptor: tokio_rustls::TlsAcceptor,
+    stream: TcpStream,
+    client: SocketAddr,
+) {
+    let header_timeout = conn.settings.header_timeout;
+    let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            metrics::tls_handshake_failure(metrics::HandshakeFailure::Error);
+            tracing::debug!(%client, error = %e, "TLS handshake failed");
+            return;
+        }
+        Err(_) => {
+            metrics::tls_handshake_failure(metrics::HandshakeFailure::Timeout);
+            tracing::debug!(%client, "TLS handshake not done within the header read timeout; closed");
+            return;
+        }
+    };
+    let alpn = Protocol::from_alpn(stream.get_ref().1.alpn_protocol());
+    if conn.settings.forward_client_cert {
+        conn.addr.client_cert = stream
+            .get_ref()
+            .1
+            .peer_certificates()
+            .and_then(|chain| chain.first())
+            .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
+    }
+    // The header read timeout starts again after the handshake, as on plain TCP after
+    // the accept.
+    let Some((sniffed, stream)) = announce::read(stream, header_timeout).await else {
+        tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
+        return;
+    };
+    conn.serve(alpn.unwrap_or(sniffed), stream).await
+}
+
 /// What every connection is served with, made once per listener.
 struct Settings {
     http1: http1::Builder,
@@ -173,6 +192,8 @@ struct Settings {
     /// `tls.client_auth.forward_client_cert: set`: the verified client certificate goes
     /// upstream in `X-Forwarded-Client-Cert`, made once per connection.
     forward_client_cert: bool,
+    /// `http1_engine: own`: plain HTTP/1.1 connections are served by the own engine (`h1`).
+    own_http1: bool,
 }
 
 impl Settings {
@@ -191,6 +212,7 @@ impl Settings {
             header_timeout,
             idle: config.timeouts.idle(),
             max_header_list_size: limits.max_header_bytes as u32,
+            own_http1: config.http1_engine == crate::config::Http1Engine::Own,
             forward_client_cert: config
                 .tls
                 .as_ref()
@@ -226,22 +248,7 @@ impl Conn {
         let io = TokioIo::new(SendTimeout::new(stream, settings.idle));
         let shared = Arc::new((proxy, addr));
         let result = match protocol {
-            Protocol::Http1 => {
-                let service = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move { Ok::<_, Infallible>(shared.0.handle(req, &shared.1).await) }
-                });
-                let conn = settings.http1.serve_connection(io, service).with_upgrades();
-                tokio::pin!(conn);
-                tokio::select! {
-                    r = conn.as_mut() => r,
-                    // `wait_for`'s guard is not `Send`; only whether it fired matters.
-                    _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
-                    }
-                }
-            }
+            Protocol::Http1 => serve_http1(&settings, shared, io, &mut draining).await,
             Protocol::Http2 => {
                 let service = service_fn(move |req| {
                     let shared = shared.clone();
@@ -286,6 +293,54 @@ impl Conn {
         };
         if let Err(e) = result {
             tracing::debug!(%client, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+impl Conn {
+    /// Serves an HTTP/1.1 connection with hyper's engine: `http1_engine: hyper`, and what
+    /// the own engine hands over (`h1`).
+    async fn serve_hyper_http1<S>(self, stream: S)
+    where
+        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let Conn {
+            proxy,
+            addr,
+            settings,
+            mut draining,
+            client,
+        } = self;
+        let io = TokioIo::new(SendTimeout::new(stream, settings.idle));
+        let shared = Arc::new((proxy, addr));
+        if let Err(e) = serve_http1(&settings, shared, io, &mut draining).await {
+            tracing::debug!(%client, error = %e, "connection ended with an error");
+        }
+    }
+}
+
+/// hyper's HTTP/1.1 server on one connection, until it ends or the listener drains.
+async fn serve_http1<S>(
+    settings: &Settings,
+    shared: Arc<(Arc<Proxy>, ClientAddr)>,
+    io: TokioIo<SendTimeout<S>>,
+    draining: &mut watch::Receiver<bool>,
+) -> hyper::Result<()>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = service_fn(move |req| {
+        let shared = shared.clone();
+        async move { Ok::<_, Infallible>(shared.0.handle(req, &shared.1).await) }
+    });
+    let conn = settings.http1.serve_connection(io, service).with_upgrades();
+    tokio::pin!(conn);
+    tokio::select! {
+        r = conn.as_mut() => r,
+        // `wait_for`'s guard is not `Send`; only whether it fired matters.
+        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+            conn.as_mut().graceful_shutdown();
+            conn.await
         }
     }
 }

@@ -44,6 +44,8 @@ struct ConfigFile {
     #[serde(default)]
     preserve_host: bool,
     #[serde(default)]
+    http1_engine: Http1Engine,
+    #[serde(default)]
     reload: Reload,
     #[serde(default)]
     shutdown: Shutdown,
@@ -133,6 +135,18 @@ pub enum Unrouted {
     Reject,
 }
 
+/// Which HTTP/1.1 engine serves client connections (docs/config.md `http1_engine`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Http1Engine {
+    /// hyper's HTTP/1.1 server and client.
+    #[default]
+    Hyper,
+    /// The router's own engine (`crate::http1`, `crate::proxy::h1`) for plain connections;
+    /// what it does not carry itself goes on under hyper's.
+    Own,
+}
+
 /// A validated router config.
 #[derive(Debug)]
 pub struct RouterConfig {
@@ -157,6 +171,8 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Keep the client's `Host` instead of the upstream's authority.
     pub preserve_host: bool,
+    /// The HTTP/1.1 engine of client connections.
+    pub http1_engine: Http1Engine,
     /// Table reload settings.
     pub reload: Reload,
     /// Graceful shutdown settings.
@@ -437,6 +453,7 @@ impl RouterConfig {
                 timeouts: file.timeouts,
                 limits: file.limits,
                 preserve_host: file.preserve_host,
+                http1_engine: file.http1_engine,
                 reload: file.reload,
                 shutdown: file.shutdown,
                 access_log: file.access_log,

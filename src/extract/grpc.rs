@@ -117,9 +117,16 @@ pub fn declared_len(buf: &[u8]) -> Option<usize> {
 /// Whether a request is gRPC: `content-type: application/grpc` (with `+proto` and the
 /// like, gRPC over HTTP/2 "Requests"). Its refusals are then gRPC statuses, not problem+json.
 pub fn is_grpc(headers: &http::HeaderMap) -> bool {
-    headers
-        .get(http::header::CONTENT_TYPE)
-        .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
+    is_grpc_content_type(
+        headers
+            .get(http::header::CONTENT_TYPE)
+            .map(|v| v.as_bytes()),
+    )
+}
+
+/// [`is_grpc`] on a `Content-Type` value (the first, if any).
+pub fn is_grpc_content_type(value: Option<&[u8]>) -> bool {
+    value.is_some_and(|v| v.starts_with(b"application/grpc"))
 }
 
 /// How deep messages may nest before the reader gives up (protobuf's own decoders stop at

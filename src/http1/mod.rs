@@ -15,6 +15,7 @@
 //! or is applied twice.
 
 pub mod chunked;
+pub mod conn;
 pub mod framing;
 pub mod head;
 pub mod write;

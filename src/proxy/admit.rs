@@ -58,12 +58,23 @@ pub fn admit(parts: &Parts) -> Result<(), Problem> {
     {
         return Err(Problem::BadTarget);
     }
-    let mut hosts = parts.headers.get_all(HOST).iter();
+    check_host(
+        parts.headers.get_all(HOST).iter().map(|v| v.as_bytes()),
+        parts.version == Version::HTTP_11,
+    )
+}
+
+/// RFC 9112 §3.2's `Host` rule over a request's `Host` values: exactly one valid one, or
+/// none in HTTP/1.0.
+pub(super) fn check_host<'a>(
+    mut hosts: impl Iterator<Item = &'a [u8]>,
+    http11: bool,
+) -> Result<(), Problem> {
     match (hosts.next(), hosts.next()) {
-        (None, _) if parts.version == Version::HTTP_11 => Err(Problem::BadHost("none was sent")),
+        (None, _) if http11 => Err(Problem::BadHost("none was sent")),
         (None, _) => Ok(()),
         (Some(_), Some(_)) => Err(Problem::BadHost("more than one was sent")),
-        (Some(host), None) if valid_host(host.as_bytes()) => Ok(()),
+        (Some(host), None) if valid_host(host) => Ok(()),
         (Some(_), None) => Err(Problem::BadHost("its value is not a host[:port]")),
     }
 }

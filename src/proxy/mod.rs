@@ -8,7 +8,9 @@
 //! changes the table under a request that already resolved its region. Picking an
 //! upstream, retrying on another and ejecting failing ones is [`crate::upstream`]'s part.
 
+mod access;
 mod admit;
+pub mod h1;
 pub mod headers;
 mod legacy;
 pub mod request_id;
@@ -201,18 +203,17 @@ impl Proxy {
         let region = trail.region.as_deref().unwrap_or(&self.no_region);
         region.request(trail.route, status);
         if let (Some(method), Some(path)) = (method, path) {
-            tracing::info!(
-                target: "iuid_router::access",
-                request_id = request_id::as_str(&request_id),
-                %method,
-                path,
+            access::log(&access::Access {
+                request_id: request_id::as_str(&request_id),
+                method: method.as_str(),
+                path: &path,
                 status,
-                route = trail.route.map_or("none", RouteKind::as_str),
-                region = trail.region.as_ref().map_or("-", |r| &*r.label),
-                regions = trail.regions.as_deref().unwrap_or("-"),
-                upstream = %trail.upstream.as_ref().map_or("-", |a| a.as_str()),
-                duration_ms = started.elapsed().as_secs_f64() * 1e3,
-            );
+                route: trail.route,
+                region: trail.region.as_ref().map(|r| &*r.label),
+                regions: trail.regions.as_deref(),
+                upstream: trail.upstream.as_ref().map(Authority::as_str),
+                started,
+            });
         }
         resp
     }

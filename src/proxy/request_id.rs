@@ -22,12 +22,7 @@ const MAX_LEN: usize = 128;
 /// every line replaced by the id kept, so no unchecked line rides along behind a sane one.
 pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
     let mut lines = headers.get_all(&HEADER).iter();
-    let kept = lines.next().filter(|v| {
-        let b = v.as_bytes();
-        // Anything else (`/`, `%`, quotes, spaces) could forge a path or a log field
-        // downstream, so it is replaced rather than passed on.
-        !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|&c| sane(c))
-    });
+    let kept = lines.next().filter(|v| is_sane(v.as_bytes()));
     match (kept, lines.next()) {
         (Some(v), None) => v.clone(),
         (Some(v), Some(_)) => {
@@ -43,6 +38,13 @@ pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
     }
 }
 
+/// Whether a client's id is kept: 1–128 characters of `[A-Za-z0-9._:-]`. Anything else
+/// (`/`, `%`, quotes, spaces) could forge a path or a log field downstream, so it is replaced
+/// rather than passed on.
+pub fn is_sane(b: &[u8]) -> bool {
+    !b.is_empty() && b.len() <= MAX_LEN && b.iter().all(|&c| sane(c))
+}
+
 /// A byte a client's request id may hold.
 fn sane(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-')
@@ -54,6 +56,12 @@ pub fn as_str(id: &HeaderValue) -> &str {
 }
 
 fn make() -> HeaderValue {
+    // Only hex digits are made.
+    HeaderValue::from_bytes(&make_bytes()).unwrap_or(HeaderValue::from_static("0"))
+}
+
+/// A fresh id: 32 hex digits, a random per-process prefix and a counter (no allocation).
+pub fn make_bytes() -> [u8; 32] {
     static PREFIX: OnceLock<u64> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let prefix = *PREFIX.get_or_init(|| {
@@ -67,8 +75,7 @@ fn make() -> HeaderValue {
         let word = if i < 16 { prefix } else { n };
         *byte = hex[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
     }
-    // Only hex digits were written.
-    HeaderValue::from_bytes(&buf).unwrap_or(HeaderValue::from_static("0"))
+    buf
 }
 
 #[cfg(test)]

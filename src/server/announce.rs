@@ -98,22 +98,28 @@ pub async fn read<S: AsyncRead + Unpin>(
         if let Some(protocol) = decide(&buf[..len]) {
             let rewind = Rewind {
                 inner: stream,
-                buf,
+                buf: buf[..len].to_vec(),
                 pos: 0,
-                len,
             };
             return Some((protocol, rewind));
         }
     }
 }
 
-/// `inner` with the bytes [`read`] took from it read again first. Writes pass through.
+/// `inner` with the bytes [`read`] (or the own HTTP/1.1 engine) took from it read again
+/// first. Writes pass through.
 #[derive(Debug)]
 pub struct Rewind<S> {
     inner: S,
-    buf: [u8; H2_PREFACE.len()],
+    buf: Vec<u8>,
     pos: usize,
-    len: usize,
+}
+
+impl<S> Rewind<S> {
+    /// `inner` with `buf[pos..]` read first.
+    pub fn with_bytes(inner: S, buf: Vec<u8>, pos: usize) -> Rewind<S> {
+        Rewind { inner, buf, pos }
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
@@ -123,10 +129,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Rewind<S> {
         out: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if this.pos < this.len {
-            let n = (this.len - this.pos).min(out.remaining());
+        if this.pos < this.buf.len() {
+            let n = (this.buf.len() - this.pos).min(out.remaining());
             out.put_slice(&this.buf[this.pos..this.pos + n]);
             this.pos += n;
+            if this.pos == this.buf.len() {
+                this.buf = Vec::new();
+                this.pos = 0;
+            }
             return Poll::Ready(Ok(()));
         }
         Pin::new(&mut this.inner).poll_read(cx, out)

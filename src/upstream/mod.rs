@@ -22,6 +22,7 @@ pub mod check;
 pub mod forward;
 pub mod health;
 mod pool;
+pub mod raw;
 pub mod regions;
 
 use std::collections::HashMap;
@@ -63,6 +64,8 @@ pub struct UpstreamState {
     /// One pool per worker, index [`crate::workers::current`]; slot 0 serves threads that
     /// are no worker.
     pools: Box<[pool::Pool]>,
+    /// The own HTTP/1.1 engine's idle connections, one pool per worker as `pools`.
+    raw: Box<[raw::RawPool]>,
     timeouts: Timeouts,
     /// TLS, for an `https://` upstream.
     tls: Option<UpstreamTls>,
@@ -85,6 +88,7 @@ impl UpstreamState {
             pools: (0..=workers)
                 .map(|_| pool::Pool::new(timeouts.idle()))
                 .collect(),
+            raw: (0..=workers).map(|_| raw::RawPool::default()).collect(),
             timeouts: *timeouts,
             health: Health::default(),
         }
@@ -95,6 +99,43 @@ impl UpstreamState {
         self.pools
             .get(crate::workers::current())
             .unwrap_or(&self.pools[0])
+    }
+
+    /// The calling worker's pool of the own engine's connections.
+    pub fn raw_pool(&self) -> &raw::RawPool {
+        self.raw
+            .get(crate::workers::current())
+            .unwrap_or(&self.raw[0])
+    }
+
+    /// Whether the own HTTP/1.1 engine can talk to this upstream itself (plain HTTP/1.1; TLS
+    /// and HTTP/2 upstreams are hyper's).
+    pub fn raw_capable(&self) -> bool {
+        self.tls.is_none() && self.protocol == UpstreamProtocol::Http1
+    }
+
+    /// A new plain connection for the own engine, within `connect_ms`.
+    ///
+    /// Errors: `Connect` (refused, unreachable, or over `connect_ms`).
+    pub async fn raw_connect(&self) -> Result<raw::RawConn, Error> {
+        let connect = TcpStream::connect(self.authority.as_str());
+        match tokio::time::timeout(self.timeouts.connect(), connect).await {
+            Ok(Ok(stream)) => {
+                let _ = stream.set_nodelay(true);
+                Ok(crate::http1::conn::Buffered::new(stream))
+            }
+            Ok(Err(e)) => Err(Error::new(
+                ErrorKind::Connect,
+                format!("connect failed: {e}"),
+            )),
+            Err(_) => Err(Error::new(
+                ErrorKind::Connect,
+                format!(
+                    "connect failed: no connection within {} ms",
+                    self.timeouts.connect_ms
+                ),
+            )),
+        }
     }
 
     /// Connections pooled by the calling worker (busy or idle), for tests and the admin API.

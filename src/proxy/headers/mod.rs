@@ -231,9 +231,22 @@ fn strip_present(headers: &mut HeaderMap, present: u8) {
 /// Checks the request's `Via` lines (all of them, comma-separated entries) against this
 /// router's region and `max_hops`.
 pub fn check_loop(headers: &HeaderMap, region: &str, max_hops: usize) -> Result<(), LoopReason> {
+    check_via(
+        headers.get_all(VIA).iter().map(HeaderValue::as_bytes),
+        region,
+        max_hops,
+    )
+}
+
+/// [`check_loop`] over the `Via` lines' values, as bytes.
+pub fn check_via<'a>(
+    lines: impl Iterator<Item = &'a [u8]>,
+    region: &str,
+    max_hops: usize,
+) -> Result<(), LoopReason> {
     let mut hops = 0;
-    for value in headers.get_all(VIA) {
-        for entry in via_entries(value.as_bytes()) {
+    for value in lines {
+        for entry in via_entries(value) {
             hops += 1;
             // entry = received-protocol RWS received-by [ RWS comment ]
             let mut words = entry
@@ -536,5 +549,6 @@ pub fn rewrite_response(status: http::StatusCode, headers: &mut HeaderMap, via: 
     headers.append(VIA, via.clone());
 }
 
+pub mod raw;
 #[cfg(test)]
 mod tests;

@@ -4,7 +4,6 @@
 use std::borrow::Cow;
 
 use http::header::HeaderName;
-use http::request::Parts;
 use serde::Deserialize;
 
 use super::{scheme_or_default, Kind, Route, RouteError, Token};
@@ -45,10 +44,13 @@ pub struct HeaderRoute {
 
 impl HeaderRoute {
     /// The id's token, if the request has the header (borrowed: no allocation).
-    pub(super) fn token<'q>(&self, parts: &'q Parts) -> Option<Token<'_, 'q>> {
-        let value = parts.headers.get(&self.name)?;
+    pub(super) fn token<'q>(
+        &self,
+        header: &impl Fn(&HeaderName) -> Option<&'q [u8]>,
+    ) -> Option<Token<'_, 'q>> {
+        let value = header(&self.name)?;
         Some(Token {
-            text: Cow::Borrowed(value.as_bytes().trim_ascii()),
+            text: Cow::Borrowed(value.trim_ascii()),
             scheme: &self.scheme,
         })
     }

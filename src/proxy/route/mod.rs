@@ -29,6 +29,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use http::request::Parts;
+use http::{HeaderName, HeaderValue};
 use http_body_util::Either;
 use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
@@ -293,7 +294,19 @@ impl Routes {
     /// Reads the id's token out of a request's head, or names the route whose phase reads
     /// on. Allocation-free unless a path segment is percent-encoded.
     pub fn extract<'q>(&self, parts: &'q Parts) -> Extraction<'_, 'q> {
-        let path = parts.uri.path();
+        let headers = &parts.headers;
+        self.extract_head(parts.uri.path(), |name| {
+            headers.get(name).map(HeaderValue::as_bytes)
+        })
+    }
+
+    /// [`Routes::extract`] for a head the own HTTP/1.1 engine parsed: its path, and the first
+    /// value of a field by name.
+    pub fn extract_head<'q>(
+        &self,
+        path: &'q str,
+        header: impl Fn(&HeaderName) -> Option<&'q [u8]>,
+    ) -> Extraction<'_, 'q> {
         for route in &self.routes {
             match route {
                 Route::Path(paths) => {
@@ -301,8 +314,8 @@ impl Routes {
                         return Extraction::Id(token, RouteKind::Path);
                     }
                 }
-                Route::Header(header) => {
-                    if let Some(token) = header.token(parts) {
+                Route::Header(route) => {
+                    if let Some(token) = route.token(&header) {
                         return Extraction::Id(token, RouteKind::Header);
                     }
                 }

@@ -1,0 +1,267 @@
+//! One HTTP/1.1 connection's bytes: a socket and its read buffer ([`Buffered`]), and a body
+//! relayed from one connection to another by its framing ([`relay`]). Used alike by the
+//! listener's side (client connections) and the upstream pools.
+//!
+//! Buffers come from a per-thread cache and go back to it whenever a connection has nothing
+//! buffered (an idle keep-alive connection holds no buffer at all, as nginx frees its
+//! buffers between requests), so a request normally allocates none.
+
+use std::cell::RefCell;
+use std::io;
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::chunked::{ChunkError, Chunked};
+use super::framing::Framing;
+
+/// Size of a cached buffer, and of a read.
+pub const BUFFER: usize = 16 << 10;
+/// Buffers kept per thread for reuse.
+const CACHED: usize = 256;
+
+thread_local! {
+    static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of [`BUFFER`] bytes' capacity, empty: from this thread's cache if it has one.
+pub fn take_buffer() -> Vec<u8> {
+    CACHE
+        .with(|c| c.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(BUFFER))
+}
+
+/// Gives a buffer back to this thread's cache (one grown past [`BUFFER`] is freed instead).
+pub fn give_buffer(mut buf: Vec<u8>) {
+    if buf.capacity() != BUFFER {
+        return;
+    }
+    buf.clear();
+    CACHE.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() < CACHED {
+            cache.push(buf);
+        }
+    });
+}
+
+/// A connection and the bytes read from it but not yet used (`buf[start..]`).
+#[derive(Debug)]
+pub struct Buffered<S> {
+    /// The socket.
+    pub io: S,
+    /// Read bytes; empty and without capacity while nothing is pending.
+    pub buf: Vec<u8>,
+    /// Where the unused bytes start.
+    pub start: usize,
+}
+
+/// Why a relayed body stopped: on which side, so the right party is blamed.
+#[derive(Debug)]
+pub enum RelayError {
+    /// Reading the source failed, timed out (`timed_out`), or it closed early.
+    Read {
+        /// The I/O error, or none for an early close or a timeout.
+        error: Option<io::Error>,
+        /// No byte came for the idle timeout.
+        timed_out: bool,
+    },
+    /// The source's chunked framing is invalid.
+    Framing(ChunkError),
+    /// Writing to the destination failed or timed out (`timed_out`).
+    Write {
+        /// The I/O error, or none for a timeout.
+        error: Option<io::Error>,
+        /// The destination took nothing for the idle timeout.
+        timed_out: bool,
+    },
+}
+
+impl std::fmt::Display for RelayError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RelayError::Read {
+                timed_out: true, ..
+            } => f.write_str("no body bytes within the idle timeout"),
+            RelayError::Read { error: Some(e), .. } => write!(f, "reading the body: {e}"),
+            RelayError::Read { .. } => f.write_str("the connection closed before the body's end"),
+            RelayError::Framing(e) => write!(f, "body framing: {e}"),
+            RelayError::Write {
+                timed_out: true, ..
+            } => f.write_str("the receiver took nothing within the idle timeout"),
+            RelayError::Write { error: Some(e), .. } => write!(f, "writing the body: {e}"),
+            RelayError::Write { .. } => f.write_str("writing the body failed"),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
+    /// A connection with nothing read yet.
+    pub fn new(io: S) -> Buffered<S> {
+        Buffered {
+            io,
+            buf: Vec::new(),
+            start: 0,
+        }
+    }
+
+    /// The bytes read and not yet used.
+    pub fn pending(&self) -> &[u8] {
+        self.buf.get(self.start..).unwrap_or_default()
+    }
+
+    /// Marks `n` pending bytes used; with none left, the buffer goes back to the cache.
+    pub fn consume(&mut self, n: usize) {
+        self.start += n;
+        if self.start >= self.buf.len() {
+            self.release();
+        }
+    }
+
+    /// Gives the buffer back if nothing is pending in it.
+    pub fn release(&mut self) {
+        if self.start >= self.buf.len() && self.buf.capacity() > 0 {
+            give_buffer(std::mem::take(&mut self.buf));
+            self.start = 0;
+        }
+    }
+
+    /// Reads more bytes after the pending ones, waiting at most `within`. `Ok(0)`: the
+    /// connection closed. The buffer grows (moving the pending bytes to its front first) up
+    /// to `max` bytes pending; beyond, `Ok(0)` is never returned: an error of kind
+    /// `OutOfMemory` is.
+    pub async fn fill(&mut self, within: Duration, max: usize) -> io::Result<usize> {
+        if self.buf.capacity() == 0 {
+            self.buf = take_buffer();
+            self.start = 0;
+        } else if self.start > 0 && self.buf.len() == self.buf.capacity() {
+            self.buf.copy_within(self.start.., 0);
+            self.buf.truncate(self.buf.len() - self.start);
+            self.start = 0;
+        }
+        if self.buf.len() - self.start >= max {
+            return Err(io::Error::new(io::ErrorKind::OutOfMemory, "buffer limit"));
+        }
+        if self.buf.len() == self.buf.capacity() {
+            self.buf.reserve(BUFFER);
+        }
+        let read = tokio::time::timeout(within, self.io.read_buf(&mut self.buf)).await;
+        match read {
+            Ok(result) => result,
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+        }
+    }
+}
+
+/// Writes all of `bytes` to `to`, each write bounded by `within`.
+pub async fn write_all<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    bytes: &[u8],
+    within: Duration,
+) -> Result<(), RelayError> {
+    match tokio::time::timeout(within, to.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(error)) => Err(RelayError::Write {
+            error: Some(error),
+            timed_out: false,
+        }),
+        Err(_) => Err(RelayError::Write {
+            error: None,
+            timed_out: true,
+        }),
+    }
+}
+
+fn read_failed(error: io::Error) -> RelayError {
+    let timed_out = error.kind() == io::ErrorKind::TimedOut;
+    RelayError::Read {
+        error: (!timed_out).then_some(error),
+        timed_out,
+    }
+}
+
+/// Relays a body framed by `framing` from `from` (its pending bytes first) to `to`, as it
+/// came; a close-delimited body is written chunked (`to` is then told the framing by the
+/// caller's head). Each read and write waits at most `idle`. `chunked` is the scanner of a
+/// chunked body whose first bytes the caller already checked (or a new one).
+///
+/// Errors: which side failed; a broken framing is the source's.
+pub async fn relay<R, W>(
+    from: &mut Buffered<R>,
+    to: &mut W,
+    framing: Framing,
+    mut chunked: Chunked,
+    idle: Duration,
+) -> Result<(), RelayError>
+where
+    R: AsyncRead + AsyncWrite + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match framing {
+        Framing::Empty => Ok(()),
+        Framing::Length(mut left) => {
+            while left > 0 {
+                if from.pending().is_empty() {
+                    match from.fill(idle, BUFFER).await {
+                        Ok(0) => {
+                            return Err(RelayError::Read {
+                                error: None,
+                                timed_out: false,
+                            })
+                        }
+                        Ok(_) => {}
+                        Err(e) => return Err(read_failed(e)),
+                    }
+                }
+                let pending = from.pending();
+                let take = pending
+                    .len()
+                    .min(usize::try_from(left).unwrap_or(usize::MAX));
+                write_all(to, &pending[..take], idle).await?;
+                from.consume(take);
+                left -= take as u64;
+            }
+            Ok(())
+        }
+        Framing::Chunked => loop {
+            if chunked.is_done() {
+                return Ok(());
+            }
+            if from.pending().is_empty() {
+                match from.fill(idle, BUFFER).await {
+                    Ok(0) => {
+                        return Err(RelayError::Read {
+                            error: None,
+                            timed_out: false,
+                        })
+                    }
+                    Ok(_) => {}
+                    Err(e) => return Err(read_failed(e)),
+                }
+            }
+            let progress = chunked.scan(from.pending()).map_err(RelayError::Framing)?;
+            write_all(to, &from.pending()[..progress.used], idle).await?;
+            from.consume(progress.used);
+        },
+        Framing::Close => {
+            let mut size = Vec::with_capacity(20);
+            loop {
+                if from.pending().is_empty() {
+                    match from.fill(idle, BUFFER).await {
+                        Ok(0) => return write_all(to, b"0\r\n\r\n", idle).await,
+                        Ok(_) => {}
+                        Err(e) => return Err(read_failed(e)),
+                    }
+                }
+                let pending = from.pending();
+                size.clear();
+                size.extend_from_slice(format!("{:x}\r\n", pending.len()).as_bytes());
+                write_all(to, &size, idle).await?;
+                write_all(to, pending, idle).await?;
+                write_all(to, b"\r\n", idle).await?;
+                let n = pending.len();
+                from.consume(n);
+            }
+        }
+    }
+}

@@ -1,0 +1,524 @@
+//! Phases 5–6 on the own engine: the request sent to an upstream of the region (retried on
+//! another when that is safe, under the same rules and budget as `upstream::forward`), the
+//! answer's head rewritten and written back, its body relayed by its framing.
+//!
+//! Blame is decided by which side of a relay failed: a client that stalls or breaks its
+//! upload is the client's error (400/408), an upstream that resets, times out or frames its
+//! answer badly is the upstream's (502/504, counted, ejecting). A message whose framing
+//! breaks midway is never completed on the other side: its connection is closed.
+
+use std::time::{Duration, Instant};
+
+use http::uri::Authority;
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::{Outbound, Outcome, RequestId};
+use crate::error::{Blame, Error, ErrorKind, Retry};
+use crate::http1::conn::{self, relay, write_all, Buffered, RelayError};
+use crate::http1::head::{parse_response, ResponseHead};
+use crate::http1::{framing, write, Chunked, Framing};
+use crate::problem::Problem;
+use crate::proxy::headers::raw::{self, Nominated};
+use crate::proxy::Proxy;
+use crate::upstream::health::{self, Pick};
+use crate::upstream::raw::RawConn;
+use crate::upstream::regions::RegionRuntime;
+use crate::upstream::UpstreamState;
+
+/// How a forwarded request ended, for metrics, the log and the connection.
+pub(super) struct Answered {
+    pub status: u16,
+    pub upstream: Option<Authority>,
+    pub outcome: Outcome,
+}
+
+/// Why an attempt failed.
+enum Failed {
+    /// The client's fault (its body): the request ends here.
+    Client(Error),
+    /// The upstream's: counted, may eject, may be retried.
+    Upstream(Error),
+    /// A `101` nobody asked for (RFC 9110 §15.2.2): 502, the upstream's fault, not retried.
+    Switched,
+}
+
+fn upstream(kind: ErrorKind, detail: impl Into<String>) -> Failed {
+    Failed::Upstream(Error::new(kind, detail))
+}
+
+/// The request body's relay failure, blamed on the side that failed.
+fn upload_failed(e: RelayError) -> Failed {
+    match e {
+        RelayError::Read {
+            timed_out: true, ..
+        } => Failed::Client(Error::new(ErrorKind::BodyTimeout, e.to_string())),
+        RelayError::Read { .. } => Failed::Client(Error::new(ErrorKind::Aborted, e.to_string())),
+        RelayError::Framing(_) => Failed::Client(Error::new(ErrorKind::BadFraming, e.to_string())),
+        RelayError::Write {
+            timed_out: true, ..
+        } => upstream(ErrorKind::Timeout, e.to_string()),
+        RelayError::Write { .. } => upstream(ErrorKind::Reset, e.to_string()),
+    }
+}
+
+impl Proxy {
+    /// Phase 5 and 6: forwards `out` to an upstream of `region` and answers the client.
+    pub(super) async fn h1_forward<S>(
+        &self,
+        client: &mut Buffered<S>,
+        region: &RegionRuntime,
+        out: Outbound,
+        id: &RequestId,
+        close: bool,
+    ) -> Answered
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let retry = &self.config.retries;
+        region.state.budget.deposit(retry);
+        let metrics = &region.state.metrics;
+        let idle = self.config.timeouts.idle();
+        let mut wire = conn::take_buffer();
+        let mut tried = 0u64;
+        let mut last: Option<Error> = None;
+        let mut last_upstream = None;
+        let mut answer = None;
+        for attempt in 0..=retry.max_retries {
+            if attempt > 0 && (!out.held || !region.state.budget.withdraw(retry)) {
+                break;
+            }
+            let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
+                Pick::Upstream(i) => i,
+                Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                    answer = Some(Problem::Unavailable {
+                        region: region.name.clone(),
+                        retry_after: Duration::from_millis(retry_after_ms),
+                    });
+                    break;
+                }
+                Pick::AllEjected { .. } | Pick::Exhausted => break,
+            };
+            tried |= 1 << (i % 64);
+            let chosen = &region.upstreams[i];
+            let state = &chosen.state;
+            last_upstream = Some(chosen.authority.clone());
+            let in_flight = state.health.start();
+            let sent = Instant::now();
+            let failed = match self.h1_attempt(client, state, &out, &mut wire).await {
+                Ok((up, head)) => {
+                    metrics.upstream_duration(sent.elapsed().as_secs_f64());
+                    let responded = self
+                        .h1_respond(client, state, up, head, &out, id, close, &mut wire)
+                        .await;
+                    drop(in_flight);
+                    match responded {
+                        Ok(responded) => {
+                            match responded.upstream_failed {
+                                Some(kind) => {
+                                    metrics.upstream_error(kind);
+                                    let health = &self.config.health;
+                                    health::record_failure(&region.upstreams, i, health);
+                                }
+                                None => state.health.success(),
+                            }
+                            conn::give_buffer(wire);
+                            conn::give_buffer(out.bytes);
+                            return Answered {
+                                status: responded.status,
+                                upstream: last_upstream,
+                                outcome: responded.outcome,
+                            };
+                        }
+                        // Nothing of the answer went out: 502, the upstream's fault.
+                        Err(detail) => {
+                            metrics.upstream_error(ErrorKind::Reset);
+                            health::record_failure(&region.upstreams, i, &self.config.health);
+                            tracing::warn!(region = %region.name, upstream = %chosen.authority, %detail, "upstream failed");
+                            answer = Some(Problem::BadGateway {
+                                region: region.name.clone(),
+                                detail,
+                            });
+                            break;
+                        }
+                    }
+                }
+                Err(failed) => failed,
+            };
+            let error = match failed {
+                Failed::Client(error) => {
+                    crate::metrics::client_error(error.kind);
+                    tracing::debug!(upstream = %chosen.authority, %error, "the client failed its request");
+                    answer = Some(Problem::Client(error));
+                    break;
+                }
+                Failed::Switched => {
+                    metrics.upstream_error(ErrorKind::Reset);
+                    answer = Some(Problem::BadGateway {
+                        region: region.name.clone(),
+                        detail: "the upstream answered 101 Switching Protocols to a request \
+                                 that asked for no upgrade"
+                            .to_owned(),
+                    });
+                    break;
+                }
+                Failed::Upstream(error) => error,
+            };
+            metrics.upstream_error(error.kind);
+            if let Some(ms) = health::record_failure(&region.upstreams, i, &self.config.health) {
+                tracing::warn!(upstream = %chosen.authority, ejected_ms = ms, "upstream ejected");
+            }
+            let retryable = match error.kind.retry() {
+                Retry::Always => true,
+                Retry::IfIdempotent => out.idempotent,
+                Retry::Never => false,
+            };
+            let more_to_come =
+                out.held && attempt < retry.max_retries && region.upstreams.len() > 1;
+            tracing::debug!(upstream = %chosen.authority, %error, attempt, "upstream attempt failed");
+            last = Some(error);
+            if !retryable || !more_to_come {
+                break;
+            }
+        }
+        conn::give_buffer(wire);
+        conn::give_buffer(out.bytes);
+        let problem = answer.unwrap_or_else(|| match last {
+            None => Problem::Unavailable {
+                region: region.name.clone(),
+                retry_after: Duration::ZERO,
+            },
+            Some(error) if error.blame() == Blame::Client => Problem::Client(error),
+            Some(error) if error.kind == ErrorKind::Timeout => Problem::GatewayTimeout {
+                region: region.name.clone(),
+                detail: error.detail,
+            },
+            Some(error) => {
+                tracing::warn!(region = %region.name, detail = %error.detail, "upstream failed");
+                Problem::BadGateway {
+                    region: region.name.clone(),
+                    detail: error.detail,
+                }
+            }
+        });
+        let status = problem.status().as_u16();
+        // A request whose body was streamed (or broke) cannot be followed on its connection.
+        let close = close || !out.held;
+        let written = write_problem(client, problem, id, close, idle).await;
+        Answered {
+            status,
+            upstream: last_upstream,
+            outcome: if close || !written {
+                Outcome::Close
+            } else {
+                Outcome::KeepAlive
+            },
+        }
+    }
+
+    /// One attempt: a pooled or new connection, the request written (its body relayed if it
+    /// streams), the response head read (1xx answers other than `100` passed to the client).
+    async fn h1_attempt<S>(
+        &self,
+        client: &mut Buffered<S>,
+        state: &UpstreamState,
+        out: &Outbound,
+        wire: &mut Vec<u8>,
+    ) -> Result<(RawConn, ResponseHead), Failed>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let timeouts = &self.config.timeouts;
+        let idle = timeouts.idle();
+        wire.clear();
+        wire.extend_from_slice(&out.bytes[..out.line_end]);
+        if !(self.config.preserve_host && has_host(&out.bytes[out.line_end..out.fields_end])) {
+            write::field(wire, b"Host", state.host.as_bytes());
+        }
+        wire.extend_from_slice(&out.bytes[out.line_end..]);
+        // A pooled connection the upstream closed just as the request left it is replaced by
+        // a new one once, when nothing of the answer came and sending again is safe.
+        let mut pooled = state.raw_pool().checkout(idle);
+        loop {
+            let reused = pooled.is_some();
+            let mut up = match pooled.take() {
+                Some(up) => up,
+                None => state.raw_connect().await.map_err(Failed::Upstream)?,
+            };
+            let again = reused && out.held;
+            let written = write_all(&mut up.io, wire, idle).await;
+            if written.is_err() && again {
+                continue;
+            }
+            written.map_err(upload_failed)?;
+            if !out.held {
+                relay(client, &mut up.io, out.framing, Chunked::new(), idle)
+                    .await
+                    .map_err(upload_failed)?;
+            }
+            match self.read_response_head(&mut up, client).await {
+                Err(Failed::Upstream(e))
+                    if again
+                        && e.kind == ErrorKind::Reset
+                        && up.buf.is_empty()
+                        && out.idempotent =>
+                {
+                    continue;
+                }
+                Err(e) => return Err(e),
+                Ok(head) => return Ok((up, head)),
+            }
+        }
+    }
+
+    /// Reads the final response head within `response_headers_ms`; informational answers
+    /// (`103 Early Hints` and the like) go to the client as they come, `100` is dropped.
+    async fn read_response_head<S>(
+        &self,
+        up: &mut RawConn,
+        client: &mut Buffered<S>,
+    ) -> Result<ResponseHead, Failed>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let limits = &self.config.limits;
+        let deadline = Instant::now() + self.config.timeouts.response_headers();
+        let mut head = ResponseHead::default();
+        loop {
+            match parse_response(
+                up.pending(),
+                &mut head,
+                limits.max_headers,
+                limits.max_header_bytes,
+            ) {
+                Ok(true) if head.status == 101 => return Err(Failed::Switched),
+                Ok(true) if head.status == 100 => up.consume(head.len),
+                Ok(true) if head.status < 200 => {
+                    let mut info = Vec::with_capacity(head.len + 64);
+                    write::status_line(&mut info, head.status, reason(head.status));
+                    let via = self.via.http11.as_bytes();
+                    // The request id is the final answer's.
+                    raw::write_response_fields(
+                        &mut info,
+                        up.pending(),
+                        &head.fields,
+                        via,
+                        None,
+                        false,
+                    );
+                    info.extend_from_slice(b"\r\n");
+                    let _ = write_all(&mut client.io, &info, self.config.timeouts.idle()).await;
+                    up.consume(head.len);
+                }
+                Ok(true) => return Ok(head),
+                Ok(false) => {
+                    let left = deadline.saturating_duration_since(Instant::now());
+                    match up.fill(left, limits.max_header_bytes).await {
+                        Ok(0) => {
+                            return Err(upstream(
+                                ErrorKind::Reset,
+                                "the upstream closed the connection before a response",
+                            ))
+                        }
+                        Ok(_) => {}
+                        Err(e) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            return Err(upstream(
+                                ErrorKind::Timeout,
+                                format!(
+                                    "no response headers within {} ms",
+                                    self.config.timeouts.response_headers_ms
+                                ),
+                            ))
+                        }
+                        Err(e) => {
+                            return Err(upstream(
+                                ErrorKind::Reset,
+                                format!("reading the response: {e}"),
+                            ))
+                        }
+                    }
+                }
+                Err(e) => return Err(upstream(ErrorKind::Reset, format!("{e} from the upstream"))),
+            }
+        }
+    }
+
+    /// Phase 6: the response head rewritten and written, the body relayed; the upstream
+    /// connection pooled again when the exchange was framed exactly.
+    ///
+    /// Errors: the answer cannot be forwarded (its framing is invalid) and nothing of it was
+    /// written: the reason, for a 502.
+    #[allow(clippy::too_many_arguments)]
+    async fn h1_respond<S>(
+        &self,
+        client: &mut Buffered<S>,
+        state: &UpstreamState,
+        mut up: RawConn,
+        head: ResponseHead,
+        out: &Outbound,
+        id: &RequestId,
+        close: bool,
+        wire: &mut Vec<u8>,
+    ) -> Result<Responded, String>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let idle = self.config.timeouts.idle();
+        let buf = up.pending();
+        let (framing, exact) = framing::response_framing(buf, &head, out.head_request)
+            .map_err(|e| format!("the upstream's response framing: {e}"))?;
+        let body = &buf[head.len..];
+        // An answer whose chunked framing is broken in what came with its head is 502 while
+        // nothing of it has gone to the client (issue 29, defect 5).
+        let mut whole = match framing {
+            Framing::Empty => Some(0),
+            Framing::Length(n) if body.len() as u64 >= n => Some(n as usize),
+            Framing::Chunked => match Chunked::new().scan(body) {
+                Ok(p) if p.done => Some(p.used),
+                Ok(_) => None,
+                Err(e) => return Err(format!("the upstream's chunked framing: {e}")),
+            },
+            _ => None,
+        };
+        let upstream_close = head.minor == 0 || Nominated::close(buf, &head.fields);
+        wire.clear();
+        write::status_line(wire, head.status, reason(head.status));
+        let via = self.via.http11.as_bytes();
+        // Re-framed chunked (close-delimited), or framed by `Transfer-Encoding` despite a
+        // length: the length would lie (RFC 9112 §6.3).
+        let coded = matches!(framing, Framing::Chunked | Framing::Close);
+        let te = head
+            .fields
+            .iter()
+            .any(|f| f.name.of(buf).eq_ignore_ascii_case(b"transfer-encoding"));
+        raw::write_response_fields(
+            wire,
+            buf,
+            &head.fields,
+            via,
+            Some(id.as_bytes()),
+            te || coded,
+        );
+        if coded {
+            write::field(wire, b"Transfer-Encoding", b"chunked");
+        }
+        if close {
+            write::field(wire, b"Connection", b"close");
+        }
+        wire.extend_from_slice(b"\r\n");
+        if let Some(n) = whole {
+            wire.extend_from_slice(&body[..n]);
+        }
+        let used = head.len + whole.unwrap_or(0);
+        let mut responded = Responded {
+            status: head.status,
+            outcome: if close {
+                Outcome::Close
+            } else {
+                Outcome::KeepAlive
+            },
+            upstream_failed: None,
+        };
+        if let Err(e) = write_all(&mut client.io, wire, idle).await {
+            crate::metrics::client_error(send_kind(&e));
+            responded.outcome = Outcome::Close;
+            return Ok(responded);
+        }
+        up.consume(used);
+        if whole.is_none() {
+            match relay(&mut up, &mut client.io, framing, Chunked::new(), idle).await {
+                Ok(()) => whole = Some(0),
+                Err(e @ RelayError::Write { .. }) => {
+                    crate::metrics::client_error(send_kind(&e));
+                    responded.outcome = Outcome::Close;
+                    return Ok(responded);
+                }
+                Err(e) => {
+                    // The client's connection closes: it never sees a complete message.
+                    tracing::debug!(upstream = %state.authority, error = %e, "upstream body failed");
+                    responded.outcome = Outcome::Close;
+                    responded.upstream_failed = Some(match e {
+                        RelayError::Read {
+                            timed_out: true, ..
+                        } => ErrorKind::Timeout,
+                        _ => ErrorKind::Reset,
+                    });
+                    return Ok(responded);
+                }
+            }
+        }
+        if exact && !upstream_close && framing != Framing::Close && whole.is_some() {
+            state.raw_pool().checkin(up);
+        }
+        Ok(responded)
+    }
+}
+
+/// How a response was answered.
+struct Responded {
+    status: u16,
+    outcome: Outcome,
+    /// The upstream failed the body after its head had gone (counted against it).
+    upstream_failed: Option<ErrorKind>,
+}
+
+/// The client's error when writing to it failed.
+fn send_kind(e: &RelayError) -> ErrorKind {
+    match e {
+        RelayError::Write {
+            timed_out: true, ..
+        } => ErrorKind::SendTimeout,
+        _ => ErrorKind::Aborted,
+    }
+}
+
+/// Whether a written field section has a `Host` line.
+fn has_host(fields: &[u8]) -> bool {
+    fields
+        .split(|&b| b == b'\n')
+        .any(|line| line.len() > 5 && line[..5].eq_ignore_ascii_case(b"host:"))
+}
+
+/// The status's reason phrase (RFC 9110 §15; empty for an unknown code, RFC 9112 §4).
+fn reason(status: u16) -> &'static [u8] {
+    http::StatusCode::from_u16(status)
+        .ok()
+        .and_then(|s| s.canonical_reason())
+        .unwrap_or("")
+        .as_bytes()
+}
+
+/// Writes a problem+json answer to the client; false if the client was gone.
+pub(super) async fn write_problem<S>(
+    client: &mut Buffered<S>,
+    problem: Problem,
+    id: &RequestId,
+    close: bool,
+    idle: Duration,
+) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use futures_util::FutureExt;
+    use http_body_util::BodyExt;
+    let resp = problem.into_response();
+    let status = resp.status();
+    let mut wire = Vec::with_capacity(512);
+    write::status_line(&mut wire, status.as_u16(), reason(status.as_u16()));
+    for (name, value) in resp.headers() {
+        write::field(&mut wire, name.as_str().as_bytes(), value.as_bytes());
+    }
+    let body = match resp.into_body().collect().now_or_never() {
+        Some(Ok(collected)) => collected.to_bytes(),
+        _ => bytes::Bytes::new(),
+    };
+    wire.extend_from_slice(b"content-length: ");
+    write::decimal(&mut wire, body.len() as u64);
+    wire.extend_from_slice(b"\r\n");
+    write::field(&mut wire, b"x-request-id", id.as_bytes());
+    if close {
+        write::field(&mut wire, b"connection", b"close");
+    }
+    wire.extend_from_slice(b"\r\n");
+    wire.extend_from_slice(&body);
+    write_all(&mut client.io, &wire, idle).await.is_ok()
+}

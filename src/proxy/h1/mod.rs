@@ -1,0 +1,401 @@
+//! The own HTTP/1.1 engine's phases for one request (`http1_engine: own`, docs/data-path.md):
+//! the same phases as [`Proxy::handle`], read top to bottom in [`Proxy::h1`], on a head the
+//! codec (`crate::http1`) parsed into offsets over the client connection's buffer.
+//!
+//! admit (method, framing, target, `Host`) → loop check → extract (path and header routes,
+//! from the head) → resolve → write the upstream head once (docs/data-path.md's header rules,
+//! `headers::raw`) → forward with retries (`exchange.rs`: the request's own task drives the
+//! upstream connection, from a per-worker pool of plain sockets) → respond (the response head
+//! rewritten the same way, the body relayed by its framing).
+//!
+//! What this engine does not carry itself it hands back whole, before reading anything of
+//! the request's body: the connection goes on under hyper's engine, the head read again
+//! there ([`Outcome::Handoff`]). That is: HTTP/1.0, `Expect`, upgrades, targets not in
+//! origin form, GraphQL, gRPC and fan-out routes, legacy ids to probe, and regions with a TLS
+//! or HTTP/2 upstream. The REST path (an id in the path or a header, one region) is this
+//! engine's.
+
+mod exchange;
+
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncWrite};
+
+use super::headers::raw::{self, Nominated, RawForwarding};
+use super::headers::ClientAddr;
+use super::route::Extraction;
+use super::{access, admit, request_id, Proxy};
+use crate::error::{Error, ErrorKind};
+use crate::http1::conn::{self, Buffered};
+use crate::http1::head::{self, RequestHead};
+use crate::http1::{framing, write, Chunked, Framing, FramingError};
+use crate::metrics;
+use crate::problem::Problem;
+use crate::table::RegionId;
+use crate::upstream::regions::Routing;
+
+/// How a connection goes on after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    /// Read the next request.
+    KeepAlive,
+    /// Close the connection (the client asked, or the request's framing was broken).
+    Close,
+    /// Nothing of the request was used: serve the connection with hyper's engine.
+    Handoff,
+}
+
+/// The request as it goes upstream, written once: the request line, the fields under the
+/// header rules with the framing and the final CRLF, then a held body. `Host` goes between
+/// the line and the fields, per attempt (each upstream has its own).
+pub(super) struct Outbound {
+    bytes: Vec<u8>,
+    line_end: usize,
+    fields_end: usize,
+    /// The body is all in `bytes` (retryable); else it streams from the client, one attempt.
+    held: bool,
+    framing: Framing,
+    idempotent: bool,
+    head_request: bool,
+}
+
+/// What the head decided: where the request goes.
+struct Planned {
+    routing: std::sync::Arc<Routing>,
+    region: RegionId,
+    route: Option<crate::extract::RouteKind>,
+}
+
+/// Why the head stops here.
+enum Stop {
+    /// Hyper's engine serves it (see the module docs).
+    Handoff,
+    /// A refusal; `close`: the body's framing is unknown, so the connection cannot go on.
+    Refuse(Problem, bool),
+}
+
+impl From<Problem> for Stop {
+    fn from(problem: Problem) -> Stop {
+        Stop::Refuse(problem, false)
+    }
+}
+
+/// A request id, kept on the stack (at most 128 bytes, ASCII).
+struct RequestId {
+    bytes: [u8; 128],
+    len: usize,
+}
+
+impl RequestId {
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("-")
+    }
+
+    fn fresh() -> RequestId {
+        let mut id = RequestId {
+            bytes: [0; 128],
+            len: 32,
+        };
+        id.bytes[..32].copy_from_slice(&request_id::make_bytes());
+        id
+    }
+
+    /// The client's sane sole id, or a fresh one.
+    fn of(buf: &[u8], fields: &[head::Field]) -> RequestId {
+        // The first line is judged; every line is replaced by the id kept.
+        let mut id = RequestId {
+            bytes: [0; 128],
+            len: 0,
+        };
+        match head::all(buf, fields, b"x-request-id").next() {
+            Some(kept) if request_id::is_sane(kept) => {
+                id.bytes[..kept.len()].copy_from_slice(kept);
+                id.len = kept.len();
+            }
+            _ => return RequestId::fresh(),
+        }
+        id
+    }
+}
+
+impl Proxy {
+    /// Serves one request whose head `head` was parsed from the start of
+    /// `client.pending()`, end to end: the answer written, the body relayed. Never fails: a
+    /// refusal is a problem+json answer. `draining`: the answer says `Connection: close`.
+    pub async fn h1<S>(
+        &self,
+        client: &mut Buffered<S>,
+        head: &RequestHead,
+        addr: &ClientAddr,
+        draining: bool,
+    ) -> Outcome
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let started = Instant::now();
+        let buf = client.pending();
+        if head.minor == 0 || !head.target.of(buf).starts_with(b"/") {
+            return Outcome::Handoff;
+        }
+        let in_flight = metrics::InFlight::start();
+        let id = RequestId::of(buf, &head.fields);
+        let client_close = draining || Nominated::close(buf, &head.fields);
+        let mut log = self.config.access_log.then(|| {
+            let text = |s: head::Span| String::from_utf8_lossy(s.of(buf)).into_owned();
+            Logged {
+                method: text(head.method),
+                path: text(head.target),
+                started,
+                route: None,
+            }
+        });
+        let planned = framing::request_framing(buf, head)
+            .map_err(|e| Stop::Refuse(framing_problem(e), true))
+            .and_then(|framing| {
+                let planned = self.h1_plan(buf, head).map_err(|stop| match stop {
+                    // The body was not read: the connection cannot go on past it.
+                    Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
+                    handoff => handoff,
+                })?;
+                let outbound = self.h1_outbound(buf, head, addr, &id, framing)?;
+                Ok((planned, outbound))
+            });
+        let (planned, outbound) = match planned {
+            Ok(ready) => ready,
+            Err(Stop::Handoff) => return Outcome::Handoff,
+            Err(Stop::Refuse(problem, close)) => {
+                let head_len = head.len;
+                client.consume(head_len);
+                let status = problem.status().as_u16();
+                self.no_region.request(None, status);
+                let written = exchange::write_problem(
+                    client,
+                    problem,
+                    &id,
+                    close || client_close,
+                    self.config.timeouts.idle(),
+                )
+                .await;
+                if let Some(log) = &log {
+                    log.write(&id, status, None, None);
+                }
+                drop(in_flight);
+                return if close || client_close || !written {
+                    Outcome::Close
+                } else {
+                    Outcome::KeepAlive
+                };
+            }
+        };
+        let held_len = if outbound.held {
+            outbound.bytes.len() - outbound.fields_end
+        } else {
+            0
+        };
+        client.consume(head.len + held_len);
+        let region = planned.routing.region(planned.region);
+        let answered = self
+            .h1_forward(client, region, outbound, &id, client_close)
+            .await;
+        drop(in_flight);
+        region.state.metrics.request(planned.route, answered.status);
+        if let Some(log) = &mut log {
+            log.route = planned.route;
+            log.write(
+                &id,
+                answered.status,
+                Some(&region.state.metrics.label),
+                answered.upstream.as_ref().map(|u| u.as_str()),
+            );
+        }
+        answered.outcome
+    }
+
+    /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
+    fn h1_plan(&self, buf: &[u8], head: &RequestHead) -> Result<Planned, Stop> {
+        let fields = &head.fields;
+        let has = |name: &[u8]| head::all(buf, fields, name).next().is_some();
+        if has(b"upgrade")
+            || has(b"expect")
+            || crate::extract::grpc::is_grpc_content_type(
+                head::all(buf, fields, b"content-type").next(),
+            )
+        {
+            return Err(Stop::Handoff);
+        }
+        if head.method.of(buf) == b"CONNECT" {
+            return Err(Problem::MethodNotAllowed.into());
+        }
+        admit::check_host(head::all(buf, fields, b"host"), true)?;
+        let limits = &self.config.limits;
+        super::headers::check_via(
+            head::all(buf, fields, b"via"),
+            &self.config.region,
+            limits.max_hops,
+        )
+        .map_err(Problem::Loop)?;
+        let target = head.target.of(buf);
+        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+        // The codec refused a target with bytes outside US-ASCII.
+        let path = std::str::from_utf8(path).map_err(|_| Problem::BadTarget)?;
+        let found = self.routes.extract_head(path, |name: &http::HeaderName| {
+            let name: &[u8] = name.as_str().as_bytes();
+            fields
+                .iter()
+                .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
+                .map(|f| f.value.of(buf))
+        });
+        let route = found.route_kind();
+        if !matches!(found, Extraction::Id(..) | Extraction::NoId) {
+            return Err(Stop::Handoff);
+        }
+        let routing = self.regions.current();
+        let (decision, legacy_id) = self.resolve(&routing.table, found, &tracing::Span::none())?;
+        if legacy_id.is_some() {
+            // A legacy id may be probed in the other regions: hyper's engine does that.
+            return Err(Stop::Handoff);
+        }
+        let region = routing.region(decision.region);
+        if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
+            return Err(Stop::Handoff);
+        }
+        routing
+            .decisions(decision.scheme)
+            .count(decision.rule.label());
+        Ok(Planned {
+            region: decision.region,
+            routing,
+            route,
+        })
+    }
+
+    /// Phase 4: the request going upstream, written once (`Outbound`), with its body when it
+    /// is small and already read (held for a retry).
+    fn h1_outbound(
+        &self,
+        buf: &[u8],
+        head: &RequestHead,
+        addr: &ClientAddr,
+        id: &RequestId,
+        framing: Framing,
+    ) -> Result<Outbound, Stop> {
+        let method = head.method.of(buf);
+        let body = &buf[head.len..];
+        let limit = self.config.retries.buffer_bytes;
+        let held = match framing {
+            Framing::Empty => Some(0),
+            Framing::Length(n) if n as usize <= limit && body.len() as u64 >= n => Some(n as usize),
+            Framing::Chunked => match Chunked::new().scan(body) {
+                Ok(p) if p.done && p.used <= limit => Some(p.used),
+                Ok(_) => None,
+                Err(e) => {
+                    metrics::client_error(ErrorKind::BadFraming);
+                    let error = Error::new(ErrorKind::BadFraming, format!("body framing: {e}"));
+                    return Err(Stop::Refuse(Problem::Client(error), true));
+                }
+            },
+            _ => None,
+        };
+        let mut bytes = conn::take_buffer();
+        bytes.extend_from_slice(method);
+        bytes.push(b' ');
+        bytes.extend_from_slice(head.target.of(buf));
+        bytes.extend_from_slice(b" HTTP/1.1\r\n");
+        let line_end = bytes.len();
+        let original_host = head::all(buf, &head.fields, b"host").next();
+        raw::write_request_fields(
+            &mut bytes,
+            buf,
+            &head.fields,
+            &RawForwarding {
+                client: addr,
+                original_host,
+                via: self.via.http11.as_bytes(),
+                preserve_host: self.config.preserve_host,
+                request_id: id.as_bytes(),
+            },
+        );
+        match framing {
+            Framing::Length(n) => {
+                bytes.extend_from_slice(b"Content-Length: ");
+                write::decimal(&mut bytes, n);
+                bytes.extend_from_slice(b"\r\n");
+            }
+            Framing::Chunked => write::field(&mut bytes, b"Transfer-Encoding", b"chunked"),
+            // A body-less POST keeps saying so (`Content-Length: 0`), as it came.
+            Framing::Empty
+                if head::all(buf, &head.fields, b"content-length")
+                    .next()
+                    .is_some() =>
+            {
+                write::field(&mut bytes, b"Content-Length", b"0")
+            }
+            Framing::Empty | Framing::Close => {}
+        }
+        bytes.extend_from_slice(b"\r\n");
+        let fields_end = bytes.len();
+        if let Some(n) = held {
+            bytes.extend_from_slice(&body[..n]);
+        }
+        Ok(Outbound {
+            bytes,
+            line_end,
+            fields_end,
+            held: held.is_some(),
+            framing,
+            idempotent: matches!(
+                method,
+                b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
+            ),
+            head_request: method == b"HEAD",
+        })
+    }
+}
+
+/// Answers a request head the codec refused (with a fresh request id); the caller then
+/// closes the connection.
+pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::time::Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    exchange::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
+}
+
+/// The problem for a request whose framing the codec refused.
+fn framing_problem(e: FramingError) -> Problem {
+    match e {
+        FramingError::UnsupportedCoding => Problem::UnsupportedTransferCoding,
+        e => {
+            metrics::client_error(ErrorKind::BadFraming);
+            Problem::Client(Error::new(ErrorKind::BadFraming, e.to_string()))
+        }
+    }
+}
+
+/// What the access log needs of a request, copied before its head's bytes go.
+struct Logged {
+    method: String,
+    path: String,
+    started: Instant,
+    route: Option<crate::extract::RouteKind>,
+}
+
+impl Logged {
+    fn write(&self, id: &RequestId, status: u16, region: Option<&str>, upstream: Option<&str>) {
+        access::log(&access::Access {
+            request_id: id.as_str(),
+            method: &self.method,
+            path: self.path.split('?').next().unwrap_or(&self.path),
+            status,
+            route: self.route,
+            region,
+            regions: None,
+            upstream,
+            started: self.started,
+        });
+    }
+}

@@ -1,0 +1,103 @@
+//! The own HTTP/1.1 engine's connection loop (`http1_engine: own`): read a request head
+//! within the header read timeout, let `Proxy::h1` carry the request, and go on with the
+//! next one while the connection is kept alive.
+//!
+//! An idle connection holds no buffer: the loop waits for the socket to become readable
+//! before taking one from the worker's cache (`http1::conn`), and gives it back as soon as
+//! nothing is pending. A request the engine hands back ([`Outcome::Handoff`]) continues the
+//! connection under hyper's engine, the bytes read so far read again there.
+
+use std::time::Duration;
+
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use super::announce::Rewind;
+use super::Conn;
+use crate::http1::conn::Buffered;
+use crate::http1::head::{parse_request, HeadError, RequestHead};
+use crate::problem::Problem;
+use crate::proxy::h1::Outcome;
+
+/// Serves a plain HTTP/1.1 connection until it closes, is idle for too long, or the
+/// listener drains.
+pub(super) async fn serve(conn: Conn, stream: TcpStream) {
+    let settings = conn.settings.clone();
+    let mut draining = conn.draining.clone();
+    let limits = &conn.proxy.config().limits;
+    let (max_fields, max_bytes) = (limits.max_headers, limits.max_header_bytes.max(8192));
+    let idle = conn.proxy.config().timeouts.idle();
+    let mut client = Buffered::new(stream);
+    let mut head = RequestHead::default();
+    let mut wait = settings.header_timeout;
+    loop {
+        if client.pending().is_empty() {
+            tokio::select! {
+                ready = tokio::time::timeout(wait, client.io.readable()) => {
+                    if !matches!(ready, Ok(Ok(()))) {
+                        return;
+                    }
+                }
+                _ = draining_now(&mut draining) => return,
+            }
+        }
+        let deadline = tokio::time::Instant::now() + settings.header_timeout;
+        let parsed = loop {
+            match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
+                Ok(true) => break Ok(()),
+                Ok(false) => {}
+                Err(e) => break Err(e),
+            }
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            match client.fill(left, max_bytes).await {
+                Ok(0) => return,
+                Ok(_) => {}
+                // A slow or silent client (slowloris): closed, as hyper's engine does.
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return,
+                Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                    break Err(HeadError::TooLarge)
+                }
+                Err(_) => return,
+            }
+        };
+        if let Err(e) = parsed {
+            refuse_head(&mut client, e, idle).await;
+            return;
+        }
+        let draining_flag = *draining.borrow();
+        // Boxed: the request's future (its relays and timers) lives only while a request
+        // does, so an idle connection's task stays small.
+        match Box::pin(conn.proxy.h1(&mut client, &head, &conn.addr, draining_flag)).await {
+            Outcome::KeepAlive if !draining_flag => wait = idle,
+            Outcome::KeepAlive | Outcome::Close => {
+                let _ = tokio::io::AsyncWriteExt::shutdown(&mut client.io).await;
+                return;
+            }
+            Outcome::Handoff => return Box::pin(handoff(conn, client)).await,
+        }
+    }
+}
+
+/// Completes when the listener starts draining.
+async fn draining_now(draining: &mut watch::Receiver<bool>) {
+    if draining.wait_for(|d| *d).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// Answers a head the codec refused (400, or 431 when it is too large) and closes.
+async fn refuse_head(client: &mut Buffered<TcpStream>, e: HeadError, idle: Duration) {
+    let problem = match e {
+        HeadError::TooLarge | HeadError::TooManyFields => Problem::HeadTooLarge,
+        HeadError::NonAsciiTarget => Problem::BadTarget,
+        HeadError::Invalid(why) => Problem::BadHead(why),
+    };
+    crate::proxy::h1::refuse(client, problem, idle).await;
+}
+
+/// Serves the rest of the connection with hyper's engine, the pending bytes first.
+async fn handoff(conn: Conn, client: Buffered<TcpStream>) {
+    let Buffered { io, buf, start } = client;
+    let rewind = Rewind::with_bytes(io, buf, start);
+    conn.serve_hyper_http1(rewind).await;
+}

@@ -1,0 +1,322 @@
+//! The own HTTP/1.1 engine (`http1_engine: own`) over real sockets: what it does that hyper's
+//! engine does not (or does otherwise), keep-alive on both sides, and the hand-over of a
+//! connection to hyper's engine for what it does not carry itself. Raw bytes on loopback, so
+//! what is asserted is what went over the wire.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{iuid_for, lettered_table, orders_config, url, Router, Upstream};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+fn own() -> String {
+    orders_config().extra("http1_engine: own").yaml()
+}
+
+/// Sends `request` on a new connection and reads until the server closes it (or 3 s).
+async fn raw(addr: SocketAddr, request: Vec<u8>) -> String {
+    tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
+        s.write_all(&request).expect("write");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .expect("join")
+}
+
+/// An upstream that answers each request it reads (a head, then `Content-Length` bytes of
+/// body) with `answer`, keeping the connection; it counts connections and keeps what it read.
+struct Scripted {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    seen: Arc<Mutex<Vec<u8>>>,
+}
+
+async fn scripted(answer: &'static [u8]) -> Scripted {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (count, log) = (connections.clone(), seen.clone());
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            count.fetch_add(1, Ordering::SeqCst);
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                loop {
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length: "))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while got.len() < end + 4 + length {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let message: Vec<u8> = got.drain(..end + 4 + length).collect();
+                    log.lock().expect("log").extend_from_slice(&message);
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    Scripted {
+        addr,
+        connections,
+        seen,
+    }
+}
+
+/// The router on the own engine, with one region named `region` (metrics are per process:
+/// each test counts in a region of its own) owning country 1 and the rest.
+async fn router_to(upstream: &str, region: &str) -> Router {
+    let table = format!(
+        "version: h1\nregions:\n  {region}: {{ upstreams: [\"{upstream}\"] }}\ncountries:\n  1: {region}\ndefault_region: {region}\n"
+    );
+    Router::start(&own(), &table).await
+}
+
+/// Keep-alive on both sides: three requests on one client connection, pipelined in one
+/// write, are answered in order, over one upstream connection; what went upstream is the
+/// client's request under the header rules, fields in the order and case they came.
+#[tokio::test]
+async fn pipelined_requests_are_answered_in_order_over_one_pooled_upstream_connection() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Up: 1\r\n\r\nok").await;
+    let router = router_to(&url(up.addr), "pipelined").await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let one = format!("GET {path} HTTP/1.1\r\nHost: shop.example\r\nX-Mixed-Case: v\r\n\r\n");
+    let last =
+        format!("GET {path}?n=3 HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n");
+    let answer = raw(router.addr, format!("{one}{one}{last}").into_bytes()).await;
+    assert_eq!(answer.matches("HTTP/1.1 200 OK\r\n").count(), 3, "{answer}");
+    assert_eq!(answer.matches("\r\n\r\nok").count(), 3, "{answer}");
+    assert!(answer.contains("Connection: close\r\n"), "{answer}");
+    assert!(
+        answer.contains("X-Up: 1\r\nVia: 1.1 edge\r\nX-Request-Id: "),
+        "{answer}"
+    );
+    assert_eq!(
+        up.connections.load(Ordering::SeqCst),
+        1,
+        "one upstream connection"
+    );
+    let seen = String::from_utf8(up.seen.lock().expect("seen").clone()).expect("ascii");
+    let host = up.addr.to_string();
+    let expected_start = format!(
+        "GET {path} HTTP/1.1\r\nHost: {host}\r\nX-Mixed-Case: v\r\nX-Forwarded-For: 127.0.0.1\r\n\
+X-Forwarded-Proto: http\r\nX-Forwarded-Host: shop.example\r\n\
+Forwarded: for=127.0.0.1;host=\"shop.example\";proto=http\r\nVia: 1.1 edge\r\nX-Request-Id: "
+    );
+    assert!(seen.starts_with(&expected_start), "{seen}");
+    assert!(
+        seen.contains(&format!("GET {path}?n=3 HTTP/1.1\r\n")),
+        "{seen}"
+    );
+    assert!(
+        !seen.to_lowercase().contains("connection:"),
+        "hop-by-hop removed: {seen}"
+    );
+}
+
+/// Heads the codec refuses are problem+json, and the router goes on serving.
+#[tokio::test]
+async fn refused_heads_are_problem_json() {
+    let up = Upstream::start("a").await;
+    let router = Router::start(
+        &orders_config()
+            .limits("max_headers: 20, max_header_bytes: 8192")
+            .extra("http1_engine: own")
+            .yaml(),
+        &lettered_table("h1", &[&[up.url()]]),
+    )
+    .await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let bad = raw(
+        router.addr,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nA : b\r\n\r\n").into_bytes(),
+    )
+    .await;
+    assert!(bad.starts_with("HTTP/1.1 400 Bad Request\r\n"), "{bad}");
+    assert!(bad.contains("application/problem+json"), "{bad}");
+    assert!(
+        bad.contains("urn:iuid-router:problem:invalid-head"),
+        "{bad}"
+    );
+    let many: String = (0..30).map(|i| format!("X-{i}: v\r\n")).collect();
+    let big = raw(
+        router.addr,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\n{many}\r\n").into_bytes(),
+    )
+    .await;
+    assert!(big.starts_with("HTTP/1.1 431 "), "{big}");
+    assert!(
+        big.contains("urn:iuid-router:problem:head-too-large"),
+        "{big}"
+    );
+    // Transfer-Encoding beside Content-Length: refused, not read either way.
+    let smuggle = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n"
+    );
+    let answer = raw(router.addr, smuggle.into_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("bad-body-framing"), "{answer}");
+    assert_eq!(up.count(), 0, "nothing reached the upstream");
+    let ok = raw(
+        router.addr,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+    )
+    .await;
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+}
+
+/// 103 Early Hints reach the client before the final answer.
+#[tokio::test]
+async fn early_hints_reach_the_client() {
+    let up = scripted(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+    )
+    .await;
+    let router = router_to(&url(up.addr), "hints").await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let answer = raw(
+        router.addr,
+        format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+    )
+    .await;
+    assert!(
+        answer.starts_with("HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\nVia: 1.1 edge\r\n\r\nHTTP/1.1 200 OK\r\n"),
+        "{answer}"
+    );
+}
+
+/// An answer whose chunked framing is broken in what came with its head is 502 problem+json,
+/// counted against the upstream (issue 29, defect 5), for each broken size the review found.
+#[tokio::test]
+async fn a_broken_chunked_answer_is_502_before_anything_is_sent() {
+    for (n, answer) in [
+        &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2zz\r\nhi\r\n0\r\n\r\n"[..],
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n0x2\r\nhi\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n+2\r\nhi\r\n0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nhi",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let up = scripted(answer).await;
+        let region = format!("broken{n}");
+        let router = router_to(&url(up.addr), &region).await;
+        let path = format!("/v1/orders/{}", iuid_for(1));
+        let got = raw(
+            router.addr,
+            format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n").into_bytes(),
+        )
+        .await;
+        assert!(
+            got.starts_with("HTTP/1.1 502 Bad Gateway\r\n"),
+            "case {n}: {got}"
+        );
+        assert!(
+            got.contains("urn:iuid-router:problem:bad-gateway"),
+            "case {n}: {got}"
+        );
+        let errors = router
+            .metric(
+                "iuid_router_upstream_errors_total",
+                &[&format!("region=\"{region}\"")],
+            )
+            .await;
+        assert_eq!(errors, 1.0, "case {n}: counted against the upstream");
+    }
+}
+
+/// What the own engine does not carry (here `Expect: 100-continue`, and a request to a
+/// GraphQL route) goes to hyper's engine with its connection, and is served there, as is
+/// the connection's next request.
+#[tokio::test]
+async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
+    let up = Upstream::start("a").await;
+    let router = Router::start(
+        &orders_config()
+            .route_graphql("/graphql")
+            .extra("http1_engine: own")
+            .yaml(),
+        &lettered_table("h1", &[&[up.url()]]),
+    )
+    .await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let expect = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"
+    );
+    let next = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let answer = raw(router.addr, format!("{expect}{next}").into_bytes()).await;
+    assert_eq!(answer.matches("HTTP/1.1 200 OK\r\n").count(), 2, "{answer}");
+    assert_eq!(up.count(), 2);
+    assert_eq!(&up.last().body[..], b"");
+    let query = r#"{"query":"{ node(id: \"x\") { id } }"}"#;
+    let graphql = format!(
+        "POST /graphql HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{query}",
+        query.len()
+    );
+    let answer = raw(router.addr, graphql.into_bytes()).await;
+    // Hyper's engine answers: its header names are lowercase.
+    assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
+    assert!(answer.contains("x-request-id: "), "{answer}");
+}
+
+/// A client that stops sending its body midway is the client's error: the upstream never
+/// gets a complete request and is not blamed.
+#[tokio::test]
+async fn an_upload_cut_midway_is_never_completed_upstream() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n").await;
+    let router = router_to(&url(up.addr), "cut").await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let body = vec![b'x'; 200_000];
+    let mut stream = tokio::net::TcpStream::connect(router.addr)
+        .await
+        .expect("connect");
+    let head = format!("POST {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 400000\r\n\r\n");
+    stream.write_all(head.as_bytes()).await.expect("head");
+    stream.write_all(&body).await.expect("half the body");
+    drop(stream);
+    let counted = common::eventually(Duration::from_secs(5), || async {
+        router
+            .metric("iuid_router_client_errors_total", &["kind=\"aborted\""])
+            .await
+            >= 1.0
+    })
+    .await;
+    assert!(counted.is_some(), "the client's error is counted");
+    assert_eq!(
+        router
+            .metric("iuid_router_upstream_errors_total", &["region=\"cut\""])
+            .await,
+        0.0
+    );
+    let seen = up.seen.lock().expect("seen").len();
+    assert_eq!(seen, 0, "the upstream never completed a request");
+}
