@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use common::{client, eventually, iuid_for, url, ConfigYaml, Router, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 /// A table with one region, named after the test so its metrics are its own; it owns country
 /// 1, so every test's id is `iuid_for(1)`.
@@ -459,33 +459,11 @@ async fn a_client_that_stops_reading_is_closed_after_idle_ms_with_its_upstream()
     );
 }
 
-/// A raw upstream that answers every request with `response`, then closes.
-async fn scripted_upstream(response: &'static [u8]) -> SocketAddr {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 8192];
-                let mut got = Vec::new();
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = stream.write_all(response).await;
-                let _ = stream.shutdown().await;
-            });
-        }
-    });
-    addr
-}
-
 #[tokio::test]
 async fn an_upstream_content_length_beside_chunked_is_removed() {
-    let up = scripted_upstream(
-        b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+    let up = common::scripted_upstream(
+        &[b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n"],
+        Duration::ZERO,
     )
     .await;
     let router = Router::start(&config(2000, 5000).yaml(), &table("blame_clte", &[url(up)])).await;

@@ -10,6 +10,7 @@
 
 mod access;
 mod admit;
+mod bad_answer;
 pub mod h1;
 pub mod headers;
 mod legacy;
@@ -48,9 +49,10 @@ use headers::{ClientAddr, Forwarding, ViaValues};
 use legacy::owners::Owners;
 use route::{Extraction, Routes};
 
-/// The body of every response the router sends: the upstream's, streamed with an idle
-/// timeout, or one of its own.
-pub type ProxyBody = Either<Guarded<IdleTimeout<Incoming>, InFlightGuards>, Full<Bytes>>;
+/// The body of every response the router sends: the upstream's (with its first frame put back
+/// when it was read before the head was relayed), streamed with an idle timeout, or one of its
+/// own.
+pub type ProxyBody = Either<Guarded<IdleTimeout<Prefixed>, InFlightGuards>, Full<Bytes>>;
 
 /// What counts a proxied request in flight while its response body streams: the router-wide
 /// gauge and the upstream's count that P2C balances on.
@@ -276,10 +278,8 @@ impl Proxy {
         };
         if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && client_upgrade.is_none()
         {
-            return self
-                .unsolicited_switch(&target, &answered)
-                .into_response()
-                .map(Either::Right);
+            let problem = bad_answer::unsolicited_switch(&target, &answered);
+            return problem.into_response().map(Either::Right);
         }
         if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
             // Boxed, as the fan-out paths are: its future is large and would otherwise grow
@@ -288,16 +288,20 @@ impl Proxy {
             answered = Box::pin(probing).await;
         }
         let Answered {
-            response,
+            mut response,
             upstream,
             in_flight,
         } = answered;
         trail.upstream = Some(upstream);
+        let first = match bad_answer::first_frame(&mut response, trail).await {
+            Ok(first) => first,
+            Err(problem) => return problem.into_response().map(Either::Right),
+        };
         let in_flight = InFlightGuards {
             _request: trail.in_flight.take(),
             _upstream: in_flight,
         };
-        self.respond(response, in_flight, client_upgrade)
+        self.respond(response, first, in_flight, client_upgrade)
     }
 
     /// Phase 5b, legacy ids only: a 404/410 from the region first asked sends the request to
@@ -555,28 +559,13 @@ impl Proxy {
         }
     }
 
-    /// A `101` to a request that asked for no upgrade (RFC 9110 §15.2.2: a server switches
-    /// only to a protocol the client listed in `Upgrade`): relayed, it would hand the client's
-    /// connection to a protocol it never asked for. The upstream answered wrongly: 502,
-    /// counted against it.
-    fn unsolicited_switch(&self, target: &Target, answered: &Answered) -> Problem {
-        let region = target.region();
-        region.state.metrics.upstream_error(ErrorKind::Reset);
-        tracing::warn!(region = %region.name, upstream = %answered.upstream, "upstream switched protocols unasked");
-        Problem::BadGateway {
-            region: region.name.clone(),
-            detail: "the upstream answered 101 Switching Protocols to a request that asked \
-                     for no upgrade"
-                .to_owned(),
-        }
-    }
-
-    /// Phase 6: the upstream's response with docs/data-path.md's header rules; the body streams back,
-    /// carrying `in_flight` until it is done (a `101` answer to an upgrade starts the tunnel
-    /// instead).
+    /// Phase 6: the upstream's response with docs/data-path.md's header rules; the body streams back
+    /// (`first`, its first frame if `bad_answer` read it, in front), carrying `in_flight` until
+    /// it is done (a `101` answer to an upgrade starts the tunnel instead).
     fn respond(
         &self,
         mut resp: Response<Incoming>,
+        first: Option<http_body::Frame<Bytes>>,
         in_flight: InFlightGuards,
         client_upgrade: Option<hyper::upgrade::OnUpgrade>,
     ) -> Response<ProxyBody> {
@@ -587,7 +576,10 @@ impl Proxy {
             }
         }
         let idle = self.config.timeouts.idle();
-        resp.map(|b| Either::Left(Guarded::new(IdleTimeout::new(b, idle), in_flight)))
+        resp.map(|b| {
+            let body = Prefixed::with_first(first, b);
+            Either::Left(Guarded::new(IdleTimeout::new(body, idle), in_flight))
+        })
     }
 }
 

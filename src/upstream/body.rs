@@ -315,12 +315,21 @@ mod tests {
     }
 }
 
-/// A client's request body with bytes the router already read from it put back in front: a
-/// `grpc:` route reads the first message to find the id, then streams it and the rest on.
+/// A body with what the router already read of it put back in front: a `grpc:` route reads a
+/// client's first message to find the id, then streams it and the rest on; a chunked upstream
+/// answer has its first frame read before its head is relayed (`proxy::bad_answer`).
 #[derive(Debug)]
 pub struct Prefixed {
-    prefix: Option<bytes::Bytes>,
+    prefix: Option<Ahead>,
     rest: hyper::body::Incoming,
+}
+
+/// A frame read ahead of the rest. Trailers are boxed: they come first only in a body of
+/// nothing else, and every body carries the slot.
+#[derive(Debug)]
+enum Ahead {
+    Data(bytes::Bytes),
+    Trailers(Box<http::HeaderMap>),
 }
 
 impl Prefixed {
@@ -332,8 +341,23 @@ impl Prefixed {
     /// `prefix` (already read), then what is left of `rest`.
     pub fn with_prefix(prefix: bytes::Bytes, rest: hyper::body::Incoming) -> Prefixed {
         Prefixed {
-            prefix: Some(prefix).filter(|p| !p.is_empty()),
+            prefix: Some(prefix).filter(|p| !p.is_empty()).map(Ahead::Data),
             rest,
+        }
+    }
+
+    /// `first` (a frame already read, if any), then what is left of `rest`.
+    pub fn with_first(first: Option<Frame<bytes::Bytes>>, rest: hyper::body::Incoming) -> Prefixed {
+        match first.map(Frame::into_data) {
+            None => Prefixed::new(rest),
+            Some(Ok(data)) => Prefixed::with_prefix(data, rest),
+            Some(Err(frame)) => Prefixed {
+                prefix: frame
+                    .into_trailers()
+                    .ok()
+                    .map(|t| Ahead::Trailers(Box::new(t))),
+                rest,
+            },
         }
     }
 }
@@ -347,10 +371,11 @@ impl Body for Prefixed {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
         let this = self.get_mut();
-        if let Some(prefix) = this.prefix.take() {
-            return Poll::Ready(Some(Ok(Frame::data(prefix))));
+        match this.prefix.take() {
+            None => Pin::new(&mut this.rest).poll_frame(cx),
+            Some(Ahead::Data(data)) => Poll::Ready(Some(Ok(Frame::data(data)))),
+            Some(Ahead::Trailers(trailers)) => Poll::Ready(Some(Ok(Frame::trailers(*trailers)))),
         }
-        Pin::new(&mut this.rest).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
@@ -359,7 +384,10 @@ impl Body for Prefixed {
 
     fn size_hint(&self) -> SizeHint {
         let mut hint = self.rest.size_hint();
-        let extra = self.prefix.as_ref().map_or(0, |p| p.len() as u64);
+        let extra = match &self.prefix {
+            Some(Ahead::Data(data)) => data.len() as u64,
+            _ => 0,
+        };
         hint.set_lower(hint.lower() + extra);
         if let Some(upper) = hint.upper() {
             hint.set_upper(upper + extra);

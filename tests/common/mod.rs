@@ -450,6 +450,43 @@ pub async fn hanging_upstream() -> SocketAddr {
     addr
 }
 
+/// A raw upstream that answers every request with `parts`, written in turn with `pause`
+/// between them, then closes: for answers a real server library would not send (broken
+/// framing), or sends only slowly.
+pub async fn scripted_upstream(parts: &[&'static [u8]], pause: std::time::Duration) -> SocketAddr {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let parts: Arc<[&'static [u8]]> = parts.into();
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let parts = parts.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 8192];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                // Each part leaves as it is written, not held back by Nagle.
+                let _ = stream.set_nodelay(true);
+                for (i, part) in parts.iter().enumerate() {
+                    if i > 0 && !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                    if stream.write_all(part).await.is_err() {
+                        return;
+                    }
+                }
+                let _ = stream.shutdown().await;
+            });
+        }
+    });
+    addr
+}
+
 /// A routing table whose country `k + 1` belongs to `regions[k]` (named `a`, `b`, `c`, …
 /// with the given upstream URLs); the first region is the default.
 pub fn lettered_table(version: &str, regions: &[&[String]]) -> String {
