@@ -24,8 +24,14 @@
 #   e.g. TLS=1 CONNCLOSE=1 bash bench/run.sh --rounds 1 --duration 5 --no-criterion --no-profile
 #        CONNCLOSE=1 bash bench/run.sh --profile-only --out /tmp/cg.md   # callgrind: all but TLS
 #
+# bench/idle.py (run it after this script has installed and built what it needs) measures
+# memory instead: RSS per idle connection (HTTP/1.1, TLS, h2c, h2) and per request waiting on
+# a silent upstream, iuid-router against nginx, and appends a section to a report:
+#   python3 bench/idle.py --proxy both --n 3000 --out bench/RESULTS.md
+#
 # Installs what it needs from Debian's packages, uses loopback ports 18081-18105 (callgrind's
-# TLS listeners 18114-18115), and stops only the processes it started.
+# TLS listeners 18114-18115; bench/idle.py 18121-18134), and stops only the processes it
+# started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
