@@ -479,13 +479,13 @@ def main():
 
     args.nginx_h2 = nginx_has_http2()
     work = tempfile.mkdtemp(prefix="iuid-idle-")
-    subprocess.run(["bash", os.path.join(ROOT, "config", "make-certs.sh"), f"{work}/certs",
-                    "localhost"], check=True, capture_output=True)
-    configs(work, args.nginx_h2)
-    ids = {"eu": bench.mint(3, 1)[0], "hole": bench.mint(HOLE_COUNTRY, 1)[0]}
     proxies = ["router", "nginx"] if args.proxy == "both" else [args.proxy]
     notes, rows, hole = [], [], None
     try:
+        subprocess.run(["bash", os.path.join(ROOT, "config", "make-certs.sh"), f"{work}/certs",
+                        "localhost"], check=True, capture_output=True)
+        configs(work, args.nginx_h2)
+        ids = {"eu": bench.mint(3, 1)[0], "hole": bench.mint(HOLE_COUNTRY, 1)[0]}
         upstreams = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work], f"{work}/upstreams.log")
         for port in UPSTREAMS.values():
             bench.wait_tcp(port)
