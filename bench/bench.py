@@ -5,6 +5,15 @@ Started by bench/run.sh. Every peer first proves it routes every sample id to th
 region (or 404 for ids of unknown countries); then wrk drives each peer in turn, A B C D
 interleaved, for several rounds. Proxy CPU is read from /proc (all processes and threads of
 the proxy), peak RSS from VmHWM. The report goes to bench/RESULTS.md.
+
+Modes, from the environment; each applies to every proxy of the run, and they combine:
+  TLS=1          the proxies terminate HTTPS (one certificate for all) and their TLS listeners
+                 are the measured targets; the upstreams stay plain HTTP
+  CONNCLOSE=1    a new connection per request (`Connection: close` on every request)
+  RESP_BYTES=N   the upstreams answer N-byte bodies (a static file of N bytes)
+  REQ_BYTES=N    POST requests with N-byte bodies
+Unset, the run is the default one: GET over plain HTTP/1.1 keep-alive, answers of 3 bytes.
+The callgrind counts honour CONNCLOSE, RESP_BYTES and REQ_BYTES, and are plain HTTP always.
 """
 
 import argparse
@@ -13,9 +22,11 @@ import json
 import os
 import platform
 import re
+import select
 import shutil
 import socket
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -28,13 +39,34 @@ BIN = os.environ.get("IUID_ROUTER_BIN", os.path.join(ROOT, "target", "release", 
 UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
 PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
 ADMIN = 18093
-# TLS termination (nginx `listen ssl`, iuid-router `tls:`), and a second iuid-router binary to
-# compare in the same run (`IUID_ROUTER_BEFORE_BIN`).
-TLS_PORTS = {"nginx TLS": 18101, "iuid-router TLS": 18102}
+# TLS termination (nginx `listen ssl`, HAProxy `bind ... ssl`, iuid-router `tls:`), and a
+# second iuid-router binary to compare in the same run (`IUID_ROUTER_BEFORE_BIN`).
+TLS_PORTS = {"nginx TLS": 18101, "haproxy TLS": 18100, "iuid-router TLS": 18102}
 BEFORE_PORT, BEFORE_ADMIN, TLS_ADMIN = 18103, 18104, 18105
 BEFORE_BIN = os.environ.get("IUID_ROUTER_BEFORE_BIN")
 # Ports of the callgrind runs: nginx, HAProxy, iuid-router, its admin API.
 CG_PORT = 18094
+# The modes (see the docstring); all unset is the default run.
+TLS = os.environ.get("TLS", "") == "1"
+CONNCLOSE = os.environ.get("CONNCLOSE", "") == "1"
+RESP_BYTES = int(os.environ.get("RESP_BYTES") or 0)
+REQ_BYTES = int(os.environ.get("REQ_BYTES") or 0)
+
+
+def mode_text():
+    """The modes of this run, for the report's header line."""
+    parts = []
+    if TLS:
+        parts.append("TLS=1 (HTTPS to every proxy, one certificate; upstreams plain HTTP)")
+    if CONNCLOSE:
+        parts.append("CONNCLOSE=1 (a new connection per request, `Connection: close`)")
+    if RESP_BYTES:
+        parts.append(f"RESP_BYTES={RESP_BYTES} (upstream answers of {RESP_BYTES} bytes, a static file)")
+    if REQ_BYTES:
+        parts.append(f"REQ_BYTES={REQ_BYTES} (POST bodies of {REQ_BYTES} bytes)")
+    return "; ".join(parts) or "default (GET, plain HTTP/1.1 keep-alive, answers of 3 bytes)"
+
+
 # iUID country -> region; country 99 is owned by no region (404 everywhere).
 COUNTRIES = {1: "ap", 2: "us", 3: "eu", 4: "eu"}
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -141,9 +173,29 @@ def write(path, text):
     return path
 
 
+def upstream_location(work, region):
+    """What an upstream answers: its region's name, or with RESP_BYTES a static file of that
+    many bytes (too large for `return`); POST to a static file is 405 in nginx, so it is
+    redirected (as GET) to the same file."""
+    if not RESP_BYTES:
+        return f'add_header X-Region {region} always; return 200 "{region}\\n";'
+    # nginx's workers run as another user (nobody, when started as root): they must get in.
+    os.chmod(work, 0o711)
+    os.makedirs(f"{work}/resp", mode=0o755, exist_ok=True)
+    write(f"{work}/resp/{region}", (region * RESP_BYTES)[:RESP_BYTES])
+    return (f"add_header X-Region {region} always; root {work}/resp; "
+            f"try_files /{region} =500; error_page 405 =200 /{region};")
+
+
 def configs(work, ids_path):
+    # Bodies (REQ_BYTES) are allowed and kept in memory at both nginx layers; answers
+    # (RESP_BYTES) larger than nginx's proxy buffers stream to the client, not to a temp file.
+    extra_http = (f"  client_max_body_size {max(REQ_BYTES, 1 << 20)};\n  client_body_buffer_size 1m;\n"
+            if REQ_BYTES else "")
+    if RESP_BYTES:
+        extra_http += "  proxy_max_temp_file_size 0;\n"
     upstream_servers = "\n".join(
-        f"""  server {{ listen 127.0.0.1:{port}; location / {{ add_header X-Region {region} always; return 200 "{region}\\n"; }} }}"""
+        f"""  server {{ listen 127.0.0.1:{port}; location / {{ {upstream_location(work, region)} }} }}"""
         for region, port in UPSTREAMS.items())
     write(f"{work}/upstreams.conf", f"""worker_processes 1;
 daemon off;
@@ -153,7 +205,7 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
-{upstream_servers}
+{extra_http}{upstream_servers}
 }}
 """)
     # nginx routing by the id's country: hex chars 16-17 of the hyphenated id, after "8" + ver1.
@@ -171,7 +223,7 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
-{groups}
+{extra_http}{groups}
   map $uri $region {{
     default "";
 {cases}
@@ -203,6 +255,11 @@ http {{
     backends = "\n".join(
         f"backend {region}\n  http-reuse always\n  server {region}1 127.0.0.1:{port}\n"
         for region, port in UPSTREAMS.items())
+    # HAProxy wants the certificate and its key in one PEM.
+    with open(f"{work}/certs/localhost.pem") as a, open(f"{work}/certs/localhost-key.pem") as b:
+        write(f"{work}/certs/localhost-haproxy.pem", a.read() + b.read())
+    tls_bind = (f"  bind 127.0.0.1:{TLS_PORTS['haproxy TLS']} ssl crt {work}/certs/localhost-haproxy.pem\n"
+                if TLS else "")
     write(f"{work}/haproxy.cfg", f"""global
   nbthread 2
   maxconn 4096
@@ -214,7 +271,7 @@ defaults
   option http-keep-alive
 frontend fe
   bind 127.0.0.1:{PORTS["haproxy"]}
-  http-request set-var(txn.region) path,regsub(^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F],),regsub(-.*$,),lower,map({work}/countries.map)
+{tls_bind}  http-request set-var(txn.region) path,regsub(^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F],),regsub(-.*$,),lower,map({work}/countries.map)
   http-request return status 404 unless {{ var(txn.region) -m found }}
   # HAProxy's argument parser ends regsub at the first ')', so no capture group: strip the
   # prefix up to the country's hex pair, then everything from the next '-'.
@@ -236,31 +293,143 @@ reload: {{ watch: false }}
     # The same router with HTTPS on its listener (the certificate nginx TLS uses), and the
     # same router again for the binary compared against (IUID_ROUTER_BEFORE_BIN).
     base = f"region: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /v1/orders/{{id}}\nreload: {{ watch: false }}\n"
+    tls = f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, key: {work}/certs/localhost-key.pem }}\n"
     write(f"{work}/router-tls.yaml",
-          f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base +
-          f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, key: {work}/certs/localhost-key.pem }}\n")
+          f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base + tls)
     write(f"{work}/router-before.yaml",
-          f"listen: 127.0.0.1:{BEFORE_PORT}\nadmin_listen: 127.0.0.1:{BEFORE_ADMIN}\n" + base)
-    write(f"{work}/ids.lua", f"""local ids = {{}}
+          f"listen: 127.0.0.1:{BEFORE_PORT}\nadmin_listen: 127.0.0.1:{BEFORE_ADMIN}\n" + base +
+          (tls if TLS else ""))
+    # iuid-router needs no limit raised for REQ_BYTES: a path route finds its id without
+    # reading the body, and there is no body size limit; a body up to retries.buffer_bytes
+    # (64 KiB) is kept for a retry, a larger one streams upstream and is not retried.
+    if CONNCLOSE or REQ_BYTES:
+        headers = '{ ["Connection"] = "close" }' if CONNCLOSE else "{}"
+        body = f'string.rep("x", {REQ_BYTES})' if REQ_BYTES else "nil"
+        method = "POST" if REQ_BYTES else "GET"
+        request_args = f'"{method}", "/v1/orders/" .. ids[i], headers, body'
+        prelude = f"local headers = {headers}\nlocal body = {body}\n"
+    else:
+        request_args, prelude = '"GET", "/v1/orders/" .. ids[i]', ""
+    write(f"{work}/ids.lua", prelude + f"""local ids = {{}}
 for line in io.lines("{ids_path}") do ids[#ids + 1] = line end
 local i = 0
 request = function()
   i = i % #ids + 1
-  return wrk.format("GET", "/v1/orders/" .. ids[i])
+  return wrk.format({request_args})
 end
 """)
 
 
-def verify(name, port, samples):
-    c = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
-    wrong = []
+def client(port, scheme="http", certs=None, alpn=None):
+    """A connection to a proxy (HTTPS: verified against the throwaway CA in `certs`)."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+    if scheme == "https":
+        ctx = ssl.create_default_context(cafile=f"{certs}/ca.pem")
+        if alpn:
+            ctx.set_alpn_protocols(alpn)
+        conn = ctx.wrap_socket(conn, server_hostname="localhost")
+    return conn
+
+
+def read_answer(conn, buf=b""):
+    """Reads one HTTP/1.1 answer: (status, lower-cased headers, body)."""
+    def more():
+        chunk = conn.recv(65536)
+        if not chunk:
+            raise ConnectionError("closed in the middle of an answer")
+        return chunk
+    while b"\r\n\r\n" not in buf:
+        buf += more()
+    head, buf = buf.split(b"\r\n\r\n", 1)
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, v in (h.split(":", 1) for h in lines[1:])}
+    if headers.get("transfer-encoding", "").lower() == "chunked":
+        body = b""
+        while True:
+            while b"\r\n" not in buf:
+                buf += more()
+            size, buf = buf.split(b"\r\n", 1)
+            size = int(size.split(b";")[0], 16)
+            while len(buf) < size + 2:
+                buf += more()
+            body, buf = body + buf[:size], buf[size + 2:]
+            if size == 0:
+                return status, headers, body  # (no trailers from these peers)
+    if "content-length" in headers:
+        n = int(headers["content-length"])
+        while len(buf) < n:
+            buf += more()
+        return status, headers, buf[:n]
+    while True:  # until the peer closes
+        chunk = conn.recv(65536)
+        if not chunk:
+            return status, headers, buf
+        buf += chunk
+
+
+def exchange(conn, method, path, body=b"", extra_headers=""):
+    """One request on `conn` and its answer: (status, headers, body, reusable). A peer may
+    answer before it has read the body (HAProxy's `http-request return` does): sending then
+    stops, the answer is read, and the connection is not reused."""
+    head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{extra_headers}"
+            + (f"Content-Length: {len(body)}\r\n" if body else "") + "\r\n")
+    conn.sendall(head.encode())
+    view, early = memoryview(body), b""
+    poll = select.poll()
+    poll.register(conn, select.POLLIN | select.POLLOUT)
+    while view:
+        events = dict(poll.poll(5000)).get(conn.fileno(), 0)
+        if events & (select.POLLIN | select.POLLHUP | select.POLLERR):
+            # A TLS connection is readable for records that carry no data (TLS 1.3 session
+            # tickets): only data is an early answer.
+            conn.setblocking(False)
+            try:
+                early = conn.recv(65536)
+                if not early:
+                    raise ConnectionError("closed before answering")
+            except (ssl.SSLWantReadError, BlockingIOError):
+                pass
+            finally:
+                conn.settimeout(5)
+            if early:
+                break
+        view = view[conn.send(view[:16384]):]
+    status, headers, data = read_answer(conn, early)
+    reusable = not view and headers.get("connection", "").lower() != "close"
+    return status, headers, data, reusable
+
+
+def verify(name, port, samples, scheme="http", work=None):
+    """Every sample id reaches its region (the upstream's X-Region), with this run's mode:
+    its method and body, `Connection: close`, the size of the answer, HTTPS."""
+    method, body = ("POST", b"x" * REQ_BYTES) if REQ_BYTES else ("GET", b"")
+    extra = "Connection: close\r\n" if CONNCLOSE else ""
+    wrong, conn = [], None
     for uid, want in samples:
-        c.request("GET", f"/v1/orders/{uid}")
-        r = c.getresponse()
-        r.read()
-        got = r.getheader("X-Region") if r.status == 200 else str(r.status)
+        reused = conn is not None
+        conn = conn or client(port, scheme, f"{work}/certs")
+        try:
+            status, headers, data, reusable = exchange(conn, method, f"/v1/orders/{uid}", body, extra)
+        except (ConnectionError, ssl.SSLError):
+            if not reused:
+                raise
+            # A peer may close a kept-alive connection after an answer without saying so
+            # (iuid-router after a 404 to a POST whose body it did not read): as an HTTP
+            # client does, send again on a new connection.
+            conn.close()
+            conn = client(port, scheme, f"{work}/certs")
+            status, headers, data, reusable = exchange(conn, method, f"/v1/orders/{uid}", body, extra)
+        if not reusable:
+            conn.close()
+            conn = None
+        got = headers.get("x-region") if status == 200 else str(status)
+        if status == 200 and RESP_BYTES and len(data) != RESP_BYTES:
+            got = f"{got} with {len(data)} bytes"
         if got != want:
             wrong.append((uid, want, got))
+    if conn:
+        conn.close()
     if wrong:
         sys.exit(f"{name} misroutes {len(wrong)} of {len(samples)} ids, e.g. {wrong[:3]}")
     print(f"   {name}: all {len(samples)} sample ids routed correctly")
@@ -283,8 +452,11 @@ def drive(port, work, args, scheme="http"):
     p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
     p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    # "Socket errors: connect 0, read 0, write 0, timeout 0", when there were any.
+    sock = re.search(r"Socket errors: (.*)", out)
     return {"rps": rps, "total": total, "p50": p50, "p99": p99,
-            "non2xx": int(errors.group(1)) if errors else 0}
+            "non2xx": int(errors.group(1)) if errors else 0,
+            "sockerr": sock.group(1).strip() if sock else None}
 
 
 # Where iuid-router's instructions go, by the library (or libc part) a function belongs to;
@@ -308,6 +480,11 @@ GROUPS = [
 ]
 
 
+ON_STACK = re.compile(r"\b(main|__libc_start_main|__libc_start_call_main|lang_start|"
+                      r"lang_start_internal|__rust_begin_short_backtrace|thread_start|"
+                      r"start_thread|clone3?)\b|\(below|:0x[0-9a-f]+$")
+
+
 def callgrind(name, cmd, port, work, env=None):
     """User-space instructions per request of one proxy under callgrind (wrk -c8, 10 s after a
     3 s warm-up), and the per-function self costs; instruction counts do not depend on what
@@ -329,7 +506,9 @@ def callgrind(name, cmd, port, work, env=None):
     listing = subprocess.run(["callgrind_annotate", "--threshold=100", dump],
                              check=True, capture_output=True, text=True).stdout
     # Functions still on the stack at the dump (thread entry points, `main`) are listed with
-    # their callees' cost; the program total is the real sum.
+    # their callees' cost; the program total is the real sum. A thread doing more than half
+    # the work is caught by its cost; the others (the accept loop's thread, which with
+    # CONNCLOSE=1 does a third of it) by the names of the frames that start threads.
     total = int(re.search(r"([\d,]+) \([ \d.]+%\)\s+PROGRAM TOTALS", listing)
                 .group(1).replace(",", ""))
     costs, started = [], False
@@ -341,7 +520,7 @@ def callgrind(name, cmd, port, work, env=None):
         if not started or not m:
             continue
         fn, obj, cost = m.group(2), m.group(3), int(m.group(1).replace(",", ""))
-        if cost > total // 2:
+        if cost > total // 2 or ON_STACK.search(fn):
             continue
         costs.append((cost, fn + (" libc" if "libc.so" in obj else "")))
     return total_requests, total, costs
@@ -358,6 +537,7 @@ def instructions(work):
     write(f"{work}/nginx-cg.conf", ng)
     with open(f"{work}/haproxy.cfg") as f:
         ha = f.read().replace("nbthread 2", "nbthread 1")
+    ha = ha.replace(f"bind 127.0.0.1:{TLS_PORTS['haproxy TLS']}", f"bind 127.0.0.1:{CG_PORT + 21}")
     write(f"{work}/haproxy-cg.cfg",
           ha.replace(f"bind 127.0.0.1:{PORTS['haproxy']}", f"bind 127.0.0.1:{CG_PORT + 1}"))
     with open(f"{work}/router.yaml") as f:
@@ -380,7 +560,8 @@ def instructions(work):
     lines = ["## User-space instructions per request (callgrind)", "",
              "Each proxy alone under `valgrind --tool=callgrind` (one worker or thread), wrk -c8 "
              "for 10 s after a 3 s warm-up; kernel work is not counted. Unlike the timed runs "
-             "these counts repeat to within a percent whatever else the machine does.", "",
+             "these counts repeat to within a percent whatever else the machine does. "
+             f"Mode: {mode_text()}" + (" (callgrind runs are plain HTTP)" if TLS else "") + ".", "",
              "| proxy | instructions per request | vs nginx |", "|---|---|---|"]
     lines += [f"| {name} | {v:,.0f} | {v / per['nginx']:.2f}× |" for name, v in per.items()]
     n, total, costs = runs["iuid-router"]
@@ -481,19 +662,26 @@ def main():
         for name in procs:
             verify(name, PORTS[name], samples)
         env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
-        # Extra targets: TLS termination, and the binary compared against.
+        # Extra targets: TLS termination, and the binary compared against. With TLS=1 the
+        # TLS listeners of all three proxies are the measured targets, in place of the plain
+        # ones; by default nginx's and iuid-router's are measured besides the plain ones.
         extra = []
         if not args.profile_only:
             tls_router = start([BIN, "serve", "--config", f"{work}/router-tls.yaml"], env=env)
-            for name, port in TLS_PORTS.items():
+            tls_targets = [("nginx TLS", TLS_PORTS["nginx TLS"], procs["nginx"], "https")]
+            if TLS:
+                tls_targets.append(("haproxy TLS", TLS_PORTS["haproxy TLS"], procs["haproxy"], "https"))
+            tls_targets.append(("iuid-router TLS", TLS_PORTS["iuid-router TLS"], tls_router, "https"))
+            for name, port, _, scheme in tls_targets:
                 wait_tcp(port)
-            extra += [("nginx TLS", TLS_PORTS["nginx TLS"], procs["nginx"], "https"),
-                      ("iuid-router TLS", TLS_PORTS["iuid-router TLS"], tls_router, "https")]
+                verify(name, port, samples, scheme, work)
+            extra += tls_targets
             if BEFORE_BIN:
                 before = start([BEFORE_BIN, "serve", "--config", f"{work}/router-before.yaml"], env=env)
-                wait_port(BEFORE_PORT)
-                verify("iuid-router (before)", BEFORE_PORT, samples)
-                extra.append(("iuid-router (before)", BEFORE_PORT, before, "http"))
+                scheme = "https" if TLS else "http"
+                wait_tcp(BEFORE_PORT) if TLS else wait_port(BEFORE_PORT)
+                verify("iuid-router (before)", BEFORE_PORT, samples, scheme, work)
+                extra.append(("iuid-router (before)", BEFORE_PORT, before, scheme))
 
         if args.profile_only:
             print("== counting instructions per request (callgrind)")
@@ -501,8 +689,8 @@ def main():
             write(args.out, text)
             print(text)
             return
-        targets = [("upstream direct", UPSTREAMS["eu"], None, "http")] + \
-                  [(name, PORTS[name], procs[name], "http") for name in procs] + extra
+        plain = [] if TLS else [(name, PORTS[name], procs[name], "http") for name in procs]
+        targets = [("upstream direct", UPSTREAMS["eu"], None, "http")] + plain + extra
         results = {name: [] for name, _, _, _ in targets}
         for r in range(1, args.rounds + 1):
             for name, port, proc, scheme in targets:
@@ -512,12 +700,14 @@ def main():
                 per100k = [(a - b) / run["total"] * 1e5 for a, b in zip(after, before)]
                 run["user100k"], run["sys100k"] = per100k if proc else (None, None)
                 run["cpu100k"] = sum(per100k) if proc else None
-                # nginx TLS shares the nginx process: its peak RSS is nginx's.
+                # nginx TLS shares the nginx process (HAProxy TLS HAProxy's): its peak RSS
+                # is nginx's.
                 run["rss"] = peak_rss_mib(proc.pid) if proc else None
                 results[name].append(run)
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
+                errs = f"  socket errors: {run['sockerr']}" if run["sockerr"] else ""
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
-                      f"  p99 {run['p99']:.2f} ms  {cpu}")
+                      f"  p99 {run['p99']:.2f} ms  {cpu}{errs}")
         medians = {}
         if not args.no_criterion:
             print("== criterion: extract+resolve, GraphQL 2 KiB on a plan-cache hit")
@@ -543,8 +733,11 @@ def report(results, args, medians, profile):
             return "—"
         return f"{fmt.format(statistics.median(vals))} ({fmt.format(min(vals))}–{fmt.format(max(vals))})"
 
+    # The measured proxies: their TLS listeners with TLS=1.
+    n, h, i = ("nginx TLS", "haproxy TLS", "iuid-router TLS") if TLS else ("nginx", "haproxy", "iuid-router")
     lines = ["# Side-by-side benchmark", "",
-             f"`bash bench/run.sh` on {time.strftime('%Y-%m-%d')}: wrk -t1 -c{args.connections}, "
+             f"`bash bench/run.sh` on {time.strftime('%Y-%m-%d')}, mode {mode_text()}: "
+             f"wrk -t1 -c{args.connections}, "
              f"{args.duration} s per run, {args.rounds} rounds interleaved, 1000 ids over 4 countries "
              "(4 % of an unknown country, answered 404 by every peer), nginx (1 worker) as the "
              "three regional upstreams; the proxies get both cores (nginx 2 workers, HAProxy 2 threads, "
@@ -553,7 +746,7 @@ def report(results, args, medians, profile):
              "## Results", "",
              "| target | req/s | p50 ms | p99 ms | proxy CPU-s per 100k | of which user / kernel | peak RSS MiB | req/s vs nginx | CPU vs nginx |",
              "|---|---|---|---|---|---|---|---|---|"]
-    n_rps, n_cpu = med("nginx", "rps"), med("nginx", "cpu100k")
+    n_rps, n_cpu = med(n, "rps"), med(n, "cpu100k")
     for name in results:
         rps, cpu = med(name, "rps"), med(name, "cpu100k")
         rss = max((r["rss"] for r in results[name] if r["rss"] is not None), default=None)
@@ -564,23 +757,22 @@ def report(results, args, medians, profile):
              if med(name, "user100k") is not None else "—"),
             f"{rss:.1f}" if rss is not None else "—",
             f"{rps / n_rps:.2f}×", f"{cpu / n_cpu:.2f}×" if cpu is not None else "—"]) + " |")
-    i = "iuid-router"
     tls_lines = []
-    if "iuid-router TLS" in results and med("nginx TLS", "cpu100k"):
+    if not TLS and "iuid-router TLS" in results and med("nginx TLS", "cpu100k"):
         tls_lines.append(f"- TLS termination: iuid-router {med('iuid-router TLS', 'rps'):.0f} req/s at "
                          f"{med('iuid-router TLS', 'cpu100k'):.2f} CPU-s/100k; nginx {med('nginx TLS', 'rps'):.0f} "
                          f"req/s at {med('nginx TLS', 'cpu100k'):.2f} CPU-s/100k "
                          f"({med('iuid-router TLS', 'cpu100k') / med('nginx TLS', 'cpu100k'):.2f}× nginx's CPU).")
     if "iuid-router (before)" in results:
         b, a = med("iuid-router (before)", "cpu100k"), med(i, "cpu100k")
-        tls_lines.append(f"- The plain HTTP/1.1 path, this binary against IUID_ROUTER_BEFORE_BIN in the same "
+        tls_lines.append(f"- The {'TLS' if TLS else 'plain HTTP/1.1'} path, this binary against IUID_ROUTER_BEFORE_BIN in the same "
                          f"rounds: {a:.2f} against {b:.2f} CPU-s/100k ({(a / b - 1) * 100:+.1f} %); "
                          f"p99 {med(i, 'p99'):.2f} against {med('iuid-router (before)', 'p99'):.2f} ms "
-                         f"(HAProxy {med('haproxy', 'p99'):.2f} ms).")
+                         f"(HAProxy {med(h, 'p99'):.2f} ms).")
     checks = [
         ("CPU-s per 100k ≤ 0.75× nginx", med(i, "cpu100k") <= 0.75 * n_cpu),
         ("req/s ≥ 1.1× nginx", med(i, "rps") >= 1.1 * n_rps),
-        ("p99 ≤ HAProxy's", med(i, "p99") <= med("haproxy", "p99")),
+        ("p99 ≤ HAProxy's", med(i, "p99") <= med(h, "p99")),
         ("peak RSS ≤ 16 MiB", max(r["rss"] for r in results[i]) <= 16.0),
     ]
     rest, gql = medians.get("extract+resolve/path"), medians.get("graphql/2KiB/cache_hit")
@@ -591,16 +783,29 @@ def report(results, args, medians, profile):
         checks.append((f"GraphQL extraction of a 2 KiB query on a plan-cache hit ≤ 5 µs "
                        f"(criterion median: {gql / 1000:.2f} µs)", gql <= 5000.0))
     lines += ["", "## Targets (issue 6)", ""] + \
+             ([] if mode_text().startswith("default") else
+              ["The targets are set for the default mode; in this mode they are for reference.", ""]) + \
              [f"- {'PASS' if ok else 'FAIL'}: {what}" for what, ok in checks]
     if tls_lines:
         lines += ["", "## TLS termination and the upstream layer (issue 16)", ""] + tls_lines
     non2xx = {name: sum(r["non2xx"] for r in results[name]) for name in results}
-    lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""] + profile
+    lines += ["", f"Non-2xx answers (the 404s of unknown ids): {non2xx}", ""]
+    sockerr = {name: [r["sockerr"] for r in results[name] if r["sockerr"]] for name in results}
+    if any(sockerr.values()):
+        lines += [f"wrk's socket errors: { {k: v for k, v in sockerr.items() if v} }", ""]
+    lines += profile
     # Profiles and what was tried are kept by hand in bench/NOTES.md and carried along.
     notes = os.path.join(ROOT, "bench", "NOTES.md")
     if os.path.exists(notes):
         with open(notes) as f:
             lines += ["", f.read()]
+    # bench/idle.py appends its section to the report; a new report keeps the last one.
+    if os.path.exists(args.out):
+        with open(args.out) as f:
+            m = re.search(r"^## Idle connections and waiting requests\b.*?(?=^## |\Z)", f.read(),
+                          re.M | re.S)
+        if m:
+            lines += ["", m.group(0).rstrip("\n"), ""]
     text = "\n".join(lines)
     with open(args.out + ".new", "w") as f:
         f.write(text)

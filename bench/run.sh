@@ -7,8 +7,31 @@
 #   bash bench/run.sh --profile-only --out /tmp/after.md   # callgrind counts alone (~4 min)
 #   IUID_ROUTER_BIN=/tmp/iuid-router.before bash bench/run.sh --profile-only --out /tmp/before.md
 #
-# Installs what it needs from Debian's packages, uses loopback ports 18081-18097, and stops
-# only the processes it started.
+# Modes, from the environment; each applies to nginx, HAProxy and iuid-router alike, they
+# combine (TLS=1 CONNCLOSE=1 is a TLS handshake per request), and the report's header line
+# names them. Unset, the run is the default one (GET, plain HTTP/1.1 keep-alive, 3-byte answers).
+#   TLS=1         HTTPS to every proxy with one certificate (nginx `listen ssl`, HAProxy
+#                 `bind ... ssl crt`, iuid-router `tls:`); their TLS listeners are the measured
+#                 targets. wrk (OpenSSL) negotiates TLS 1.2 and resumes its session on a new
+#                 connection, so with CONNCLOSE=1 the handshakes are abbreviated ones.
+#   CONNCLOSE=1   a new connection per request (`Connection: close` on every request)
+#   RESP_BYTES=N  the upstreams answer N-byte bodies (a static file); nginx routing gets
+#                 `proxy_max_temp_file_size 0` so large answers stream rather than spill to disk
+#   REQ_BYTES=N   POST with N-byte bodies; both nginx layers get `client_max_body_size` and
+#                 `client_body_buffer_size 1m` (kept in memory); HAProxy and iuid-router need
+#                 no setting (a body up to iuid-router's retries.buffer_bytes, 64 KiB, is kept
+#                 for a retry, a larger one streams)
+#   e.g. TLS=1 CONNCLOSE=1 bash bench/run.sh --rounds 1 --duration 5 --no-criterion --no-profile
+#        CONNCLOSE=1 bash bench/run.sh --profile-only --out /tmp/cg.md   # callgrind: all but TLS
+#
+# bench/idle.py (run it after this script has installed and built what it needs) measures
+# memory instead: RSS per idle connection (HTTP/1.1, TLS, h2c, h2) and per request waiting on
+# a silent upstream, iuid-router against nginx, and appends a section to a report:
+#   python3 bench/idle.py --proxy both --n 3000 --out bench/RESULTS.md
+#
+# Installs what it needs from Debian's packages, uses loopback ports 18081-18105 (callgrind's
+# TLS listeners 18114-18115; bench/idle.py 18121-18134), and stops only the processes it
+# started.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,0 +1,542 @@
+#!/usr/bin/env python3
+"""Memory per idle connection and per waiting request: iuid-router and nginx side by side.
+
+Each proxy runs with one worker (nginx `worker_processes 1`, iuid-router `workers: 1`) and
+routes by the id's country as in bench/bench.py, to nginx upstreams; a country of its own goes
+to an upstream that accepts and never answers (a socket of this script). Every case starts a
+fresh proxy, warms it up with 50 requests on one connection, and reads its RSS (VmRSS summed
+over its processes: nginx's master and worker) from /proc:
+
+  HTTP/1.1       N connections make one keep-alive GET each (the answer read in full) and
+                 stay open; then N more connect and send nothing; then all close
+  TLS HTTP/1.1   the same over HTTPS, ALPN http/1.1
+  h2c            N HTTP/2 connections with prior knowledge: preface, empty SETTINGS, one GET
+                 (HEADERS of HPACK literals without indexing), the answer read, idle
+  TLS h2         the same over HTTPS, ALPN h2
+  waiting        --waiting requests (5000) on as many connections, all to the silent upstream
+
+and reports (RSS with them - RSS before) / count in KiB, and the RSS 2 s after they closed.
+Kernel socket buffers are not in a process's RSS, so they are not counted.
+
+  python3 bench/idle.py [--proxy router|nginx|both] [--n 3000] [--waiting 5000]
+                        [--bin target/release/iuid-router] [--out bench/RESULTS.md]
+
+Uses loopback ports 18121-18134 and stops only the processes it started.
+"""
+
+import argparse
+import os
+import resource
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import bench  # noqa: E402  (mint, tree, the HTTP/1.1 client, the routing of bench.py)
+
+ROOT = bench.ROOT
+UPSTREAMS = {"eu": 18121, "us": 18122, "ap": 18123}
+HOLE = 18124  # accepts, reads nothing, answers nothing
+HOLE_COUNTRY = 5
+PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN = 18130, 18131, 18132, 18133, 18134
+WARMUP = 50
+
+started = []
+
+
+def start(cmd, log):
+    with open(log, "ab") as f:
+        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
+                             env={k: v for k, v in os.environ.items() if k != "RUST_LOG"})
+    started.append(p)
+    return p
+
+
+def stop(p):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def rss_kib(pid):
+    """VmRSS of pid and its descendants (threads share their process's memory)."""
+    total = 0
+    for p in bench.tree(pid):
+        try:
+            with open(f"/proc/{p}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        total += int(line.split()[1])
+        except OSError:
+            pass
+    return total
+
+
+def established(port):
+    """Connections open on the server side of `port` (the proxy's or the silent upstream's)."""
+    out = subprocess.run(["ss", "-Htn", "state", "established", f"( sport = :{port} )"],
+                         capture_output=True, text=True, check=True).stdout
+    return sum(1 for line in out.splitlines() if line.strip())
+
+
+def nginx_has_http2():
+    r = subprocess.run(["nginx", "-V"], capture_output=True, text=True)
+    return "http_v2_module" in r.stdout + r.stderr
+
+
+def configs(work, h2):
+    """nginx as upstreams; nginx routing as bench.py's (one worker, room for 2 × 5000
+    connections); iuid-router plain and TLS, one worker."""
+    servers = "\n".join(
+        f'  server {{ listen 127.0.0.1:{port}; location / {{ add_header X-Region {region} always; '
+        f'return 200 "{region}\\n"; }} }}' for region, port in UPSTREAMS.items())
+    bench.write(f"{work}/upstreams.conf", f"""worker_processes 1;
+daemon off;
+pid {work}/upstreams.pid;
+error_log {work}/upstreams.err;
+events {{ worker_connections 4096; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+{servers}
+}}
+""")
+    regions = dict(UPSTREAMS, hole=HOLE)
+    countries = {**bench.COUNTRIES, HOLE_COUNTRY: "hole"}
+    groups = "\n".join(
+        f"  upstream {region} {{ server 127.0.0.1:{port}; keepalive 64; keepalive_requests 1000000; }}"
+        for region, port in regions.items())
+    cases = "\n".join(
+        f'    "~^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F]{country:02x}" {region};'
+        for country, region in countries.items())
+    location = """    location /v1/orders/ {
+      if ($region = "") { return 404; }
+      proxy_pass http://$region;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }"""
+    ssl = f"""    ssl_certificate {work}/certs/localhost.pem;
+    ssl_certificate_key {work}/certs/localhost-key.pem;
+    ssl_protocols TLSv1.2 TLSv1.3;"""
+    listeners = [f"listen 127.0.0.1:{PLAIN};", f"listen 127.0.0.1:{TLS} ssl;\n{ssl}"]
+    if h2:
+        listeners += [f"listen 127.0.0.1:{NGINX_H2C} http2;",
+                      f"listen 127.0.0.1:{NGINX_TLS_H2} ssl http2;\n{ssl}"]
+    server_blocks = "\n".join(f"  server {{\n    {l}\n{location}\n  }}" for l in listeners)
+    bench.write(f"{work}/nginx.conf", f"""worker_processes 1;
+worker_rlimit_nofile 20000;
+daemon off;
+pid {work}/nginx.pid;
+error_log {work}/nginx.err;
+events {{ worker_connections 16384; }}
+http {{
+  access_log off;
+  keepalive_requests 1000000;
+{groups}
+  map $uri $region {{
+    default "";
+{cases}
+  }}
+{server_blocks}
+}}
+""")
+    table = "".join(f"  {region}: {{ upstreams: [\"http://127.0.0.1:{port}\"] }}\n"
+                    for region, port in regions.items())
+    table_countries = "".join(f"  {c}: {r}\n" for c, r in countries.items())
+    bench.write(f"{work}/routing-table.yaml",
+                f"version: idle\nregions:\n{table}countries:\n{table_countries}default_region: eu\n")
+    # header_read_timeout_ms also bounds how long an HTTP/1.1 connection may sit idle between
+    # requests (10 s by default): raised to nginx's client_header_timeout (60 s), so that the
+    # connections opened first are still open when the last ones are.
+    base = (f"admin_listen: 127.0.0.1:{ADMIN}\nregion: edge\nrouting_table: routing-table.yaml\n"
+            "routes:\n  - path: /v1/orders/{id}\nreload: { watch: false }\nworkers: 1\n"
+            "limits: { header_read_timeout_ms: 60000 }\n")
+    bench.write(f"{work}/router.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base)
+    bench.write(f"{work}/router-tls.yaml", f"listen: 127.0.0.1:{TLS}\n" + base +
+                f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, "
+                f"key: {work}/certs/localhost-key.pem }}\n")
+
+
+# HTTP/2 with the standard library: frames by hand, HPACK literals without indexing.
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0, 1, 3, 4, 7
+END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+
+
+def frame(kind, flags, stream, payload=b""):
+    return len(payload).to_bytes(3, "big") + bytes([kind, flags]) + stream.to_bytes(4, "big") + payload
+
+
+def hpack_int(value, prefix_bits):
+    limit = (1 << prefix_bits) - 1
+    if value < limit:
+        return bytes([value])
+    out, value = bytearray([limit]), value - limit
+    while value >= 128:
+        out.append(value % 128 + 128)
+        value //= 128
+    return bytes(out + bytearray([value]))
+
+
+def hpack_literal(name, value):
+    """Literal header field without indexing, new name, no Huffman (RFC 7541 §6.2.2)."""
+    name, value = name.encode(), value.encode()
+    return b"\x00" + hpack_int(len(name), 7) + name + hpack_int(len(value), 7) + value
+
+
+def h2_get(conn, port, path):
+    """Preface, empty SETTINGS and a GET on stream 1; reads until the answer's end. Returns
+    the answer's DATA; the server's SETTINGS are acknowledged."""
+    block = b"".join(hpack_literal(n, v) for n, v in [
+        (":method", "GET"), (":scheme", "https" if port in (TLS, NGINX_TLS_H2) else "http"),
+        (":authority", f"127.0.0.1:{port}"), (":path", path)])
+    conn.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(HEADERS, END_STREAM | END_HEADERS, 1, block))
+    buf, body = b"", b""
+
+    def read(n):
+        nonlocal buf
+        while len(buf) < n:
+            chunk = conn.recv(65536)
+            if not chunk:
+                raise ConnectionError("HTTP/2 connection closed before the answer")
+            buf += chunk
+        out, buf = buf[:n], buf[n:]
+        return out
+
+    while True:
+        head = read(9)
+        length, kind, flags = int.from_bytes(head[:3], "big"), head[3], head[4]
+        stream = int.from_bytes(head[5:9], "big") & 0x7FFFFFFF
+        payload = read(length)
+        if kind == SETTINGS and not flags & ACK:
+            conn.sendall(frame(SETTINGS, ACK, 0))
+        elif kind in (GOAWAY, RST_STREAM):
+            raise ConnectionError(f"HTTP/2 frame type {kind} from the server")
+        elif stream == 1 and kind == DATA:
+            body += payload
+        if stream == 1 and kind in (DATA, HEADERS) and flags & END_STREAM:
+            return body
+
+
+class Hole:
+    """An upstream that accepts connections and never reads or answers."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.sock.bind(("127.0.0.1", HOLE))
+        self.sock.listen(8192)
+        self.sock.settimeout(0.2)
+        self.conns, self.done = [], False
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self):
+        while not self.done:
+            try:
+                self.conns.append(self.sock.accept()[0])
+            except socket.timeout:
+                pass
+            except OSError:
+                time.sleep(0.05)
+
+    def drop(self):
+        for c in self.conns:
+            c.close()
+        self.conns = []
+
+    def close(self):
+        self.done = True
+        self.thread.join()
+        self.drop()
+        self.sock.close()
+
+
+def close_all(conns):
+    for c in conns:
+        try:
+            c.close()
+        except OSError:
+            pass
+    conns.clear()
+
+
+class Case:
+    """One proxy, fresh for one case: start, warm up, read RSS at each step."""
+
+    def __init__(self, name, proxy, work, args, ids):
+        self.name, self.proxy, self.work, self.args, self.ids = name, proxy, work, args, ids
+        self.tls = name.startswith("TLS")
+        port = TLS if self.tls else PLAIN
+        if proxy == "nginx":
+            self.p = start(["nginx", "-c", f"{work}/nginx.conf", "-p", work], f"{work}/nginx.log")
+            self.port = {"h2c": NGINX_H2C, "TLS h2": NGINX_TLS_H2}.get(name, port)
+        else:
+            config = f"{work}/router-tls.yaml" if self.tls else f"{work}/router.yaml"
+            self.p = start([args.bin, "serve", "--config", config], f"{work}/router.log")
+            self.port = port
+        self.listen = self.port
+        bench.wait_tcp(self.port)
+        if proxy == "nginx":  # the routing servers listen together; wait for all of them
+            for other in (PLAIN, TLS):
+                bench.wait_tcp(other)
+        self.rows = []
+
+    def h1(self, alpn=None):
+        """A connection that made one keep-alive GET, its answer read in full."""
+        conn = bench.client(self.port, "https" if self.tls else "http", f"{self.work}/certs",
+                            alpn=alpn)
+        if alpn and conn.selected_alpn_protocol() != alpn[0]:
+            raise SystemExit(f"{self.proxy}: ALPN chose {conn.selected_alpn_protocol()}, not {alpn[0]}")
+        status, headers, _, reusable = bench.exchange(conn, "GET", f"/v1/orders/{self.ids['eu']}")
+        if status != 200 or headers.get("x-region") != "eu" or not reusable:
+            raise SystemExit(f"{self.proxy} {self.name}: answered {status} {headers}")
+        return conn
+
+    def h2(self):
+        conn = bench.client(self.port, "https" if self.tls else "http", f"{self.work}/certs",
+                            alpn=["h2"])
+        if self.tls:
+            if conn.selected_alpn_protocol() != "h2":
+                raise SystemExit(f"{self.proxy}: ALPN chose {conn.selected_alpn_protocol()}, not h2")
+        body = h2_get(conn, self.port, f"/v1/orders/{self.ids['eu']}")
+        if body != b"eu\n":
+            raise SystemExit(f"{self.proxy} {self.name}: the HTTP/2 answer was {body!r}")
+        return conn
+
+    def warm_up(self, make):
+        """WARMUP requests on one connection, as a proxy that has served traffic is measured."""
+        if make == self.h2:
+            for _ in range(WARMUP):
+                make().close()
+        else:
+            conn = bench.client(self.port, "https" if self.tls else "http", f"{self.work}/certs")
+            for _ in range(WARMUP):
+                bench.exchange(conn, "GET", f"/v1/orders/{self.ids['eu']}")
+            conn.close()
+        time.sleep(0.5)
+        self.before = self.level = rss_kib(self.p.pid)
+
+    def add(self, what, count, make):
+        """Opens `count` connections with `make`, reads RSS; a row against the last level."""
+        conns, t0 = [], time.time()
+        for _ in range(count):
+            conns.append(make())
+        took = time.time() - t0
+        time.sleep(0.5)
+        rss = rss_kib(self.p.pid)
+        self.rows.append({"proxy": self.proxy, "case": what, "count": count,
+                          "open": established(self.listen), "before": self.level, "with": rss,
+                          "per": (rss - self.level) / count, "took": took})
+        self.level = rss
+        return conns
+
+    def closed(self, conns, hole=None):
+        close_all(conns)
+        if hole:
+            time.sleep(0.5)
+            hole.drop()
+        time.sleep(2.0)
+        after = rss_kib(self.p.pid)
+        for row in self.rows:
+            row["after"], row["start"] = after, self.before
+        stop(self.p)
+        return self.rows
+
+
+def silent(port):
+    conn = socket.create_connection(("127.0.0.1", port), timeout=5)
+    return conn
+
+
+def waiting(case, hole, count, uid):
+    """`count` requests sent to the silent upstream through the proxy; RSS once they are all
+    there (or 10 s on: iuid-router answers 504 after timeouts.response_headers_ms, 15 s)."""
+    conns, t0 = [], time.time()
+    request = f"GET /v1/orders/{uid} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    for _ in range(count):
+        c = socket.create_connection(("127.0.0.1", case.port), timeout=5)
+        c.sendall(request)
+        conns.append(c)
+    took = time.time() - t0
+    deadline, last, stable = time.time() + 10, -1, 0
+    while time.time() < deadline:
+        n = len(hole.conns)
+        if n >= count:
+            break
+        stable = stable + 1 if n == last else 0
+        if stable >= 10:
+            break
+        last = n
+        time.sleep(0.2)
+    time.sleep(0.5)
+    rss = rss_kib(case.p.pid)
+    # Any answer already (a 502/504) would mean the request is no longer waiting.
+    poll = select.poll()
+    for c in conns:
+        poll.register(c, select.POLLIN)
+    answered = len(poll.poll(0))
+    case.rows.append({"proxy": case.proxy, "case": "waiting request (upstream silent)",
+                      "count": count, "open": established(case.listen),
+                      "upstream": established(HOLE), "answered": answered,
+                      "before": case.level, "with": rss, "per": (rss - case.level) / count,
+                      "took": took})
+    return conns
+
+
+def run_proxy(proxy, work, args, ids, hole, notes):
+    rows = []
+    # HTTP/1.1: kept-alive, then never used, then all closed.
+    case = Case("HTTP/1.1", proxy, work, args, ids)
+    case.warm_up(case.h1)
+    kept = case.add("HTTP/1.1 kept-alive (one GET, then idle)", args.n, case.h1)
+    never = case.add("never used (TCP connect, nothing sent)", args.n, lambda: silent(case.port))
+    rows += case.closed(kept + never)
+    print_rows(rows[-2:])
+
+    case = Case("TLS HTTP/1.1", proxy, work, args, ids)
+    case.warm_up(case.h1)
+    conns = case.add("TLS HTTP/1.1 kept-alive (ALPN http/1.1, one GET)", args.n,
+                     lambda: case.h1(["http/1.1"]))
+    rows += case.closed(conns)
+    print_rows(rows[-1:])
+
+    if proxy == "nginx" and not args.nginx_h2:
+        notes.append("nginx: this nginx lacks the http2 module; no HTTP/2 rows for it.")
+    else:
+        for name, what in [("h2c", "h2c prior knowledge (one GET, then idle)"),
+                           ("TLS h2", "TLS h2 (ALPN h2, one GET, then idle)")]:
+            case = Case(name, proxy, work, args, ids)
+            case.warm_up(case.h2)
+            conns = case.add(what, args.n, case.h2)
+            rows += case.closed(conns)
+            print_rows(rows[-1:])
+
+    case = Case("waiting", proxy, work, args, ids)
+    case.warm_up(case.h1)
+    conns = waiting(case, hole, args.waiting, ids["hole"])
+    rows += case.closed(conns, hole)
+    print_rows(rows[-1:])
+    return rows
+
+
+def mib(kib):
+    return f"{kib / 1024:.1f}"
+
+
+def table(rows):
+    lines = ["| proxy | case | count | open at reading | RSS before MiB | RSS with them MiB "
+             "| KiB each | RSS 2 s after close MiB (idle level before) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        open_ = f"{r['open']}"
+        if "upstream" in r:
+            open_ += f"; {r['upstream']} upstream, {r['answered']} answered"
+        lines.append(f"| {r['proxy']} | {r['case']} | {r['count']} | {open_} | {mib(r['before'])} "
+                     f"| {mib(r['with'])} | {r['per']:.1f} | {mib(r['after'])} ({mib(r['start'])}) |")
+    return lines
+
+
+def print_rows(rows):
+    for r in rows:
+        print(f"   {r['proxy']:12} {r['case']:48} {r['count']:>5}: {r['per']:6.1f} KiB each "
+              f"({mib(r['before'])} -> {mib(r['with'])} MiB, {r['open']} open, opened in "
+              f"{r['took']:.1f} s; {mib(r['after'])} MiB 2 s after close)")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--proxy", choices=["router", "nginx", "both"], default="both")
+    ap.add_argument("--n", type=int, default=3000, help="idle connections per case")
+    ap.add_argument("--waiting", type=int, default=5000, help="requests waiting on the upstream")
+    ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "iuid-router"))
+    ap.add_argument("--out", help="append the results, a markdown section, to this file")
+    args = ap.parse_args()
+    bench.BIN = args.bin
+
+    # Client and upstream ends of every connection are in this process, and the proxies
+    # inherit the limit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    need = max(2 * args.n, 2 * args.waiting) + 1000
+    if hard != resource.RLIM_INFINITY and hard < need:
+        sys.exit(f"needs {need} file descriptors; the hard limit is {hard}")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else need, hard))
+
+    busy = [p for p in list(UPSTREAMS.values()) + [HOLE, PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN]
+            if subprocess.run(["ss", "-Hltn", f"( sport = :{p} )"], capture_output=True,
+                              text=True).stdout.strip()]
+    if busy:
+        sys.exit(f"ports in use: {busy}")
+
+    args.nginx_h2 = nginx_has_http2()
+    work = tempfile.mkdtemp(prefix="iuid-idle-")
+    proxies = ["router", "nginx"] if args.proxy == "both" else [args.proxy]
+    notes, rows, hole = [], [], None
+    try:
+        subprocess.run(["bash", os.path.join(ROOT, "config", "make-certs.sh"), f"{work}/certs",
+                        "localhost"], check=True, capture_output=True)
+        configs(work, args.nginx_h2)
+        ids = {"eu": bench.mint(3, 1)[0], "hole": bench.mint(HOLE_COUNTRY, 1)[0]}
+        upstreams = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work], f"{work}/upstreams.log")
+        for port in UPSTREAMS.values():
+            bench.wait_tcp(port)
+        hole = Hole()
+        for proxy in proxies:
+            print(f"== {proxy}")
+            rows += run_proxy("iuid-router" if proxy == "router" else "nginx", work, args, ids,
+                              hole, notes)
+        stop(upstreams)
+    finally:
+        if hole:
+            hole.close()
+        for p in started:
+            stop(p)
+        subprocess.run(["rm", "-rf", work])
+
+    commit = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
+                            capture_output=True, text=True).stdout.strip()
+    cmd = " ".join(["python3 bench/idle.py"] + sys.argv[1:])
+    lines = ["## Idle connections and waiting requests", "",
+             f"`{cmd}` on {time.strftime('%Y-%m-%d')}, commit {commit} "
+             f"({os.path.relpath(args.bin, ROOT) if args.bin.startswith(ROOT) else args.bin}): "
+             "one worker each (nginx `worker_processes 1`, master and worker counted, "
+             "`worker_connections 16384`, which nginx allocates at start, so that is in the "
+             "level before; iuid-router `workers: 1` and `limits.header_read_timeout_ms: 60000`, "
+             "as nginx's `client_header_timeout`: the default, 10 s, also closes HTTP/1.1 "
+             "connections idle that long, before the last of N are open), routing as "
+             "bench.py's. Each case on a "
+             f"fresh proxy after {WARMUP} requests; RSS is VmRSS from /proc, read 0.5 s after the "
+             "last connection opened. KiB each = (RSS with them − the level before) / count; "
+             "kernel socket buffers are not in RSS. HTTP/2 requests are a real GET (HPACK "
+             "literals without indexing), the answer read to its end. *Open at reading*: the "
+             "proxy's established connections on its listener (`ss`), for the waiting case also "
+             "the silent upstream's, and the clients that had any answer.", ""] + table(rows)
+    lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
+    text = "\n".join(lines)
+    print()
+    print(text)
+    if args.out:
+        old = ""
+        if os.path.exists(args.out):
+            with open(args.out) as f:
+                old = f.read()
+        with open(args.out, "a") as f:
+            f.write(("" if not old or old.endswith("\n\n") else "\n" if old.endswith("\n") else "\n\n")
+                    + text + "\n")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    finally:
+        for p in started:
+            stop(p)
