@@ -44,6 +44,9 @@ ADMIN = 18093
 TLS_PORTS = {"nginx TLS": 18101, "haproxy TLS": 18100, "iuid-router TLS": 18102}
 BEFORE_PORT, BEFORE_ADMIN, TLS_ADMIN = 18103, 18104, 18105
 BEFORE_BIN = os.environ.get("IUID_ROUTER_BEFORE_BIN")
+# HTTP1_ENGINE=own|hyper: iuid-router's `http1_engine` (unset: its default). Not given to the
+# binary compared against, which may predate the key.
+ENGINE_LINE = f"http1_engine: {os.environ['HTTP1_ENGINE']}\n" if os.environ.get("HTTP1_ENGINE") else ""
 # Ports of the callgrind runs: nginx, HAProxy, iuid-router, its admin API.
 CG_PORT = 18094
 # The modes (see the docstring); all unset is the default run.
@@ -289,13 +292,14 @@ routing_table: routing-table.yaml
 routes:
   - path: /v1/orders/{{id}}
 reload: {{ watch: false }}
-""")
+""" + ENGINE_LINE)
     # The same router with HTTPS on its listener (the certificate nginx TLS uses), and the
     # same router again for the binary compared against (IUID_ROUTER_BEFORE_BIN).
     base = f"region: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /v1/orders/{{id}}\nreload: {{ watch: false }}\n"
     tls = f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, key: {work}/certs/localhost-key.pem }}\n"
     write(f"{work}/router-tls.yaml",
-          f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base + tls)
+          f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base + tls
+          + ENGINE_LINE)
     write(f"{work}/router-before.yaml",
           f"listen: 127.0.0.1:{BEFORE_PORT}\nadmin_listen: 127.0.0.1:{BEFORE_ADMIN}\n" + base +
           (tls if TLS else ""))

@@ -159,7 +159,7 @@ http {{
     # connections opened first are still open when the last ones are.
     base = (f"admin_listen: 127.0.0.1:{ADMIN}\nregion: edge\nrouting_table: routing-table.yaml\n"
             "routes:\n  - path: /v1/orders/{id}\nreload: { watch: false }\nworkers: 1\n"
-            "limits: { header_read_timeout_ms: 60000 }\n")
+            "limits: { header_read_timeout_ms: 60000 }\n" + bench.ENGINE_LINE)
     bench.write(f"{work}/router.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base)
     bench.write(f"{work}/router-tls.yaml", f"listen: 127.0.0.1:{TLS}\n" + base +
                 f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, "
