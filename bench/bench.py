@@ -527,7 +527,31 @@ def callgrind(name, cmd, port, work, env=None):
         if cost > total // 2 or ON_STACK.search(fn):
             continue
         costs.append((cost, fn + (" libc" if "libc.so" in obj else "")))
-    return total_requests, total, costs
+    return total_requests, total, costs, allocations(dump)
+
+
+# The allocator's entry points: each call is one allocation (Rust's `__rust_alloc` ends in
+# `malloc`; nginx's pools and HAProxy's pools call it when they grow).
+ALLOCATORS = {"malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign"}
+
+
+def allocations(dump):
+    """Calls into the allocator in a callgrind dump, read from its call records: a `cfn=`
+    line naming the callee (`(id) name` the first time, `(id)` after), then `calls=N`."""
+    names, callee, count = {}, None, 0
+    with open(dump, errors="replace") as f:
+        for line in f:
+            if line.startswith(("fn=", "cfn=")):
+                m = re.match(r"c?fn=\((\d+)\)(?: (.*))?", line.rstrip("\n"))
+                if not m:
+                    continue
+                if m.group(2):
+                    names[m.group(1)] = m.group(2)
+                callee = names.get(m.group(1)) if line.startswith("cfn=") else None
+            elif line.startswith("calls=") and callee in ALLOCATORS:
+                count += int(line.split()[0][len("calls="):])
+                callee = None
+    return count
 
 
 def instructions(work):
@@ -560,15 +584,18 @@ def instructions(work):
                                  [BIN, "serve", "--config", f"{work}/router-cg.yaml"],
                                  CG_PORT + 2, work, env),
     }
-    per = {name: total / n for name, (n, total, _) in runs.items()}
+    per = {name: total / n for name, (n, total, _, _) in runs.items()}
+    allocs = {name: a / n for name, (n, _, _, a) in runs.items()}
     lines = ["## User-space instructions per request (callgrind)", "",
              "Each proxy alone under `valgrind --tool=callgrind` (one worker or thread), wrk -c8 "
              "for 10 s after a 3 s warm-up; kernel work is not counted. Unlike the timed runs "
              "these counts repeat to within a percent whatever else the machine does. "
              f"Mode: {mode_text()}" + (" (callgrind runs are plain HTTP)" if TLS else "") + ".", "",
-             "| proxy | instructions per request | vs nginx |", "|---|---|---|"]
-    lines += [f"| {name} | {v:,.0f} | {v / per['nginx']:.2f}× |" for name, v in per.items()]
-    n, total, costs = runs["iuid-router"]
+             "| proxy | instructions per request | vs nginx | allocations per request |",
+             "|---|---|---|---|"]
+    lines += [f"| {name} | {v:,.0f} | {v / per['nginx']:.2f}× | {allocs[name]:.1f} |"
+              for name, v in per.items()]
+    n, total, costs, _ = runs["iuid-router"]
     groups = {}
     for cost, fn in costs:
         for label, pattern in GROUPS:
@@ -582,7 +609,10 @@ def instructions(work):
               for label, cost in sorted(groups.items(), key=lambda kv: -kv[1])]
     lines += [f"| other (libc, vDSO, unresolved) | {other / n:,.0f} | {100 * other / total:.1f} % |",
               ""]
-    return lines
+    lines += ["iuid-router's 15 costliest functions (self cost per request):", "",
+              "| function | per request |", "|---|---|"]
+    lines += [f"| `{fn[:110]}` | {cost / n:,.0f} |" for cost, fn in sorted(costs, reverse=True)[:15]]
+    return lines + [""]
 
 
 def criterion():

@@ -24,6 +24,7 @@ pub mod extract;
 pub mod fanout;
 pub mod http1;
 pub mod inspect;
+pub mod memory;
 pub mod metrics;
 pub mod problem;
 pub mod proxy;

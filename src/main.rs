@@ -119,7 +119,7 @@ fn main() -> ExitCode {
         Command::Serve { config } => match RouterConfig::load(&config) {
             Ok(config) => {
                 init_tracing(config.log_format);
-                iuid_router::fanout::budget::tune_allocator();
+                iuid_router::memory::tune_allocator();
                 runtime(serve(config))
             }
             Err(errors) => {

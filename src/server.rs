@@ -102,6 +102,7 @@ pub async fn serve(
         workers.spawn(async move {
             let conn = conn;
             let _open = open;
+            let _counted = crate::memory::OpenConnection::start();
             let stream = match TcpStream::from_std(stream) {
                 Ok(stream) => stream,
                 Err(e) => {

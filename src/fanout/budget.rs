@@ -163,49 +163,7 @@ impl Drop for Permit<'_> {
         let last = self.budget.in_flight.fetch_sub(1, Ordering::AcqRel) == 1;
         if last && self.budget.since_trim.load(Ordering::Relaxed) >= TRIM_AFTER_BYTES {
             self.budget.since_trim.store(0, Ordering::Relaxed);
-            release_free_memory();
-        }
-    }
-}
-
-/// Hands the allocator's free memory back to the OS, off the event loop. glibc's malloc
-/// keeps what large answers freed in its arenas (measured: 136 MB held after a burst of
-/// fan-outs of 3.9 MB answers, from an idle 11 MB); `malloc_trim(0)` returns it.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
-fn release_free_memory() {
-    if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-        runtime.spawn_blocking(|| {
-            // SAFETY: malloc_trim only releases free memory of glibc's own arenas; it takes
-            // no pointer and is thread-safe.
-            unsafe { libc::malloc_trim(0) };
-        });
-    }
-}
-
-/// Other allocators return memory themselves.
-#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-fn release_free_memory() {}
-
-/// Allocations from this size up get their own pages from the OS and give them back when
-/// freed (glibc's `M_MMAP_THRESHOLD`), in bytes.
-pub const MMAP_THRESHOLD: usize = 1 << 20;
-
-/// Sets glibc's malloc so that the large buffers of fan-out answers do not stay in its heap:
-/// by default glibc raises its mmap threshold to the size of each large block freed (up to
-/// 32 MiB), after which 4 MB answers are carved from the heap and fragment it (measured:
-/// under a 32 MiB `fanout_buffer_bytes`, a peak of the idle size + 69 MB, against + 38 MB with
-/// the threshold fixed at [`MMAP_THRESHOLD`]). Nothing on the REST path allocates that much.
-/// For the serving process, once at start; a no-op with other allocators.
-pub fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let threshold = i32::try_from(MMAP_THRESHOLD).unwrap_or(i32::MAX);
-        // SAFETY: mallopt only changes glibc's malloc parameters; it takes no pointer. The
-        // trim threshold is set as glibc's own dynamic rule would (twice the mmap threshold),
-        // so that the heap top is not handed back and taken again on every small burst.
-        unsafe {
-            libc::mallopt(libc::M_MMAP_THRESHOLD, threshold);
-            libc::mallopt(libc::M_TRIM_THRESHOLD, threshold.saturating_mul(2));
+            crate::memory::release_free_memory();
         }
     }
 }

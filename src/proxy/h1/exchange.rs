@@ -78,7 +78,6 @@ impl Proxy {
         region.state.budget.deposit(retry);
         let metrics = &region.state.metrics;
         let idle = self.config.timeouts.idle();
-        let mut wire = conn::take_buffer();
         let mut tried = 0u64;
         let mut last: Option<Error> = None;
         let mut last_upstream = None;
@@ -104,11 +103,11 @@ impl Proxy {
             last_upstream = Some(chosen.authority.clone());
             let in_flight = state.health.start();
             let sent = Instant::now();
-            let failed = match self.h1_attempt(client, state, &out, &mut wire).await {
+            let failed = match self.h1_attempt(client, state, &out).await {
                 Ok((up, head)) => {
                     metrics.upstream_duration(sent.elapsed().as_secs_f64());
                     let responded = self
-                        .h1_respond(client, state, up, head, &out, id, close, &mut wire)
+                        .h1_respond(client, state, up, head, &out, id, close)
                         .await;
                     drop(in_flight);
                     match responded {
@@ -121,8 +120,6 @@ impl Proxy {
                                 }
                                 None => state.health.success(),
                             }
-                            conn::give_buffer(wire);
-                            conn::give_buffer(out.bytes);
                             return Answered {
                                 status: responded.status,
                                 upstream: last_upstream,
@@ -180,8 +177,6 @@ impl Proxy {
                 break;
             }
         }
-        conn::give_buffer(wire);
-        conn::give_buffer(out.bytes);
         let problem = answer.unwrap_or_else(|| match last {
             None => Problem::Unavailable {
                 region: region.name.clone(),
@@ -222,19 +217,35 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &UpstreamState,
         out: &Outbound,
-        wire: &mut Vec<u8>,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let timeouts = &self.config.timeouts;
-        let idle = timeouts.idle();
-        wire.clear();
+        // The request with this upstream's `Host`, in a buffer held only while it is written
+        // (a request waiting on its answer holds no more than `out`).
+        let mut wire = conn::take_buffer();
         wire.extend_from_slice(&out.bytes[..out.line_end]);
         if !(self.config.preserve_host && has_host(&out.bytes[out.line_end..out.fields_end])) {
-            write::field(wire, b"Host", state.host.as_bytes());
+            write::field(&mut wire, b"Host", state.host.as_bytes());
         }
         wire.extend_from_slice(&out.bytes[out.line_end..]);
+        let result = self.h1_send(client, state, out, &wire).await;
+        conn::give_buffer(wire);
+        result
+    }
+
+    /// [`Proxy::h1_attempt`] with the request's bytes ready.
+    async fn h1_send<S>(
+        &self,
+        client: &mut Buffered<S>,
+        state: &UpstreamState,
+        out: &Outbound,
+        wire: &[u8],
+    ) -> Result<(RawConn, ResponseHead), Failed>
+    where
+        S: AsyncRead + AsyncWrite + Unpin,
+    {
+        let idle = self.config.timeouts.idle();
         // A pooled connection the upstream closed just as the request left it is replaced by
         // a new one once, when nothing of the answer came and sending again is safe.
         let mut pooled = state.raw_pool().checkout(idle);
@@ -312,6 +323,20 @@ impl Proxy {
                 Ok(true) => return Ok(head),
                 Ok(false) => {
                     let left = deadline.saturating_duration_since(Instant::now());
+                    // No buffer is taken until the answer starts to come: a request waiting
+                    // on a slow upstream holds none.
+                    if up.buf.capacity() == 0
+                        && tokio::time::timeout(left, up.io.readable()).await.is_err()
+                    {
+                        return Err(upstream(
+                            ErrorKind::Timeout,
+                            format!(
+                                "no response headers within {} ms",
+                                self.config.timeouts.response_headers_ms
+                            ),
+                        ));
+                    }
+                    let left = deadline.saturating_duration_since(Instant::now());
                     match up.fill(left, limits.max_header_bytes).await {
                         Ok(0) => {
                             return Err(upstream(
@@ -357,7 +382,6 @@ impl Proxy {
         out: &Outbound,
         id: &RequestId,
         close: bool,
-        wire: &mut Vec<u8>,
     ) -> Result<Responded, String>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -380,8 +404,8 @@ impl Proxy {
             _ => None,
         };
         let upstream_close = head.minor == 0 || Nominated::close(buf, &head.fields);
-        wire.clear();
-        write::status_line(wire, head.status, reason(head.status));
+        let mut wire = conn::take_buffer();
+        write::status_line(&mut wire, head.status, reason(head.status));
         let via = self.via.http11.as_bytes();
         // Re-framed chunked (close-delimited), or framed by `Transfer-Encoding` despite a
         // length: the length would lie (RFC 9112 §6.3).
@@ -391,7 +415,7 @@ impl Proxy {
             .iter()
             .any(|f| f.name.of(buf).eq_ignore_ascii_case(b"transfer-encoding"));
         raw::write_response_fields(
-            wire,
+            &mut wire,
             buf,
             &head.fields,
             via,
@@ -399,10 +423,10 @@ impl Proxy {
             te || coded,
         );
         if coded {
-            write::field(wire, b"Transfer-Encoding", b"chunked");
+            write::field(&mut wire, b"Transfer-Encoding", b"chunked");
         }
         if close {
-            write::field(wire, b"Connection", b"close");
+            write::field(&mut wire, b"Connection", b"close");
         }
         wire.extend_from_slice(b"\r\n");
         if let Some(n) = whole {
@@ -418,7 +442,9 @@ impl Proxy {
             },
             upstream_failed: None,
         };
-        if let Err(e) = write_all(&mut client.io, wire, idle).await {
+        let written = write_all(&mut client.io, &wire, idle).await;
+        conn::give_buffer(wire);
+        if let Err(e) = written {
             crate::metrics::client_error(send_kind(&e));
             responded.outcome = Outcome::Close;
             return Ok(responded);

@@ -26,7 +26,7 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{access, admit, request_id, Proxy};
 use crate::error::{Error, ErrorKind};
-use crate::http1::conn::{self, Buffered};
+use crate::http1::conn::Buffered;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
@@ -300,7 +300,8 @@ impl Proxy {
             },
             _ => None,
         };
-        let mut bytes = conn::take_buffer();
+        // Sized to fit: it is held while the answer is awaited (for a retry).
+        let mut bytes = Vec::with_capacity(head.len + 512 + held.unwrap_or(0));
         bytes.extend_from_slice(method);
         bytes.push(b' ');
         bytes.extend_from_slice(head.target.of(buf));
