@@ -8,9 +8,10 @@
 //! extension or trailer, a trailer field without a name, and more than [`MAX_LINE`] bytes of
 //! one size line or [`MAX_TRAILERS`] of trailers.
 
-/// Longest chunk-size line (size and extensions) accepted.
+/// Longest chunk-size line accepted: the size, whitespace and extensions, without the CRLF.
 pub const MAX_LINE: usize = 4096;
-/// Most trailer bytes accepted.
+/// Longest trailer section accepted: every byte after the last chunk's size line, its
+/// trailer lines and the final CRLF included.
 pub const MAX_TRAILERS: usize = 16 << 10;
 
 /// Where in the framing the scanner is.
@@ -77,7 +78,7 @@ pub struct Chunked {
     /// Data bytes left in the current chunk, or the size read so far.
     remaining: u64,
     digits: u8,
-    /// Bytes of the current size line, or of the trailers so far.
+    /// Bytes of the current size line (without its CR), or of the trailer section so far.
     line: usize,
 }
 
@@ -123,7 +124,14 @@ impl Chunked {
 
     /// Scans the next bytes of the body. Errors: the framing is invalid (the whole message
     /// must then be abandoned: its connection closed).
+    /// Once the body has ended, no further byte belongs to it: `used` is 0.
     pub fn scan(&mut self, input: &[u8]) -> Result<Progress, ChunkError> {
+        if self.state == State::Done {
+            return Ok(Progress {
+                used: 0,
+                done: true,
+            });
+        }
         let mut i = 0;
         while i < input.len() {
             if self.state == State::Data {
@@ -154,44 +162,52 @@ impl Chunked {
 
     fn step(&mut self, b: u8) -> Result<State, ChunkError> {
         use State::*;
-        Ok(match self.state {
-            SizeStart | Size => {
-                self.line += 1;
-                if self.line > MAX_LINE {
-                    return Err(ChunkError::TooLong);
-                }
-                match b {
-                    _ if b.is_ascii_hexdigit() => {
-                        self.digits += 1;
-                        if self.digits > 16 {
-                            return Err(ChunkError::BadSize);
-                        }
-                        let digit = (b as char).to_digit(16).unwrap_or(0);
-                        self.remaining = (self.remaining << 4) | u64::from(digit);
-                        Size
-                    }
-                    b';' if self.state == Size => Ext,
-                    b' ' | b'\t' if self.state == Size => SizeSpace,
-                    b'\r' if self.state == Size => SizeLf,
-                    b'\n' => return Err(ChunkError::BadLineEnd),
-                    _ => return Err(ChunkError::BadSize),
-                }
+        // Every byte of a size line but its CR counts against `MAX_LINE` (whitespace after
+        // the size too: it is not bounded by the grammar).
+        if matches!(self.state, SizeStart | Size | SizeSpace | Ext) && b != b'\r' {
+            self.line += 1;
+            if self.line > MAX_LINE {
+                return Err(ChunkError::TooLong);
             }
+        }
+        // Every byte of the trailer section counts against `MAX_TRAILERS`, CRLFs included.
+        if matches!(
+            self.state,
+            TrailerStart | TrailerName | TrailerValue | TrailerLf | EndLf
+        ) {
+            self.line += 1;
+            if self.line > MAX_TRAILERS {
+                return Err(ChunkError::TooLong);
+            }
+        }
+        Ok(match self.state {
+            SizeStart | Size => match b {
+                _ if b.is_ascii_hexdigit() => {
+                    self.digits += 1;
+                    if self.digits > 16 {
+                        return Err(ChunkError::BadSize);
+                    }
+                    let digit = (b as char).to_digit(16).unwrap_or(0);
+                    self.remaining = (self.remaining << 4) | u64::from(digit);
+                    Size
+                }
+                b';' if self.state == Size => Ext,
+                b' ' | b'\t' if self.state == Size => SizeSpace,
+                b'\r' if self.state == Size => SizeLf,
+                b'\n' => return Err(ChunkError::BadLineEnd),
+                _ => return Err(ChunkError::BadSize),
+            },
             SizeSpace => match b {
                 b' ' | b'\t' => SizeSpace,
                 b';' => Ext,
                 _ => return Err(ChunkError::BadSize),
             },
-            Ext => {
-                self.line += 1;
-                match b {
-                    _ if self.line > MAX_LINE => return Err(ChunkError::TooLong),
-                    b'\r' => SizeLf,
-                    b'\n' => return Err(ChunkError::BadLineEnd),
-                    _ if text(b) => Ext,
-                    _ => return Err(ChunkError::BadByte),
-                }
-            }
+            Ext => match b {
+                b'\r' => SizeLf,
+                b'\n' => return Err(ChunkError::BadLineEnd),
+                _ if text(b) => Ext,
+                _ => return Err(ChunkError::BadByte),
+            },
             SizeLf => {
                 if b != b'\n' {
                     return Err(ChunkError::BadLineEnd);
@@ -208,24 +224,19 @@ impl Chunked {
             DataCr if b == b'\r' => DataLf,
             DataLf if b == b'\n' => SizeStart,
             DataCr | DataLf => return Err(ChunkError::BadLineEnd),
-            TrailerStart | TrailerName | TrailerValue => {
-                self.line += 1;
-                if self.line > MAX_TRAILERS {
-                    return Err(ChunkError::TooLong);
-                }
-                match (self.state, b) {
-                    (TrailerStart, b'\r') => EndLf,
-                    (TrailerStart | TrailerName, _) if tchar(b) => TrailerName,
-                    (TrailerName, b':') => TrailerValue,
-                    (TrailerValue, b'\r') => TrailerLf,
-                    (_, b'\n') => return Err(ChunkError::BadLineEnd),
-                    (TrailerValue, _) if text(b) => TrailerValue,
-                    _ => return Err(ChunkError::BadByte),
-                }
-            }
+            TrailerStart | TrailerName | TrailerValue => match (self.state, b) {
+                (TrailerStart, b'\r') => EndLf,
+                (TrailerStart | TrailerName, _) if tchar(b) => TrailerName,
+                (TrailerName, b':') => TrailerValue,
+                (TrailerValue, b'\r') => TrailerLf,
+                (_, b'\n') => return Err(ChunkError::BadLineEnd),
+                (TrailerValue, _) if text(b) => TrailerValue,
+                _ => return Err(ChunkError::BadByte),
+            },
             TrailerLf if b == b'\n' => TrailerStart,
             EndLf if b == b'\n' => Done,
             TrailerLf | EndLf => return Err(ChunkError::BadLineEnd),
+            // `scan` returns before stepping past the end.
             Done => Done,
         })
     }
@@ -300,5 +311,52 @@ mod tests {
         assert_eq!(whole(b"5\r\nhelloX"), Err(ChunkError::BadLineEnd));
         let long = [b"1;".as_slice(), &[b'a'; MAX_LINE]].concat();
         assert_eq!(whole(&long), Err(ChunkError::TooLong));
+    }
+
+    #[test]
+    fn the_limits_count_what_their_docs_say() {
+        // A size line of MAX_LINE bytes passes (its CRLF is not counted), one more does not.
+        let line =
+            |n: usize| [b"1;".as_slice(), &vec![b'a'; n - 2], b"\r\nx\r\n0\r\n\r\n"].concat();
+        assert_eq!(whole(&line(MAX_LINE)).map(|p| p.done), Ok(true));
+        assert_eq!(whole(&line(MAX_LINE + 1)), Err(ChunkError::TooLong));
+        // Whitespace after the size is part of the line: it was once unbounded.
+        let spaces = [b"1".as_slice(), &[b' '; MAX_LINE]].concat();
+        assert_eq!(whole(&spaces), Err(ChunkError::TooLong));
+        // A trailer section of MAX_TRAILERS bytes, its CRLFs included, passes.
+        let trailers = |n: usize| {
+            let value = vec![b'v'; n - b"T:\r\n\r\n".len()];
+            [b"0\r\nT:".as_slice(), &value, b"\r\n\r\n"].concat()
+        };
+        let body = trailers(MAX_TRAILERS);
+        assert_eq!(
+            whole(&body),
+            Ok(Progress {
+                used: body.len(),
+                done: true
+            })
+        );
+        assert_eq!(whole(&trailers(MAX_TRAILERS + 1)), Err(ChunkError::TooLong));
+    }
+
+    #[test]
+    fn nothing_after_the_end_belongs_to_the_body() {
+        let mut c = Chunked::new();
+        assert_eq!(
+            c.scan(b"0\r\n\r\nGET"),
+            Ok(Progress {
+                used: 5,
+                done: true
+            })
+        );
+        // It used to take one more byte per call once done.
+        assert_eq!(
+            c.scan(b"GET / HTTP/1.1\r\n"),
+            Ok(Progress {
+                used: 0,
+                done: true
+            })
+        );
+        assert!(c.is_done());
     }
 }

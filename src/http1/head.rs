@@ -65,7 +65,7 @@ pub struct RequestHead {
 /// A response head.
 #[derive(Debug, Default)]
 pub struct ResponseHead {
-    /// The status code (100–999, as `httparse` reads three digits).
+    /// The status code, 100–999 (`httparse` reads any three digits; below 100 is refused).
     pub status: u16,
     /// The minor version.
     pub minor: u8,
@@ -172,7 +172,9 @@ pub fn parse_request(
 }
 
 /// Parses a response head at the start of `buf` into `head`, as [`parse_request`] does.
-/// obs-fold is refused here too (RFC 9112 §5.2 lets a proxy refuse it: 502).
+/// obs-fold is refused here too (RFC 9112 §5.2 lets a proxy refuse it: 502), and so is a
+/// status below 100 (RFC 9110 §15: invalid), which would otherwise pass for a bodiless 1xx
+/// and leave its body to be read as the next response.
 pub fn parse_response(
     buf: &[u8],
     head: &mut ResponseHead,
@@ -196,6 +198,9 @@ pub fn parse_response(
     let (Some(code), Some(minor)) = (resp.code, resp.version) else {
         return Err(HeadError::Invalid("incomplete status line"));
     };
+    if code < 100 {
+        return Err(HeadError::Invalid("status code below 100"));
+    }
     head.status = code;
     head.minor = minor;
     head.len = len;
@@ -278,5 +283,17 @@ mod tests {
         assert_eq!(parse_response(buf, &mut head, 100, 8192), Ok(true));
         assert_eq!((head.status, head.minor, head.len), (204, 1, buf.len()));
         assert!(parse_response(b"HTTP/1.1 2000 OK\r\n\r\n", &mut head, 100, 8192).is_err());
+        // Found by the fuzz target: `000` was status 0, framed as a bodiless 1xx.
+        for status in ["000", "099", "042"] {
+            let text = format!("HTTP/1.1 {status} X\r\nContent-Length: 3\r\n\r\nabc");
+            assert_eq!(
+                parse_response(text.as_bytes(), &mut head, 100, 8192),
+                Err(HeadError::Invalid("status code below 100")),
+                "{text}"
+            );
+        }
+        let text = b"HTTP/1.1 100 Continue\r\n\r\n";
+        assert_eq!(parse_response(text, &mut head, 100, 8192), Ok(true));
+        assert_eq!(head.status, 100);
     }
 }

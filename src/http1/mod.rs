@@ -14,6 +14,9 @@
 //! in a chunked body, a chunk size that is not 1–16 hex digits, `chunked` that is not the last
 //! or is applied twice.
 
+/// The fuzz target's invariants, shared with the corpus replay test: not part of the codec.
+#[doc(hidden)]
+pub mod check;
 pub mod chunked;
 pub mod conn;
 pub mod framing;
