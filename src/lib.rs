@@ -28,6 +28,7 @@ pub mod memory;
 pub mod metrics;
 pub mod problem;
 pub mod proxy;
+pub mod relay;
 pub mod scheme;
 pub mod send_timeout;
 pub mod server;

@@ -112,13 +112,15 @@ pub async fn serve(
             };
             let header_timeout = conn.settings.header_timeout;
             let Some(acceptor) = tls else {
+                if conn.settings.own_http1 {
+                    // The own engine tells HTTP/2's preface from its first read itself (no
+                    // peek) and hands such a connection to hyper's HTTP/2.
+                    return h1::serve(conn, stream).await;
+                }
                 let Some(protocol) = announce::plain(&stream, header_timeout).await else {
                     tracing::debug!(%client, "nothing sent within the header read timeout; closed");
                     return;
                 };
-                if protocol == Protocol::Http1 && conn.settings.own_http1 {
-                    return h1::serve(conn, stream).await;
-                }
                 // Boxed, as the TLS path below: hyper's connection futures are large (tens of
                 // KB), and the task of every connection would otherwise be sized for them.
                 return Box::pin(conn.serve(protocol, stream)).await;

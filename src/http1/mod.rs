@@ -3,9 +3,10 @@
 //! chunked bodies checked as they pass (and passed on as they came), heads written into one
 //! buffer.
 //!
-//! It works on bytes and knows nothing of routes, regions or sockets: `server::h1` (the
-//! listener's side) and `upstream::raw` (the upstream pools' side) do the I/O, and
-//! `proxy::h1` applies the proxy's rules. Every function here is pure, so the fuzz target
+//! It works on bytes and knows nothing of routes, regions or sockets: `crate::relay` moves
+//! the bytes (a socket and its buffer, bodies relayed by their framing) for `server::h1` (the
+//! listener's side) and `upstream::raw` (the upstream pools' side), and `proxy::h1` applies
+//! the proxy's rules. Every function here is pure, so the fuzz target
 //! (`fuzz/`) and the differential tests drive it without a socket.
 //!
 //! Strictness is the point: what one hop frames differently from the next is how requests are
@@ -18,7 +19,6 @@
 #[doc(hidden)]
 pub mod check;
 pub mod chunked;
-pub mod conn;
 pub mod framing;
 pub mod head;
 pub mod write;

@@ -39,7 +39,7 @@ impl Protocol {
 
 /// What the first bytes `seen` say, or None if they are a strict prefix of the HTTP/2
 /// preface (more are needed to tell).
-fn decide(seen: &[u8]) -> Option<Protocol> {
+pub(super) fn decide(seen: &[u8]) -> Option<Protocol> {
     if seen.len() >= H2_PREFACE.len() && seen[..H2_PREFACE.len()] == *H2_PREFACE {
         Some(Protocol::Http2)
     } else if seen.len() >= H2_PREFACE.len() || seen != &H2_PREFACE[..seen.len()] {

@@ -12,12 +12,12 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
-use super::announce::Rewind;
+use super::announce::{self, Protocol, Rewind};
 use super::Conn;
-use crate::http1::conn::Buffered;
 use crate::http1::head::{parse_request, HeadError, RequestHead};
 use crate::problem::Problem;
 use crate::proxy::h1::Outcome;
+use crate::relay::Buffered;
 
 /// Serves a plain HTTP/1.1 connection until it closes, is idle for too long, or the
 /// listener drains.
@@ -30,6 +30,8 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
     let mut client = Buffered::new(stream);
     let mut head = RequestHead::default();
     let mut wait = settings.header_timeout;
+    // Until the first bytes tell HTTP/1.1 from HTTP/2 with prior knowledge (h2c).
+    let mut first = true;
     loop {
         if client.pending().is_empty() {
             tokio::select! {
@@ -43,10 +45,24 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
         }
         let deadline = tokio::time::Instant::now() + settings.header_timeout;
         let parsed = loop {
-            match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
-                Ok(true) => break Ok(()),
-                Ok(false) => {}
-                Err(e) => break Err(e),
+            let http1 = !first
+                || match announce::decide(client.pending()) {
+                    Some(Protocol::Http2) => {
+                        return Box::pin(handoff(conn, client, Protocol::Http2)).await
+                    }
+                    Some(Protocol::Http1) => {
+                        first = false;
+                        true
+                    }
+                    // A prefix of HTTP/2's preface (or nothing yet): read on.
+                    None => false,
+                };
+            if http1 {
+                match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
+                    Ok(true) => break Ok(()),
+                    Ok(false) => {}
+                    Err(e) => break Err(e),
+                }
             }
             let left = deadline.saturating_duration_since(tokio::time::Instant::now());
             match client.fill(left, max_bytes).await {
@@ -61,7 +77,7 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
             }
         };
         if let Err(e) = parsed {
-            refuse_head(&mut client, e, idle).await;
+            Box::pin(refuse_head(&mut client, e, idle)).await;
             return;
         }
         let draining_flag = *draining.borrow();
@@ -73,7 +89,7 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut client.io).await;
                 return;
             }
-            Outcome::Handoff => return Box::pin(handoff(conn, client)).await,
+            Outcome::Handoff => return Box::pin(handoff(conn, client, Protocol::Http1)).await,
         }
     }
 }
@@ -95,9 +111,13 @@ async fn refuse_head(client: &mut Buffered<TcpStream>, e: HeadError, idle: Durat
     crate::proxy::h1::refuse(client, problem, idle).await;
 }
 
-/// Serves the rest of the connection with hyper's engine, the pending bytes first.
-async fn handoff(conn: Conn, client: Buffered<TcpStream>) {
+/// Serves the rest of the connection with hyper's engine (HTTP/1.1, or HTTP/2 for an h2c
+/// client), the pending bytes first.
+async fn handoff(conn: Conn, client: Buffered<TcpStream>, protocol: Protocol) {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
-    conn.serve_hyper_http1(rewind).await;
+    match protocol {
+        Protocol::Http1 => conn.serve_hyper_http1(rewind).await,
+        Protocol::Http2 => conn.serve(protocol, rewind).await,
+    }
 }

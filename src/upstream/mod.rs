@@ -122,7 +122,7 @@ impl UpstreamState {
         match tokio::time::timeout(self.timeouts.connect(), connect).await {
             Ok(Ok(stream)) => {
                 let _ = stream.set_nodelay(true);
-                Ok(crate::http1::conn::Buffered::new(stream))
+                Ok(crate::relay::Buffered::new(stream))
             }
             Ok(Err(e)) => Err(Error::new(
                 ErrorKind::Connect,

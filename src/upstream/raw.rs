@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use tokio::net::TcpStream;
 
-use crate::http1::conn::Buffered;
+use crate::relay::Buffered;
 
 /// Idle connections kept per pool; more are closed.
 const MAX_IDLE: usize = 256;

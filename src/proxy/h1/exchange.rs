@@ -14,12 +14,12 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Outbound, Outcome, RequestId};
 use crate::error::{Blame, Error, ErrorKind, Retry};
-use crate::http1::conn::{self, relay, write_all, Buffered, RelayError};
 use crate::http1::head::{parse_response, ResponseHead};
 use crate::http1::{framing, write, Chunked, Framing};
 use crate::problem::Problem;
 use crate::proxy::headers::raw::{self, Nominated};
 use crate::proxy::Proxy;
+use crate::relay::{self as conn, relay, write_all, Buffered, RelayError};
 use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::RawConn;
 use crate::upstream::regions::RegionRuntime;

@@ -26,11 +26,11 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{access, admit, request_id, Proxy};
 use crate::error::{Error, ErrorKind};
-use crate::http1::conn::Buffered;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
+use crate::relay::Buffered;
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
 

@@ -1,6 +1,7 @@
-//! One HTTP/1.1 connection's bytes: a socket and its read buffer ([`Buffered`]), and a body
-//! relayed from one connection to another by its framing ([`relay`]). Used alike by the
-//! listener's side (client connections) and the upstream pools.
+//! HTTP/1.1 bytes in motion for the own engine: a socket and its read buffer ([`Buffered`]),
+//! and a body relayed from one connection to another by its framing ([`relay`]). Used alike
+//! by the listener's side (client connections) and the upstream pools; the codec it frames
+//! by (`crate::http1`) stays pure, free of sockets.
 //!
 //! Buffers come from a per-thread cache and go back to it whenever a connection has nothing
 //! buffered (an idle keep-alive connection holds no buffer at all, as nginx frees its
@@ -12,8 +13,8 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::chunked::{ChunkError, Chunked};
-use super::framing::Framing;
+use crate::http1::chunked::{ChunkError, Chunked};
+use crate::http1::framing::Framing;
 
 /// Size of a cached buffer, and of a read.
 pub const BUFFER: usize = 16 << 10;
