@@ -3,9 +3,9 @@
 //! by the listener's side (client connections) and the upstream pools; the codec it frames
 //! by (`crate::http1`) stays pure, free of sockets.
 //!
-//! Buffers come from a per-thread cache and go back to it whenever a connection has nothing
-//! buffered (an idle keep-alive connection holds no buffer at all, as nginx frees its
-//! buffers between requests), so a request normally allocates none.
+//! Buffers (and heads' field lists) come from a per-thread cache and go back to it whenever
+//! a connection has nothing buffered (an idle keep-alive connection holds no buffer at all,
+//! as nginx frees its buffers between requests), so a request normally allocates none.
 
 use std::cell::RefCell;
 use std::io;
@@ -15,14 +15,62 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::http1::chunked::{ChunkError, Chunked};
 use crate::http1::framing::Framing;
+use crate::http1::head::Field;
 
 /// Size of a cached buffer, and of a read.
 pub const BUFFER: usize = 16 << 10;
 /// Buffers kept per thread for reuse.
 const CACHED: usize = 256;
 
+/// Size of a cached small buffer: a request head kept for a retry.
+pub const SMALL: usize = 2 << 10;
+/// Field slots of a cached field list (a head with more grows its own).
+const FIELDS: usize = 32;
+
 thread_local! {
     static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static SMALL_CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static FIELD_CACHE: RefCell<Vec<Vec<Field>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A buffer of [`SMALL`] bytes' capacity, empty, from this thread's cache if it has one.
+pub fn take_small() -> Vec<u8> {
+    SMALL_CACHE
+        .with(|c| c.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(SMALL))
+}
+
+/// Gives a small buffer back (one that grew is freed instead).
+pub fn give_small(mut buf: Vec<u8>) {
+    if buf.capacity() == SMALL {
+        buf.clear();
+        SMALL_CACHE.with(|c| {
+            let mut cache = c.borrow_mut();
+            if cache.len() < CACHED {
+                cache.push(buf);
+            }
+        });
+    }
+}
+
+/// An empty field list for a head, from this thread's cache if it has one.
+pub fn take_fields() -> Vec<Field> {
+    FIELD_CACHE
+        .with(|c| c.borrow_mut().pop())
+        .unwrap_or_else(|| Vec::with_capacity(FIELDS))
+}
+
+/// Gives a field list back (one that grew is freed instead).
+pub fn give_fields(mut fields: Vec<Field>) {
+    if fields.capacity() == FIELDS {
+        fields.clear();
+        FIELD_CACHE.with(|c| {
+            let mut cache = c.borrow_mut();
+            if cache.len() < CACHED {
+                cache.push(fields);
+            }
+        });
+    }
 }
 
 /// A buffer of [`BUFFER`] bytes' capacity, empty: from this thread's cache if it has one.

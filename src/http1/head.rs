@@ -8,6 +8,8 @@
 //! must also refuse: raw bytes outside US-ASCII in the target (they must be
 //! percent-encoded), and more fields or bytes than the limits allow.
 
+use std::mem::MaybeUninit;
+
 /// A byte range of the read buffer (offsets, so a head does not borrow the buffer).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Span {
@@ -139,11 +141,12 @@ pub fn parse_request(
     max_fields: usize,
     max_bytes: usize,
 ) -> Result<bool, HeadError> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    // Uninitialized: a zeroed array of 256 fields would cost 8 KiB of stores per head.
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let max_fields = max_fields.min(MAX_FIELDS);
-    let mut req = httparse::Request::new(&mut storage[..max_fields]);
+    let mut req = httparse::Request::new(&mut []);
     let status = httparse::ParserConfig::default()
-        .parse_request(&mut req, buf)
+        .parse_request_with_uninit_headers(&mut req, buf, &mut storage[..max_fields])
         .map_err(invalid)?;
     let len = match status {
         httparse::Status::Complete(len) => len,
@@ -181,11 +184,11 @@ pub fn parse_response(
     max_fields: usize,
     max_bytes: usize,
 ) -> Result<bool, HeadError> {
-    let mut storage = [httparse::EMPTY_HEADER; MAX_FIELDS];
+    let mut storage = [const { MaybeUninit::<httparse::Header<'_>>::uninit() }; MAX_FIELDS];
     let max_fields = max_fields.min(MAX_FIELDS);
-    let mut resp = httparse::Response::new(&mut storage[..max_fields]);
+    let mut resp = httparse::Response::new(&mut []);
     let status = httparse::ParserConfig::default()
-        .parse_response(&mut resp, buf)
+        .parse_response_with_uninit_headers(&mut resp, buf, &mut storage[..max_fields])
         .map_err(invalid)?;
     let len = match status {
         httparse::Status::Complete(len) => len,

@@ -58,6 +58,9 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
                     None => false,
                 };
             if http1 {
+                if head.fields.capacity() == 0 {
+                    head.fields = crate::relay::take_fields();
+                }
                 match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
                     Ok(true) => break Ok(()),
                     Ok(false) => {}
@@ -83,7 +86,10 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
         let draining_flag = *draining.borrow();
         // Boxed: the request's future (its relays and timers) lives only while a request
         // does, so an idle connection's task stays small.
-        match Box::pin(conn.proxy.h1(&mut client, &head, &conn.addr, draining_flag)).await {
+        let outcome = Box::pin(conn.proxy.h1(&mut client, &head, &conn.addr, draining_flag)).await;
+        // An idle connection holds no field list either.
+        crate::relay::give_fields(std::mem::take(&mut head.fields));
+        match outcome {
             Outcome::KeepAlive if !draining_flag => wait = idle,
             Outcome::KeepAlive | Outcome::Close => {
                 let _ = tokio::io::AsyncWriteExt::shutdown(&mut client.io).await;

@@ -107,8 +107,9 @@ impl Proxy {
                 Ok((up, head)) => {
                     metrics.upstream_duration(sent.elapsed().as_secs_f64());
                     let responded = self
-                        .h1_respond(client, state, up, head, &out, id, close)
+                        .h1_respond(client, state, up, &head, &out, id, close)
                         .await;
+                    conn::give_fields(head.fields);
                     drop(in_flight);
                     match responded {
                         Ok(responded) => {
@@ -293,7 +294,10 @@ impl Proxy {
     {
         let limits = &self.config.limits;
         let deadline = Instant::now() + self.config.timeouts.response_headers();
-        let mut head = ResponseHead::default();
+        let mut head = ResponseHead {
+            fields: conn::take_fields(),
+            ..ResponseHead::default()
+        };
         loop {
             match parse_response(
                 up.pending(),
@@ -378,7 +382,7 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &UpstreamState,
         mut up: RawConn,
-        head: ResponseHead,
+        head: &ResponseHead,
         out: &Outbound,
         id: &RequestId,
         close: bool,
@@ -388,7 +392,7 @@ impl Proxy {
     {
         let idle = self.config.timeouts.idle();
         let buf = up.pending();
-        let (framing, exact) = framing::response_framing(buf, &head, out.head_request)
+        let (framing, exact) = framing::response_framing(buf, head, out.head_request)
             .map_err(|e| format!("the upstream's response framing: {e}"))?;
         let body = &buf[head.len..];
         // An answer whose chunked framing is broken in what came with its head is 502 while

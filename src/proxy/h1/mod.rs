@@ -59,6 +59,12 @@ pub(super) struct Outbound {
     head_request: bool,
 }
 
+impl Drop for Outbound {
+    fn drop(&mut self) {
+        crate::relay::give_small(std::mem::take(&mut self.bytes));
+    }
+}
+
 /// What the head decided: where the request goes.
 struct Planned {
     routing: std::sync::Arc<Routing>,
@@ -300,8 +306,9 @@ impl Proxy {
             },
             _ => None,
         };
-        // Sized to fit: it is held while the answer is awaited (for a retry).
-        let mut bytes = Vec::with_capacity(head.len + 512 + held.unwrap_or(0));
+        // Small: it is held while the answer is awaited (for a retry); a large head or held
+        // body grows it.
+        let mut bytes = crate::relay::take_small();
         bytes.extend_from_slice(method);
         bytes.push(b' ');
         bytes.extend_from_slice(head.target.of(buf));

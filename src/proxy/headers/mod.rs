@@ -324,25 +324,30 @@ impl ViaValues {
 }
 
 /// The client's address as the forwarding fields spell it, made once per connection rather
-/// than formatted for every request.
-#[derive(Debug, Clone)]
+/// than formatted for every request, without allocating (a new connection is as cheap as it
+/// can be).
+#[derive(Debug)]
 pub struct ClientAddr {
     /// The client's socket address.
     pub addr: SocketAddr,
-    /// The IP as text: this hop's `X-Forwarded-For` element.
-    xff: HeaderValue,
+    /// The IP as text (at most 39 bytes, an IPv6 address): this hop's `X-Forwarded-For`
+    /// element; `text_len` bytes of it.
+    text: [u8; 48],
+    text_len: u8,
     /// The `for=` pair of `Forwarded`: `for=192.0.2.1`, or `for="[2001:db8::1]"` (RFC 7239
-    /// §6: an IPv6 address is bracketed and quoted).
-    forwarded_for: Box<str>,
+    /// §6: an IPv6 address is bracketed and quoted); `forwarded_len` bytes of it.
+    forwarded: [u8; 48],
+    forwarded_len: u8,
+    /// The IP as a field value, for hyper's engine (made at its first request).
+    xff: std::sync::OnceLock<HeaderValue>,
     /// Whether the client spoke TLS to this router: `X-Forwarded-Proto` and `Forwarded:
     /// proto=` then say `https` (docs/tls-h2-grpc.md).
     pub tls: bool,
     /// `X-Forwarded-Client-Cert` for the certificate the client presented, when
     /// `tls.client_auth.forward_client_cert: set` (made once per connection).
     pub client_cert: Option<HeaderValue>,
-    /// Fan-outs in flight on this connection (`limits.fanout_per_connection`); clones of
-    /// this connection's address share it.
-    pub fanouts: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    /// Fan-outs in flight on this connection (`limits.fanout_per_connection`).
+    pub fanouts: std::sync::atomic::AtomicU32,
 }
 
 impl ClientAddr {
@@ -356,21 +361,53 @@ impl ClientAddr {
 
     /// The fields for a client at `addr`.
     pub fn new(addr: SocketAddr) -> ClientAddr {
+        use std::io::Write;
         let ip = addr.ip();
-        let forwarded_for = match ip {
-            IpAddr::V4(v4) => format!("for={v4}"),
-            IpAddr::V6(v6) => format!("for=\"[{v6}]\""),
+        let mut text = [0u8; 48];
+        let mut forwarded = [0u8; 48];
+        // Both fit: an IPv6 address is at most 39 characters.
+        let text_len = {
+            let mut cursor = &mut text[..];
+            let _ = write!(cursor, "{ip}");
+            48 - cursor.len()
+        };
+        let forwarded_len = {
+            let mut cursor = &mut forwarded[..];
+            let _ = match ip {
+                IpAddr::V4(v4) => write!(cursor, "for={v4}"),
+                IpAddr::V6(v6) => write!(cursor, "for=\"[{v6}]\""),
+            };
+            48 - cursor.len()
         };
         ClientAddr {
             addr,
-            // An IP's text is always a valid field value.
-            xff: HeaderValue::try_from(ip.to_string())
-                .unwrap_or(HeaderValue::from_static("unknown")),
-            forwarded_for: forwarded_for.into(),
+            text,
+            text_len: text_len as u8,
+            forwarded,
+            forwarded_len: forwarded_len as u8,
+            xff: std::sync::OnceLock::new(),
             tls: false,
             client_cert: None,
             fanouts: Default::default(),
         }
+    }
+
+    /// The IP as text (ASCII).
+    pub fn ip_text(&self) -> &[u8] {
+        &self.text[..usize::from(self.text_len)]
+    }
+
+    /// The `for=` pair of `Forwarded` (ASCII).
+    pub fn forwarded_for(&self) -> &[u8] {
+        &self.forwarded[..usize::from(self.forwarded_len)]
+    }
+
+    /// The IP as a field value.
+    fn xff(&self) -> &HeaderValue {
+        self.xff.get_or_init(|| {
+            // An IP's text is always a valid field value.
+            HeaderValue::from_bytes(self.ip_text()).unwrap_or(HeaderValue::from_static("unknown"))
+        })
     }
 }
 
@@ -411,7 +448,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         // request the client never finished. Admission allowed `chunked` alone, once.
         headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
-    append_forwarded_for(headers, &f.client.xff);
+    append_forwarded_for(headers, f.client.xff());
     let (proto, proto_pair) = if f.client.tls {
         ("https", ";proto=https")
     } else {
@@ -428,11 +465,11 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     const HOST_PAIR: usize = ";host=\"\"".len();
     // Exactly the length: a `String` without spare capacity becomes a `HeaderValue` without
     // another allocation.
-    let len = f.client.forwarded_for.len()
-        + quoted_host.map_or(0, |h| HOST_PAIR + h.len())
-        + proto_pair.len();
+    let forwarded_for = std::str::from_utf8(f.client.forwarded_for()).unwrap_or("for=unknown");
+    let len =
+        forwarded_for.len() + quoted_host.map_or(0, |h| HOST_PAIR + h.len()) + proto_pair.len();
     let mut forwarded = String::with_capacity(len);
-    forwarded.push_str(&f.client.forwarded_for);
+    forwarded.push_str(forwarded_for);
     if let Some(text) = quoted_host {
         forwarded.push_str(";host=\"");
         forwarded.push_str(text);

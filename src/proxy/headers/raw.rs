@@ -145,7 +145,7 @@ pub fn write_request_fields(
             }
         }
     }
-    out.extend_from_slice(f.client.xff.as_bytes());
+    out.extend_from_slice(f.client.ip_text());
     out.extend_from_slice(b"\r\n");
     let (proto, proto_pair): (&[u8], &[u8]) = if f.client.tls {
         (b"https", b";proto=https")
@@ -157,7 +157,7 @@ pub fn write_request_fields(
         write::field(out, b"X-Forwarded-Host", host);
     }
     out.extend_from_slice(b"Forwarded: ");
-    out.extend_from_slice(f.client.forwarded_for.as_bytes());
+    out.extend_from_slice(f.client.forwarded_for());
     // quoted-string: a host that could break the quoting is left out (as for hyper's engine).
     if let Some(host) = f
         .original_host
