@@ -49,6 +49,54 @@ pub struct Field {
     pub value: Span,
 }
 
+/// Which of the fields a proxy looks for a head has, found in the parse's one pass over the
+/// names (by length first): the passes that look for an absent one are skipped.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen(u16);
+
+impl Seen {
+    /// `Host`.
+    pub const HOST: Seen = Seen(1);
+    /// `Connection`.
+    pub const CONNECTION: Seen = Seen(1 << 1);
+    /// `Upgrade`.
+    pub const UPGRADE: Seen = Seen(1 << 2);
+    /// `Expect`.
+    pub const EXPECT: Seen = Seen(1 << 3);
+    /// `Content-Type`.
+    pub const CONTENT_TYPE: Seen = Seen(1 << 4);
+    /// `Via`.
+    pub const VIA: Seen = Seen(1 << 5);
+    /// `X-Request-Id`.
+    pub const REQUEST_ID: Seen = Seen(1 << 6);
+    /// `Content-Length` or `Transfer-Encoding`.
+    pub const FRAMING: Seen = Seen(1 << 7);
+    /// `X-Forwarded-For`.
+    pub const FORWARDED_FOR: Seen = Seen(1 << 8);
+
+    /// Whether `field` was seen.
+    pub fn has(self, field: Seen) -> bool {
+        self.0 & field.0 != 0
+    }
+
+    fn of(name: &[u8]) -> Seen {
+        let is = |known: &[u8]| name.eq_ignore_ascii_case(known);
+        match name.len() {
+            3 if is(b"via") => Seen::VIA,
+            4 if is(b"host") => Seen::HOST,
+            6 if is(b"expect") => Seen::EXPECT,
+            7 if is(b"upgrade") => Seen::UPGRADE,
+            10 if is(b"connection") => Seen::CONNECTION,
+            12 if is(b"content-type") => Seen::CONTENT_TYPE,
+            12 if is(b"x-request-id") => Seen::REQUEST_ID,
+            14 if is(b"content-length") => Seen::FRAMING,
+            15 if is(b"x-forwarded-for") => Seen::FORWARDED_FOR,
+            17 if is(b"transfer-encoding") => Seen::FRAMING,
+            _ => Seen(0),
+        }
+    }
+}
+
 /// A request head: request line and fields, as offsets into the buffer it was parsed from.
 #[derive(Debug, Default)]
 pub struct RequestHead {
@@ -60,6 +108,8 @@ pub struct RequestHead {
     pub minor: u8,
     /// The field lines in order.
     pub fields: Vec<Field>,
+    /// Which of the fields a proxy looks for are there.
+    pub seen: Seen,
     /// The head's length in bytes, with its final CRLF: the body starts there.
     pub len: usize,
 }
@@ -167,10 +217,15 @@ pub fn parse_request(
     head.minor = minor;
     head.len = len;
     head.fields.clear();
-    head.fields.extend(req.headers.iter().map(|h| Field {
-        name: Span::within(buf, h.name.as_bytes()),
-        value: Span::within(buf, h.value),
+    let mut seen = 0;
+    head.fields.extend(req.headers.iter().map(|h| {
+        seen |= Seen::of(h.name.as_bytes()).0;
+        Field {
+            name: Span::within(buf, h.name.as_bytes()),
+            value: Span::within(buf, h.value),
+        }
     }));
+    head.seen = Seen(seen);
     Ok(true)
 }
 

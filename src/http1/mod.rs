@@ -25,4 +25,6 @@ pub mod write;
 
 pub use chunked::{ChunkError, Chunked};
 pub use framing::{request_framing, response_framing, Framing, FramingError};
-pub use head::{parse_request, parse_response, Field, HeadError, RequestHead, ResponseHead, Span};
+pub use head::{
+    parse_request, parse_response, Field, HeadError, RequestHead, ResponseHead, Seen, Span,
+};

@@ -26,7 +26,7 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{access, admit, request_id, Proxy};
 use crate::error::{Error, ErrorKind};
-use crate::http1::head::{self, RequestHead};
+use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
@@ -111,13 +111,16 @@ impl RequestId {
     }
 
     /// The client's sane sole id, or a fresh one.
-    fn of(buf: &[u8], fields: &[head::Field]) -> RequestId {
+    fn of(buf: &[u8], head: &RequestHead) -> RequestId {
+        if !head.seen.has(Seen::REQUEST_ID) {
+            return RequestId::fresh();
+        }
         // The first line is judged; every line is replaced by the id kept.
         let mut id = RequestId {
             bytes: [0; 128],
             len: 0,
         };
-        match head::all(buf, fields, b"x-request-id").next() {
+        match head::all(buf, &head.fields, b"x-request-id").next() {
             Some(kept) if request_id::is_sane(kept) => {
                 id.bytes[..kept.len()].copy_from_slice(kept);
                 id.len = kept.len();
@@ -148,8 +151,9 @@ impl Proxy {
             return Outcome::Handoff;
         }
         let in_flight = metrics::InFlight::start();
-        let id = RequestId::of(buf, &head.fields);
-        let client_close = draining || Nominated::close(buf, &head.fields);
+        let id = RequestId::of(buf, head);
+        let client_close =
+            draining || (head.seen.has(Seen::CONNECTION) && Nominated::close(buf, &head.fields));
         let mut log = self.config.access_log.then(|| {
             let text = |s: head::Span| String::from_utf8_lossy(s.of(buf)).into_owned();
             Logged {
@@ -159,7 +163,11 @@ impl Proxy {
                 route: None,
             }
         });
-        let planned = framing::request_framing(buf, head)
+        let framing = match head.seen.has(Seen::FRAMING) {
+            true => framing::request_framing(buf, head),
+            false => Ok(Framing::Empty),
+        };
+        let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
                 let planned = self.h1_plan(buf, head).map_err(|stop| match stop {
@@ -224,12 +232,13 @@ impl Proxy {
     /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
     fn h1_plan(&self, buf: &[u8], head: &RequestHead) -> Result<Planned, Stop> {
         let fields = &head.fields;
-        let has = |name: &[u8]| head::all(buf, fields, name).next().is_some();
-        if has(b"upgrade")
-            || has(b"expect")
-            || crate::extract::grpc::is_grpc_content_type(
-                head::all(buf, fields, b"content-type").next(),
-            )
+        let seen = head.seen;
+        if seen.has(Seen::UPGRADE)
+            || seen.has(Seen::EXPECT)
+            || seen.has(Seen::CONTENT_TYPE)
+                && crate::extract::grpc::is_grpc_content_type(
+                    head::all(buf, fields, b"content-type").next(),
+                )
         {
             return Err(Stop::Handoff);
         }
@@ -238,12 +247,11 @@ impl Proxy {
         }
         admit::check_host(head::all(buf, fields, b"host"), true)?;
         let limits = &self.config.limits;
-        super::headers::check_via(
-            head::all(buf, fields, b"via"),
-            &self.config.region,
-            limits.max_hops,
-        )
-        .map_err(Problem::Loop)?;
+        if seen.has(Seen::VIA) {
+            let via = head::all(buf, fields, b"via");
+            super::headers::check_via(via, &self.config.region, limits.max_hops)
+                .map_err(Problem::Loop)?;
+        }
         let target = head.target.of(buf);
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
         // The codec refused a target with bytes outside US-ASCII.
@@ -314,7 +322,10 @@ impl Proxy {
         bytes.extend_from_slice(head.target.of(buf));
         bytes.extend_from_slice(b" HTTP/1.1\r\n");
         let line_end = bytes.len();
-        let original_host = head::all(buf, &head.fields, b"host").next();
+        let original_host = match head.seen.has(Seen::HOST) {
+            true => head::all(buf, &head.fields, b"host").next(),
+            false => None,
+        };
         raw::write_request_fields(
             &mut bytes,
             buf,
@@ -325,6 +336,7 @@ impl Proxy {
                 via: self.via.http11.as_bytes(),
                 preserve_host: self.config.preserve_host,
                 request_id: id.as_bytes(),
+                nominates: head.seen.has(Seen::CONNECTION),
             },
         );
         match framing {

@@ -96,6 +96,8 @@ pub struct RawForwarding<'a> {
     pub preserve_host: bool,
     /// The request id going upstream.
     pub request_id: &'a [u8],
+    /// The request has a `Connection` line (else its nominations are not looked for).
+    pub nominates: bool,
 }
 
 /// Writes the fields of a request going upstream: the client's fields under docs/data-path.md's
@@ -109,7 +111,10 @@ pub fn write_request_fields(
     fields: &[Field],
     f: &RawForwarding<'_>,
 ) {
-    let nominated = Nominated::of(buf, fields);
+    let nominated = match f.nominates {
+        true => Nominated::of(buf, fields),
+        false => Nominated::default(),
+    };
     if let (true, Some(host)) = (f.preserve_host, f.original_host) {
         write::field(out, b"Host", host);
     }
@@ -224,6 +229,7 @@ X-Request-Id: old\r\nVia: 1.1 edge\r\n\r\n";
             via: b"1.1 eu",
             preserve_host: false,
             request_id: b"rid",
+            nominates: true,
         };
         let mut out = Vec::new();
         write_request_fields(&mut out, buf, &head.fields, &f);
