@@ -12,8 +12,10 @@
 //! a stream whose response makes no progress for `idle_ms` is reset (`h2`); an HTTP/1
 //! client that reads nothing for `idle_ms` has its connection closed (`send_timeout`).
 //!
-//! Connections are accepted here, on the caller's runtime, and each is served on one of the
-//! [`Workers`] for its whole life (see `workers` for why).
+//! Connections are accepted on the [`Workers`] themselves, each on a socket of its own in a
+//! `SO_REUSEPORT` group (`accept`), or, for a listener bound without it, here on the caller's
+//! runtime and handed to a worker; either way each is served on one worker for its whole
+//! life (see `workers` for why).
 //!
 //! Shutdown order (docs/admin.md, for load balancers): the caller flips `/readyz` to 503 before the
 //! `shutdown` future completes; then the listener is closed, so new connections are refused;
@@ -21,6 +23,7 @@
 //! progress (idle keep-alive ones at once), HTTP/2 ones send GOAWAY; requests in flight get
 //! up to the grace period to complete.
 
+mod accept;
 mod announce;
 mod h1;
 mod h2;
@@ -63,76 +66,60 @@ pub async fn serve(
     let (draining_tx, draining_rx) = watch::channel(false);
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
     tokio::pin!(shutdown);
-    loop {
-        let (stream, client) = tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Out of file descriptors and the like: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            () = &mut shutdown => break,
-        };
-        let _ = stream.set_nodelay(true);
-        // The socket moves to the worker's event loop: deregistered here, registered there.
-        let stream = match stream.into_std() {
-            Ok(stream) => stream,
-            Err(e) => {
-                tracing::debug!(%client, error = %e, "cannot hand the connection over");
-                continue;
-            }
-        };
-        // Per connection, so that a request clones a handle no other thread touches.
-        let addr = match tls {
-            Some(_) => ClientAddr::with_tls(client),
-            None => ClientAddr::new(client),
-        };
-        let conn = Conn {
-            proxy: proxy.clone(),
-            addr,
-            settings: settings.clone(),
-            draining: draining_rx.clone(),
-            client,
-        };
-        let open = open_tx.clone();
-        let tls = tls.clone();
-        workers.spawn(async move {
-            let conn = conn;
-            let _open = open;
-            let _counted = crate::memory::OpenConnection::start();
-            let stream = match TcpStream::from_std(stream) {
+    let shared = Arc::new(Shared {
+        proxy,
+        settings,
+        tls,
+        draining: draining_rx,
+        open: open_tx,
+    });
+    // Accept on every worker (each its own socket of a SO_REUSEPORT group) when the listener
+    // allows it; else here, handing each connection to a worker.
+    let listener = match accept::per_worker(listener, &workers, &shared) {
+        Ok(()) => {
+            shutdown.as_mut().await;
+            None
+        }
+        Err(listener) => Some(listener),
+    };
+    if let Some(listener) = &listener {
+        loop {
+            let (stream, client) = tokio::select! {
+                accepted = listener.accept() => match accepted {
+                    Ok(conn) => conn,
+                    Err(e) => {
+                        // Out of file descriptors and the like: back off instead of spinning.
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = &mut shutdown => break,
+            };
+            // The socket moves to the worker's event loop: deregistered here, registered there.
+            let stream = match stream.into_std() {
                 Ok(stream) => stream,
                 Err(e) => {
-                    tracing::debug!(%client, error = %e, "cannot register the connection");
-                    return;
+                    tracing::debug!(%client, error = %e, "cannot hand the connection over");
+                    continue;
                 }
             };
-            let header_timeout = conn.settings.header_timeout;
-            let Some(acceptor) = tls else {
-                if conn.settings.own_http1 {
-                    // The own engine tells HTTP/2's preface from its first read itself (no
-                    // peek) and hands such a connection to hyper's HTTP/2.
-                    return h1::serve(conn, stream).await;
+            let shared = shared.clone();
+            workers.spawn(async move {
+                match TcpStream::from_std(stream) {
+                    Ok(stream) => connection(&shared, stream, client).await,
+                    Err(e) => {
+                        tracing::debug!(%client, error = %e, "cannot register the connection")
+                    }
                 }
-                let Some(protocol) = announce::plain(&stream, header_timeout).await else {
-                    tracing::debug!(%client, "nothing sent within the header read timeout; closed");
-                    return;
-                };
-                // Boxed, as the TLS path below: hyper's connection futures are large (tens of
-                // KB), and the task of every connection would otherwise be sized for them.
-                return Box::pin(conn.serve(protocol, stream)).await;
-            };
-            Box::pin(serve_tls(conn, acceptor, stream, client)).await
-        });
+            });
+        }
     }
-
     drop(listener);
     tracing::info!("listener closed; draining");
     let _ = draining_tx.send(true);
-    drop(open_tx);
+    // Each accept loop drops its listener, and its hold on `shared`, when it sees the drain.
+    drop(shared);
     if tokio::time::timeout(grace, open_rx.recv()).await.is_err() {
         tracing::warn!(
             grace_ms = grace.as_millis() as u64,
@@ -142,6 +129,49 @@ pub async fn serve(
     // Dropping the workers cuts whatever is left.
     drop(workers);
     Ok(())
+}
+
+/// What every accepted connection is served with.
+struct Shared {
+    proxy: Arc<Proxy>,
+    settings: Arc<Settings>,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    draining: watch::Receiver<bool>,
+    /// Each connection holds a clone; when all are dropped, the drain is complete.
+    open: mpsc::Sender<()>,
+}
+
+/// Serves one accepted connection on the worker it was accepted on (or handed to).
+async fn connection(shared: &Shared, stream: TcpStream, client: SocketAddr) {
+    let _open = shared.open.clone();
+    let _counted = crate::memory::OpenConnection::start();
+    let _ = stream.set_nodelay(true);
+    let conn = Conn {
+        proxy: shared.proxy.clone(),
+        addr: match shared.tls {
+            Some(_) => ClientAddr::with_tls(client),
+            None => ClientAddr::new(client),
+        },
+        settings: shared.settings.clone(),
+        draining: shared.draining.clone(),
+        client,
+    };
+    let header_timeout = conn.settings.header_timeout;
+    let Some(acceptor) = shared.tls.clone() else {
+        if conn.settings.own_http1 {
+            // The own engine tells HTTP/2's preface from its first read itself (no peek) and
+            // hands such a connection to hyper's HTTP/2.
+            return h1::serve(conn, stream).await;
+        }
+        let Some(protocol) = announce::plain(&stream, header_timeout).await else {
+            tracing::debug!(%client, "nothing sent within the header read timeout; closed");
+            return;
+        };
+        // Boxed, as the TLS path below: hyper's connection futures are large (tens of KB),
+        // and the task of every connection would otherwise be sized for them.
+        return Box::pin(conn.serve(protocol, stream)).await;
+    };
+    Box::pin(serve_tls(conn, acceptor, stream, client)).await
 }
 
 /// A TLS connection: the handshake within the header read timeout, then its protocol (ALPN,
@@ -351,16 +381,24 @@ where
 /// Binds a listener with a listen backlog of `backlog` connections (the kernel caps it at
 /// `net.core.somaxconn`); `SO_REUSEADDR` is set, as `TcpListener::bind` does, so a restart
 /// need not wait out `TIME_WAIT`. The error names the address.
+///
+/// `SO_REUSEPORT` is set too, so that each worker accepts on a socket of its own in the
+/// same group (`accept`), as nginx's `reuseport`; another process of the same user could
+/// join the group, as with nginx.
 pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    let bound = (|| {
-        let socket = if addr.is_ipv4() {
-            tokio::net::TcpSocket::new_v4()?
-        } else {
-            tokio::net::TcpSocket::new_v6()?
-        };
-        socket.set_reuseaddr(true)?;
-        socket.bind(addr)?;
-        socket.listen(backlog)
-    })();
-    bound.map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+    bind_reuseport(addr, backlog)
+        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+}
+
+/// A listener on `addr` in its `SO_REUSEPORT` group.
+fn bind_reuseport(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() {
+        tokio::net::TcpSocket::new_v4()?
+    } else {
+        tokio::net::TcpSocket::new_v6()?
+    };
+    socket.set_reuseaddr(true)?;
+    socket.set_reuseport(true)?;
+    socket.bind(addr)?;
+    socket.listen(backlog)
 }

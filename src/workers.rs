@@ -6,12 +6,13 @@
 //! connection, the request, the upstream connection). Spread over threads, those wake-ups
 //! are futex calls, context switches and cache misses; measured side by side (`bench/`), the
 //! work-stealing runtime cost more CPU per request and had a longer p99 tail. Here each
-//! accepted connection is handed to one worker (round-robin) and stays there, and the
+//! connection is accepted by a worker (`server::accept`: a socket per worker, as nginx's
+//! `reuseport`; or accepted on the main runtime and handed round-robin) and stays there, and the
 //! upstream connections it uses belong to that worker too ([`crate::upstream::UpstreamState`]
 //! keeps one pool per worker), so a request never leaves its thread.
 //!
-//! The accept loop, the admin API, table reloads, signals and active health checks stay on
-//! the main runtime: none of them is per request.
+//! The admin API, table reloads, signals and active health checks stay on the main runtime:
+//! none of them is per request.
 
 use std::cell::Cell;
 use std::future::Future;
@@ -101,6 +102,26 @@ impl Workers {
     {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.workers.len();
         self.workers[i].handle.spawn(task);
+    }
+}
+
+impl Workers {
+    /// How many workers run.
+    pub fn len(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Whether none runs (never: at least one is started).
+    pub fn is_empty(&self) -> bool {
+        self.workers.is_empty()
+    }
+
+    /// Runs `task` on worker `index` (0-based, modulo the count).
+    pub fn spawn_on<F>(&self, index: usize, task: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        self.workers[index % self.workers.len()].handle.spawn(task);
     }
 }
 

@@ -462,7 +462,7 @@ async fn balancing_sees_a_download_until_it_ends() {
 }
 
 #[tokio::test]
-async fn the_public_listener_has_the_configured_backlog() {
+async fn every_workers_listening_socket_has_the_configured_backlog() {
     let up = Upstream::start("eu").await;
     let p = Process::start(&up).await;
     // For a listening socket, `ss` shows the backlog in the Send-Q column.
@@ -475,5 +475,7 @@ async fn the_public_listener_has_the_configured_backlog() {
         .lines()
         .filter_map(|l| l.split_whitespace().nth(2))
         .collect();
-    assert_eq!(send_q, ["777"], "ss -ltn: {text}");
+    // One socket per worker (SO_REUSEPORT, `workers: 0` = one per core), each with it.
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(send_q, vec!["777"; workers], "ss -ltn: {text}");
 }

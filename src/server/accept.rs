@@ -1,0 +1,103 @@
+//! Accepting on every worker, as nginx's `listen … reuseport` does: each worker has its own
+//! listening socket in one `SO_REUSEPORT` group and accepts on its own event loop, so a new
+//! connection is never handed from thread to thread (no deregistration and registration of
+//! its socket, no wake-up of another thread), and the kernel spreads connections over the
+//! workers.
+//!
+//! The group is this process's: `server::bind` sets `SO_REUSEPORT` on the listener, and the
+//! workers' sockets are bound to its address here. A listener bound without it (a test's, or
+//! one handed in) is accepted on the caller's thread instead, each connection handed to a
+//! worker.
+
+use std::os::fd::AsRawFd;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+
+use super::{connection, Shared};
+use crate::workers::Workers;
+
+/// Starts an accept loop on every worker, worker 1 taking `listener` itself. Errors: the
+/// listener is not in a `SO_REUSEPORT` group, or a worker's socket could not be bound:
+/// `listener` comes back to be accepted on the caller's thread.
+pub(super) fn per_worker(
+    listener: TcpListener,
+    workers: &Workers,
+    shared: &Arc<Shared>,
+) -> Result<(), TcpListener> {
+    if !reuseport(&listener) {
+        return Err(listener);
+    }
+    let Ok(addr) = listener.local_addr() else {
+        return Err(listener);
+    };
+    let backlog = shared.proxy.config().limits.listen_backlog;
+    let mut sockets = Vec::with_capacity(workers.len());
+    for _ in 1..workers.len() {
+        match super::bind_reuseport(addr, backlog).and_then(|l| l.into_std()) {
+            Ok(socket) => sockets.push(socket),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "no socket per worker; accepting on one thread");
+                return Err(listener);
+            }
+        }
+    }
+    let first = match listener.into_std() {
+        Ok(first) => first,
+        Err(e) => {
+            // Not expected: the socket is open. Its listener is gone with it; say so loudly.
+            tracing::error!(%addr, error = %e, "the listener could not move to a worker");
+            return Ok(());
+        }
+    };
+    for (worker, socket) in std::iter::once(first).chain(sockets).enumerate() {
+        let shared = shared.clone();
+        workers.spawn_on(worker, async move {
+            match TcpListener::from_std(socket) {
+                Ok(listener) => accept_loop(listener, shared).await,
+                Err(e) => tracing::error!(error = %e, "a worker's listener could not register"),
+            }
+        });
+    }
+    Ok(())
+}
+
+/// Accepts until the drain begins, then closes this worker's socket.
+async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+    let mut draining = shared.draining.clone();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = draining.wait_for(|d| *d) => return,
+        };
+        match accepted {
+            Ok((stream, client)) => {
+                let shared = shared.clone();
+                tokio::spawn(async move { connection(&shared, stream, client).await });
+            }
+            Err(e) => {
+                // Out of file descriptors and the like: back off instead of spinning.
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
+
+/// Whether the socket has `SO_REUSEPORT` set.
+fn reuseport(listener: &TcpListener) -> bool {
+    let mut value: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `value`, an int it owns; the fd is
+    // the listener's, open for the call.
+    let rc = unsafe {
+        libc::getsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_REUSEPORT,
+            (&mut value as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    };
+    rc == 0 && value != 0
+}
