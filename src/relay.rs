@@ -208,7 +208,12 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
     bytes: &[u8],
     within: Duration,
 ) -> Result<(), RelayError> {
-    match tokio::time::timeout(within, to.write_all(bytes)).await {
+    // The flush sends what TLS still holds (a no-op on TCP).
+    let write = async {
+        to.write_all(bytes).await?;
+        to.flush().await
+    };
+    match tokio::time::timeout(within, write).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(RelayError::Write {
             error: Some(error),

@@ -161,7 +161,7 @@ async fn connection(shared: &Shared, stream: TcpStream, client: SocketAddr) {
         if conn.settings.own_http1 {
             // The own engine tells HTTP/2's preface from its first read itself (no peek) and
             // hands such a connection to hyper's HTTP/2.
-            return h1::serve(conn, stream).await;
+            return h1::serve(conn, stream, true).await;
         }
         let Some(protocol) = announce::plain(&stream, header_timeout).await else {
             tracing::debug!(%client, "nothing sent within the header read timeout; closed");
@@ -204,6 +204,11 @@ async fn serve_tls(
             .peer_certificates()
             .and_then(|chain| chain.first())
             .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
+    }
+    if conn.settings.own_http1 && alpn != Some(Protocol::Http2) {
+        // The own engine, as for plain connections; without ALPN it tells HTTP/2 from the
+        // first bytes itself. Boxed: the TLS stream is large.
+        return Box::pin(h1::serve(conn, stream, alpn.is_none())).await;
     }
     // The header read timeout starts again after the handshake, as on plain TCP after
     // the accept.

@@ -320,3 +320,60 @@ async fn an_upload_cut_midway_is_never_completed_upstream() {
     let seen = up.seen.lock().expect("seen").len();
     assert_eq!(seen, 0, "the upstream never completed a request");
 }
+
+/// HTTPS with ALPN `http/1.1` is the own engine's too: the upstream gets the client's fields
+/// in their case and order, `X-Forwarded-Proto: https`, and two requests on one TLS
+/// connection are answered (curl reuses it).
+#[tokio::test]
+async fn a_tls_http11_connection_is_served_by_the_own_engine() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    common::make_certs(&certs, false, &["localhost"]);
+    let table = format!(
+        "version: h1\nregions:\n  tls: {{ upstreams: [\"{}\"] }}\ncountries:\n  1: tls\ndefault_region: tls\n",
+        url(up.addr)
+    );
+    let config = orders_config()
+        .extra(&format!(
+            "http1_engine: own\ntls:\n  certificates:\n    - {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }}\n",
+            c = certs.display()
+        ))
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let target = format!(
+        "https://localhost:{}/v1/orders/{}",
+        router.addr.port(),
+        iuid_for(1)
+    );
+    let args: Vec<String> = [
+        "-sS",
+        "--http1.1",
+        "--cacert",
+        &certs.join("ca.pem").display().to_string(),
+        "--resolve",
+        &format!("localhost:{}:127.0.0.1", router.addr.port()),
+        "-H",
+        "X-Case-Kept: 1",
+        &target,
+        &target,
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect();
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new("curl").args(&args).output()
+    })
+    .await
+    .expect("join")
+    .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "okok", "{out:?}");
+    let seen = String::from_utf8(up.seen.lock().expect("seen").clone()).expect("ascii");
+    assert_eq!(seen.matches("X-Case-Kept: 1\r\n").count(), 2, "{seen}");
+    assert_eq!(
+        seen.matches("X-Forwarded-Proto: https\r\n").count(),
+        2,
+        "{seen}"
+    );
+    assert!(seen.contains(";proto=https\r\n"), "{seen}");
+}

@@ -1,4 +1,5 @@
-//! The own HTTP/1.1 engine's connection loop (`http1_engine: own`): read a request head
+//! The own HTTP/1.1 engine's connection loop (`http1_engine: own`), plain or TLS with ALPN
+//! `http/1.1` (or none): read a request head
 //! within the header read timeout, let `Proxy::h1` carry the request, and go on with the
 //! next one while the connection is kept alive.
 //!
@@ -7,8 +8,10 @@
 //! nothing is pending. A request the engine hands back ([`Outcome::Handoff`]) continues the
 //! connection under hyper's engine, the bytes read so far read again there.
 
+use std::future::Future;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::watch;
 
@@ -19,9 +22,29 @@ use crate::problem::Problem;
 use crate::proxy::h1::Outcome;
 use crate::relay::Buffered;
 
-/// Serves a plain HTTP/1.1 connection until it closes, is idle for too long, or the
-/// listener drains.
-pub(super) async fn serve(conn: Conn, stream: TcpStream) {
+/// A client connection the own engine serves: plain TCP, or TLS.
+pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
+    /// Waits until the connection has bytes to read, without holding a buffer: `Ok(true)`.
+    /// `Ok(false)`: it cannot tell (TLS may hold decrypted bytes already), the caller reads.
+    fn readable(&self) -> impl Future<Output = std::io::Result<bool>> + Send;
+}
+
+impl ClientIo for TcpStream {
+    async fn readable(&self) -> std::io::Result<bool> {
+        TcpStream::readable(self).await.map(|()| true)
+    }
+}
+
+impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
+    async fn readable(&self) -> std::io::Result<bool> {
+        Ok(false)
+    }
+}
+
+/// Serves an HTTP/1.1 connection until it closes, is idle for too long, or the listener
+/// drains. `sniff`: its first bytes may be HTTP/2's preface (h2c, or TLS without ALPN),
+/// then served by hyper's HTTP/2; with ALPN `http/1.1` they are HTTP/1.1 whatever they are.
+pub(super) async fn serve<S: ClientIo>(conn: Conn, stream: S, sniff: bool) {
     let settings = conn.settings.clone();
     let mut draining = conn.draining.clone();
     let limits = &conn.proxy.config().limits;
@@ -31,16 +54,26 @@ pub(super) async fn serve(conn: Conn, stream: TcpStream) {
     let mut head = RequestHead::default();
     let mut wait = settings.header_timeout;
     // Until the first bytes tell HTTP/1.1 from HTTP/2 with prior knowledge (h2c).
-    let mut first = true;
+    let mut first = sniff;
     loop {
         if client.pending().is_empty() {
-            tokio::select! {
-                ready = tokio::time::timeout(wait, client.io.readable()) => {
-                    if !matches!(ready, Ok(Ok(()))) {
+            let waited = tokio::select! {
+                ready = tokio::time::timeout(wait, client.io.readable()) => ready,
+                _ = draining_now(&mut draining) => return,
+            };
+            match waited {
+                Ok(Ok(true)) => {}
+                // TLS: read, within the same wait.
+                Ok(Ok(false)) => {
+                    let read = tokio::select! {
+                        read = client.fill(wait, max_bytes) => read,
+                        _ = draining_now(&mut draining) => return,
+                    };
+                    if !matches!(read, Ok(n) if n > 0) {
                         return;
                     }
                 }
-                _ = draining_now(&mut draining) => return,
+                Ok(Err(_)) | Err(_) => return,
             }
         }
         let deadline = tokio::time::Instant::now() + settings.header_timeout;
@@ -108,7 +141,7 @@ async fn draining_now(draining: &mut watch::Receiver<bool>) {
 }
 
 /// Answers a head the codec refused (400, or 431 when it is too large) and closes.
-async fn refuse_head(client: &mut Buffered<TcpStream>, e: HeadError, idle: Duration) {
+async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: Duration) {
     let problem = match e {
         HeadError::TooLarge | HeadError::TooManyFields => Problem::HeadTooLarge,
         HeadError::NonAsciiTarget => Problem::BadTarget,
@@ -119,7 +152,7 @@ async fn refuse_head(client: &mut Buffered<TcpStream>, e: HeadError, idle: Durat
 
 /// Serves the rest of the connection with hyper's engine (HTTP/1.1, or HTTP/2 for an h2c
 /// client), the pending bytes first.
-async fn handoff(conn: Conn, client: Buffered<TcpStream>, protocol: Protocol) {
+async fn handoff<S: ClientIo>(conn: Conn, client: Buffered<S>, protocol: Protocol) {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
     match protocol {
