@@ -141,21 +141,28 @@ struct Shared {
     open: mpsc::Sender<()>,
 }
 
+impl Shared {
+    /// A new connection's state, for a client at `client`.
+    fn conn(&self, client: SocketAddr) -> Conn {
+        Conn {
+            proxy: self.proxy.clone(),
+            addr: match self.tls {
+                Some(_) => ClientAddr::with_tls(client),
+                None => ClientAddr::new(client),
+            },
+            settings: self.settings.clone(),
+            draining: self.draining.clone(),
+            client,
+        }
+    }
+}
+
 /// Serves one accepted connection on the worker it was accepted on (or handed to).
 async fn connection(shared: &Shared, stream: TcpStream, client: SocketAddr) {
     let _open = shared.open.clone();
     let _counted = crate::memory::OpenConnection::start();
     let _ = stream.set_nodelay(true);
-    let conn = Conn {
-        proxy: shared.proxy.clone(),
-        addr: match shared.tls {
-            Some(_) => ClientAddr::with_tls(client),
-            None => ClientAddr::new(client),
-        },
-        settings: shared.settings.clone(),
-        draining: shared.draining.clone(),
-        client,
-    };
+    let conn = shared.conn(client);
     let header_timeout = conn.settings.header_timeout;
     let Some(acceptor) = shared.tls.clone() else {
         if conn.settings.own_http1 {

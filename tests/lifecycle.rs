@@ -55,7 +55,7 @@ impl Process {
             .extra("shutdown: { drain_delay_ms: 0, grace_ms: 10000 }")
             .extra("access_log: true\nlog_format: json");
         let path = dir.path().join("router.yaml");
-        std::fs::write(&path, config.yaml()).expect("write");
+        std::fs::write(&path, common::with_test_engine(&config.yaml())).expect("write");
         let mut command = Command::new(env!("CARGO_BIN_EXE_iuid-router"));
         command
             .args(["serve", "--config", path.to_str().expect("utf8")])

@@ -71,6 +71,11 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             _ = draining.wait_for(|d| *d) => return,
         };
         match accepted {
+            // A plain connection on the own engine: its task is that engine's loop alone,
+            // not sized for the TLS and hyper paths too (an idle connection is its task).
+            Ok((stream, client)) if shared.tls.is_none() && shared.settings.own_http1 => {
+                tokio::spawn(super::h1::serve_plain(shared.clone(), stream, client));
+            }
             Ok((stream, client)) => {
                 let shared = shared.clone();
                 tokio::spawn(async move { connection(&shared, stream, client).await });

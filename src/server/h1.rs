@@ -16,7 +16,10 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::announce::{self, Protocol, Rewind};
-use super::Conn;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use super::{Conn, Shared};
 use crate::http1::head::{parse_request, HeadError, RequestHead};
 use crate::problem::Problem;
 use crate::proxy::h1::Outcome;
@@ -39,6 +42,17 @@ impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
     async fn readable(&self) -> std::io::Result<bool> {
         Ok(false)
     }
+}
+
+/// A plain connection accepted on a worker, served by the own engine: `super::connection`'s
+/// plain path without its others.
+pub(super) async fn serve_plain(shared: Arc<Shared>, stream: TcpStream, client: SocketAddr) {
+    let _open = shared.open.clone();
+    let _counted = crate::memory::OpenConnection::start();
+    let _ = stream.set_nodelay(true);
+    let conn = shared.conn(client);
+    drop(shared);
+    serve(conn, stream, true).await
 }
 
 /// Serves an HTTP/1.1 connection until it closes, is idle for too long, or the listener

@@ -101,6 +101,7 @@ impl Proxy {
             let chosen = &region.upstreams[i];
             let state = &chosen.state;
             last_upstream = Some(chosen.authority.clone());
+            tracing::Span::current().record("upstream", chosen.authority.as_str());
             let in_flight = state.health.start();
             let sent = Instant::now();
             let failed = match self.h1_attempt(client, state, &out).await {

@@ -20,6 +20,7 @@ mod exchange;
 use std::time::Instant;
 
 use tokio::io::{AsyncRead, AsyncWrite};
+use tracing::Instrument;
 
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
@@ -152,6 +153,15 @@ impl Proxy {
         }
         let in_flight = metrics::InFlight::start();
         let id = RequestId::of(buf, head);
+        // Debug level, as hyper's engine's: disabled (and free) unless `RUST_LOG` asks.
+        let span = tracing::debug_span!(
+            "request",
+            request_id = id.as_str(),
+            method = std::str::from_utf8(head.method.of(buf)).unwrap_or("-"),
+            id = tracing::field::Empty,
+            region = tracing::field::Empty,
+            upstream = tracing::field::Empty,
+        );
         let client_close =
             draining || (head.seen.has(Seen::CONNECTION) && Nominated::close(buf, &head.fields));
         let mut log = self.config.access_log.then(|| {
@@ -170,7 +180,7 @@ impl Proxy {
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
-                let planned = self.h1_plan(buf, head).map_err(|stop| match stop {
+                let planned = self.h1_plan(buf, head, &span).map_err(|stop| match stop {
                     // The body was not read: the connection cannot go on past it.
                     Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
                     handoff => handoff,
@@ -212,8 +222,10 @@ impl Proxy {
         };
         client.consume(head.len + held_len);
         let region = planned.routing.region(planned.region);
+        span.record("region", &*region.state.metrics.label);
         let answered = self
             .h1_forward(client, region, outbound, &id, client_close)
+            .instrument(span)
             .await;
         drop(in_flight);
         region.state.metrics.request(planned.route, answered.status);
@@ -230,7 +242,12 @@ impl Proxy {
     }
 
     /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
-    fn h1_plan(&self, buf: &[u8], head: &RequestHead) -> Result<Planned, Stop> {
+    fn h1_plan(
+        &self,
+        buf: &[u8],
+        head: &RequestHead,
+        span: &tracing::Span,
+    ) -> Result<Planned, Stop> {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
@@ -268,7 +285,7 @@ impl Proxy {
             return Err(Stop::Handoff);
         }
         let routing = self.regions.current();
-        let (decision, legacy_id) = self.resolve(&routing.table, found, &tracing::Span::none())?;
+        let (decision, legacy_id) = self.resolve(&routing.table, found, span)?;
         if legacy_id.is_some() {
             // A legacy id may be probed in the other regions: hyper's engine does that.
             return Err(Stop::Handoff);
