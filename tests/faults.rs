@@ -58,7 +58,10 @@ async fn one_closed_upstream_of_two_fails_no_request() {
             start.wait().await;
             let resp = http.get(&target).header("x-delay-ms", "100").send().await?;
             let status = resp.status().as_u16();
-            resp.bytes().await?;
+            let body = resp.bytes().await?;
+            if status != 200 {
+                eprintln!("answer {status}: {}", String::from_utf8_lossy(&body));
+            }
             Ok::<_, reqwest::Error>(status)
         }));
     }

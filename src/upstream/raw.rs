@@ -26,6 +26,8 @@ pub type RawConn = Buffered<TcpStream>;
 #[derive(Debug, Default)]
 pub struct RawPool {
     idle: Mutex<Vec<(RawConn, Instant)>>,
+    /// Told of every connection checked in, for requests waiting on a connect.
+    freed: tokio::sync::Notify,
 }
 
 impl RawPool {
@@ -46,9 +48,24 @@ impl RawPool {
             return;
         }
         conn.release();
-        let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        if idle.len() < MAX_IDLE {
+        {
+            let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
+            if idle.len() >= MAX_IDLE {
+                return;
+            }
             idle.push((conn, Instant::now()));
+        }
+        self.freed.notify_one();
+    }
+
+    /// The next connection checked in (for a request that would otherwise wait on a new
+    /// connect); never completes while none is.
+    pub async fn freed(&self, max_idle: Duration) -> RawConn {
+        loop {
+            self.freed.notified().await;
+            if let Some(conn) = self.checkout(max_idle) {
+                return conn;
+            }
         }
     }
 

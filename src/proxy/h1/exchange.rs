@@ -251,13 +251,26 @@ impl Proxy {
         // A pooled connection the upstream closed just as the request left it is replaced by
         // a new one once, when nothing of the answer came and sending again is safe.
         let mut pooled = state.raw_pool().checkout(idle);
+        let mut retried = false;
         loop {
-            let reused = pooled.is_some();
-            let mut up = match pooled.take() {
-                Some(up) => up,
-                None => state.raw_connect().await.map_err(Failed::Upstream)?,
+            let (mut up, reused) = match pooled.take() {
+                Some(up) => (up, true),
+                // Sent again after a stale pooled connection: a new one.
+                None if retried => (state.raw_connect().await.map_err(Failed::Upstream)?, false),
+                // A connection freed meanwhile is taken instead of waiting on a new one (under
+                // load, hundreds of connects at once would each risk `connect_ms`).
+                None => {
+                    let connecting = state.raw_connect();
+                    tokio::pin!(connecting);
+                    tokio::select! {
+                        biased;
+                        connected = &mut connecting => (connected.map_err(Failed::Upstream)?, false),
+                        freed = state.raw_pool().freed(idle) => (freed, true),
+                    }
+                }
             };
-            let again = reused && out.held;
+            let again = reused && out.held && !retried;
+            retried |= again;
             let written = write_all(&mut up.io, wire, idle).await;
             if written.is_err() && again {
                 continue;
