@@ -9,7 +9,8 @@
 //! valid heads; a proptest adds requests generated from a grammar of valid heads and bodies.
 //! Every case also says what a correct router does with it (how many requests reach the
 //! upstream, what the client is answered), so two engines that agree on a wrong answer fail
-//! too.
+//! too. The other way, the upstreams answer the same bytes (llhttp's response tests, odd and
+//! broken answers) to both engines, and what each client gets is compared the same way.
 //!
 //! Both routers name their engine in their config, so `IUID_ROUTER_TEST_ENGINE` (which
 //! `.ci/run` sets for its second pass) changes nothing here.
@@ -228,6 +229,9 @@ fn read_message(buf: &[u8]) -> Result<Option<(Message, usize)>, &'static str> {
 struct Log {
     seen: Vec<Seen>,
     pending: std::collections::BTreeMap<u64, Vec<u8>>,
+    /// What to answer instead of [`ANSWER`], the connection then closed (the response
+    /// tests).
+    script: Option<Vec<u8>>,
 }
 
 impl Log {
@@ -242,7 +246,7 @@ impl Log {
 type Shared = Arc<Mutex<Log>>;
 
 /// Serves one upstream connection: every request read is recorded and answered
-/// [`ANSWER`], on the same connection (keep-alive).
+/// [`ANSWER`], on the same connection (keep-alive); or the script, then closed.
 async fn record(mut stream: tokio::net::TcpStream, log: Shared, id: u64) {
     let mut buf = Vec::new();
     let mut chunk = vec![0u8; 16 << 10];
@@ -251,10 +255,17 @@ async fn record(mut stream: tokio::net::TcpStream, log: Shared, id: u64) {
             Ok(Some((message, used))) => {
                 buf.drain(..used);
                 let head = message.line.starts_with(b"HEAD ");
-                {
+                let script = {
                     let mut log = log.lock().expect("log");
                     log.seen.push(Seen::Request(message));
                     log.pending.insert(id, buf.clone());
+                    log.script.clone()
+                };
+                if let Some(script) = script {
+                    let _ = stream.write_all(&script).await;
+                    let _ = stream.shutdown().await;
+                    log.lock().expect("log").pending.remove(&id);
+                    return;
                 }
                 let answer = if head {
                     &ANSWER[..ANSWER.len() - 2]
@@ -408,9 +419,12 @@ impl Side {
             Engine::Hyper => "hyper",
         };
         // The engine is named, so IUID_ROUTER_TEST_ENGINE does not apply; one worker: the
-        // routers share two cores with the test.
+        // routers share two cores with the test; the answers' cases fail the upstream on
+        // purpose, and it must not be ejected for that.
         let config = orders_config()
-            .extra(&format!("http1_engine: {name}\nworkers: 1"))
+            .extra(&format!(
+                "http1_engine: {name}\nworkers: 1\nhealth: {{ eject_after: 1000000 }}"
+            ))
             .yaml();
         let router = Router::start(&config, &lettered_table("diff", &[&[url(upstream)]])).await;
         Side {
@@ -657,9 +671,26 @@ impl Observed {
     }
 }
 
+/// An answer as the client read it.
+#[derive(Debug, Clone)]
+struct Reply {
+    status: u16,
+    /// Field lines: lowercased names, values without surrounding whitespace.
+    fields: Vec<(String, String)>,
+    /// The body, de-chunked.
+    body: Vec<u8>,
+}
+
+impl Reply {
+    fn get(&self, name: &str) -> Option<&str> {
+        let mut values = self.fields.iter().filter(|(n, _)| n == name);
+        values.next().map(|(_, v)| v.as_str())
+    }
+}
+
 /// Reads the answers at the start of `bytes`; `heads`: which requests were `HEAD`.
-fn read_answers<'b>(bytes: &'b [u8], heads: &[bool]) -> (Vec<Answer>, &'b [u8]) {
-    let mut answers = Vec::new();
+fn read_replies<'b>(bytes: &'b [u8], heads: &[bool]) -> (Vec<Reply>, &'b [u8]) {
+    let mut replies = Vec::new();
     let mut pos = 0;
     let mut finals = 0;
     while pos < bytes.len() {
@@ -681,28 +712,34 @@ fn read_answers<'b>(bytes: &'b [u8], heads: &[bool]) -> (Vec<Answer>, &'b [u8]) 
             .filter_map(|l| l.split_once(':'))
             .map(|(n, v)| (n.to_ascii_lowercase(), v.trim().to_owned()))
             .collect();
-        let get = |name: &str| fields.iter().find(|(n, _)| n == name).map(|(_, v)| v);
+        let mut reply = Reply {
+            status,
+            fields,
+            body: Vec::new(),
+        };
         let body_start = pos + end + 4;
         if status < 200 {
-            answers.push(Answer {
-                status,
-                problem: None,
-                from_upstream: false,
-            });
+            replies.push(reply);
             pos = body_start;
             continue;
         }
         let head = heads.get(finals).copied().unwrap_or(false);
         let bodiless = head || status == 204 || status == 304;
         finals += 1;
+        let chunked = reply
+            .get("transfer-encoding")
+            .is_some_and(|te| te.eq_ignore_ascii_case("chunked"));
+        let length = reply
+            .get("content-length")
+            .and_then(|v| v.parse::<usize>().ok());
         let (body, next) = if bodiless {
             (Vec::new(), body_start)
-        } else if get("transfer-encoding").is_some_and(|te| te.eq_ignore_ascii_case("chunked")) {
+        } else if chunked {
             match read_chunked(bytes, body_start) {
                 Ok(Some((body, _, _, next))) => (body, next),
                 _ => break,
             }
-        } else if let Some(n) = get("content-length").and_then(|v| v.parse::<usize>().ok()) {
+        } else if let Some(n) = length {
             if bytes.len() < body_start + n {
                 break;
             }
@@ -710,22 +747,34 @@ fn read_answers<'b>(bytes: &'b [u8], heads: &[bool]) -> (Vec<Answer>, &'b [u8]) 
         } else {
             (bytes[body_start..].to_vec(), bytes.len())
         };
-        let problem = get("content-type")
-            .filter(|t| t.contains("problem+json"))
-            .map(|_| {
-                serde_json::from_slice::<serde_json::Value>(&body)
-                    .ok()
-                    .and_then(|v| v.get("type")?.as_str().map(str::to_owned))
-                    .unwrap_or_else(|| "<no type>".to_owned())
-            });
-        answers.push(Answer {
-            status,
-            problem,
-            from_upstream: get("x-up").is_some(),
-        });
+        reply.body = body;
+        replies.push(reply);
         pos = next;
     }
-    (answers, &bytes[pos..])
+    (replies, &bytes[pos..])
+}
+
+/// [`read_replies`], each as [`Answer`].
+fn read_answers<'b>(bytes: &'b [u8], heads: &[bool]) -> (Vec<Answer>, &'b [u8]) {
+    let (replies, rest) = read_replies(bytes, heads);
+    let answers = replies
+        .iter()
+        .map(|r| Answer {
+            status: r.status,
+            problem: (r.status >= 200)
+                .then(|| r.get("content-type"))
+                .flatten()
+                .filter(|t| t.contains("problem+json"))
+                .map(|_| {
+                    serde_json::from_slice::<serde_json::Value>(&r.body)
+                        .ok()
+                        .and_then(|v| v.get("type")?.as_str().map(str::to_owned))
+                        .unwrap_or_else(|| "<no type>".to_owned())
+                }),
+            from_upstream: r.status >= 200 && r.get("x-up").is_some(),
+        })
+        .collect();
+    (answers, rest)
 }
 
 // ---- the corpus -------------------------------------------------------------------------
@@ -2517,4 +2566,502 @@ fn generated_valid_requests_are_forwarded_alike() {
     if let Err(e) = result {
         panic!("{e}");
     }
+}
+
+// ---- answers: the same upstream answer through both engines -----------------------------
+
+/// An answer as both engines must agree on it: names lowercased, lines of one name together
+/// in their order, the request id and `Date` masked, the body de-chunked.
+#[derive(Debug, Clone, PartialEq)]
+struct Normal2 {
+    status: u16,
+    fields: Vec<String>,
+    body: String,
+}
+
+/// What a client got when the upstream answered a case's bytes.
+#[derive(Debug, Clone)]
+struct Relayed {
+    replies: Vec<Normal2>,
+    /// Bytes after the last whole answer.
+    unread: String,
+    closed: bool,
+}
+
+impl Relayed {
+    fn statuses(&self) -> Vec<u16> {
+        self.replies.iter().map(|r| r.status).collect()
+    }
+}
+
+impl World {
+    /// Has both upstreams answer `script` (then close) to a `GET` (or `HEAD`) through each
+    /// engine; what each client got.
+    fn relay(&self, script: &[u8], head: bool) -> (Relayed, Relayed) {
+        for side in [&self.own, &self.hyper] {
+            let mut log = side.log.lock().expect("log");
+            log.seen.clear();
+            log.script = Some(script.to_vec());
+        }
+        let method = if head { "HEAD" } else { "GET" };
+        let request = format!(
+            "{method} {} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            orders_path()
+        );
+        let (own, hyper) = std::thread::scope(|s| {
+            let own = s.spawn(|| exchange(self.own.router.addr, request.as_bytes()));
+            let hyper = s.spawn(|| exchange(self.hyper.router.addr, request.as_bytes()));
+            (own.join().expect("own"), hyper.join().expect("hyper"))
+        });
+        let relayed = |(bytes, closed): (Vec<u8>, bool)| {
+            let (replies, rest) = read_replies(&bytes, &[head]);
+            let replies = replies
+                .into_iter()
+                .map(|r| {
+                    let problem = r
+                        .get("content-type")
+                        .is_some_and(|t| t.contains("problem+json"));
+                    let mut fields: Vec<(String, String)> = r
+                        .fields
+                        .into_iter()
+                        .map(|(n, v)| match n.as_str() {
+                            "x-request-id" => (n, "<id>".to_owned()),
+                            "date" => (n, "<date>".to_owned()),
+                            _ => (n, v),
+                        })
+                        .collect();
+                    fields.sort_by(|a, b| a.0.cmp(&b.0));
+                    // The router's own answers are compared by their problem type: their
+                    // detail is each engine's wording of the upstream's fault.
+
+                    if problem {
+                        fields.retain(|(n, _)| n != "content-length");
+                    }
+                    let body = match serde_json::from_slice::<serde_json::Value>(&r.body) {
+                        Ok(json) if problem => json["type"].to_string(),
+                        _ => r.body.escape_ascii().to_string(),
+                    };
+                    Normal2 {
+                        status: r.status,
+                        fields: fields
+                            .into_iter()
+                            .map(|(n, v)| format!("{n}: {v}"))
+                            .collect(),
+                        body,
+                    }
+                })
+                .collect();
+            Relayed {
+                replies,
+                unread: String::from_utf8_lossy(rest).into_owned(),
+                closed,
+            }
+        };
+        (relayed(own), relayed(hyper))
+    }
+}
+
+/// A documented difference on the response side (docs/data-path.md, "HTTP/1.1 engines").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum AnswerDiff {
+    /// "1xx answers other than `100` (`103 Early Hints`) reach the client on the own
+    /// engine": the same final answer; before it, the own engine's client got the 1xx.
+    EarlyHints,
+    /// "Chunked bodies … checked as they pass": a chunk size line the own engine would relay
+    /// as it came but RFC 9112 §7.1 does not allow (whitespace after the size with no
+    /// extension) is 502 `bad-gateway` there; hyper's relays the answer re-encoded.
+    ChunkedChecked,
+    /// "A close-delimited answer goes to the client chunked on both, but for an HTTP/1.0
+    /// answer, which hyper's engine sends on delimited by the close": the same fields and
+    /// body, `transfer-encoding: chunked` only from the own engine.
+    Http10CloseDelimited,
+    /// "A `304`'s `Content-Length` (the length a `200` would have had, RFC 9110 §8.6) is
+    /// passed on by the own engine; hyper's drops it."
+    NotModifiedLength,
+}
+
+struct AnswerCase {
+    name: &'static str,
+    answer: &'static [u8],
+    head: bool,
+    /// The statuses the client gets.
+    want: &'static [u16],
+    diff: Option<AnswerDiff>,
+}
+
+const fn answer(name: &'static str, answer: &'static [u8], want: &'static [u16]) -> AnswerCase {
+    AnswerCase {
+        name,
+        answer,
+        head: false,
+        want,
+        diff: None,
+    }
+}
+
+fn answers() -> Vec<AnswerCase> {
+    vec![
+        // -- Odd but valid answers, written for this test ----------------------------------
+        answer("length", b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nhello", &[200]),
+        answer(
+            "chunked",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "chunked with extensions and trailers",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5;a=b\r\nhello\r\n0\r\nX-T: 1\r\n\r\n",
+            &[200],
+        ),
+        answer("close-delimited", b"HTTP/1.1 200 OK\r\n\r\nuntil the close", &[200]),
+        answer(
+            "both Transfer-Encoding and Content-Length",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer("204 with a length", b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n", &[204]),
+        answer("304", b"HTTP/1.1 304 Not Modified\r\nETag: \"x\"\r\n\r\n", &[304]),
+        AnswerCase {
+            diff: Some(AnswerDiff::NotModifiedLength),
+            ..answer(
+                "304 with the GET's length",
+                b"HTTP/1.1 304 Not Modified\r\nContent-Length: 12\r\n\r\n",
+                &[304],
+            )
+        },
+        answer(
+            "a chunked answer over a connection the upstream closes",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+            &[200],
+        ),
+        AnswerCase {
+            head: true,
+            ..answer(
+                "an answer to HEAD with a length",
+                b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n",
+                &[200],
+            )
+        },
+        answer(
+            "hop-by-hop and nominated fields",
+            b"HTTP/1.1 200 OK\r\nConnection: keep-alive, X-Secret\r\nKeep-Alive: timeout=5\r\nX-Secret: s\r\nProxy-Connection: keep-alive\r\nUpgrade: h2c\r\nContent-Length: 2\r\n\r\nok",
+            &[200],
+        ),
+        answer(
+            "the upstream's request id replaced",
+            b"HTTP/1.1 200 OK\r\nX-Request-Id: from-upstream\r\nContent-Length: 2\r\n\r\nok",
+            &[200],
+        ),
+        answer(
+            "repeated fields",
+            b"HTTP/1.1 200 OK\r\nSet-Cookie: a=1\r\nVary: A\r\nSet-Cookie: b=2\r\nVary: B\r\nContent-Length: 2\r\n\r\nok",
+            &[200],
+        ),
+        answer(
+            "an unknown status and reason",
+            b"HTTP/1.1 599 Whatever It Is\r\nContent-Length: 2\r\n\r\nok",
+            &[599],
+        ),
+        answer(
+            "a Content-Length list of one value",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2, 2\r\n\r\nok",
+            &[200],
+        ),
+        answer(
+            "two different Content-Lengths",
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nok!",
+            &[502],
+        ),
+        answer(
+            "a broken first chunk",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2zz\r\nhi\r\n0\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "an unasked 101",
+            b"HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "100 Continue, then the answer",
+            b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            &[200],
+        ),
+        AnswerCase {
+            diff: Some(AnswerDiff::EarlyHints),
+            ..answer(
+                "103 Early Hints, then the answer",
+                b"HTTP/1.1 103 Early Hints\r\nLink: </a.css>; rel=preload\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+                &[200],
+            )
+        },
+        answer("status 000", b"HTTP/1.1 000 X\r\nContent-Length: 2\r\n\r\nok", &[502]),
+        answer("a bare LF in the head", b"HTTP/1.1 200 OK\nContent-Length: 2\n\nok", &[200]),
+        answer(
+            "obs-fold",
+            b"HTTP/1.1 200 OK\r\nX-A: a\r\n b\r\nContent-Length: 2\r\n\r\nok",
+            &[502],
+        ),
+        answer("HTTP/1.0 with a length", b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\nok", &[200]),
+        // -- From nodejs/llhttp, test/response/*.md (the file named at each case): the bytes
+        //    of its vectors, `\n` as the `\r\n` its harness sends. --
+        // test/response/sample.md
+        answer(
+            "llhttp sample.md: simple response",
+            b"HTTP/1.1 200 OK\r\nHeader1: Value1\r\nHeader2:\t Value2\r\nContent-Length: 0\r\n\r\n",
+            &[200],
+        ),
+        answer("llhttp sample.md: RTSP response", b"RTSP/1.1 200 OK\r\n\r\n", &[502]),
+        answer("llhttp sample.md: ICE response", b"ICE/1.1 200 OK\r\n\r\n", &[502]),
+        answer("llhttp sample.md: invalid response start", b"HTTPER/1.1 200 OK\r\n\r\n", &[502]),
+        answer(
+            "llhttp sample.md: amazon.com",
+            b"HTTP/1.1 301 MovedPermanently\r\nDate: Wed, 15 May 2013 17:06:33 GMT\r\nServer: Server\r\nx-amz-id-1: 0GPHKXSJQ826RK7GZEB2\r\np3p: policyref=\"http://www.amazon.com/w3c/p3p.xml\",CP=\"CAO DSP LAW CUR ADM IVAo IVDo CONo OTPo OUR DELi PUBi OTRi BUS PHY ONL UNI PUR FIN COM NAV INT DEM CNT STA HEA PRE LOC GOV OTC \"\r\nx-amz-id-2: STN69VZxIFSz9YJLbz1GDbxpbjG6Qjmmq5E3DxRhOUw+Et0p4hr7c/Q8qNcx4oAD\r\nLocation: http://www.amazon.com/Dan-Brown/e/B000AP9DSU/ref=s9_pop_gw_al1?_encoding=UTF8&refinementId=618073011&pf_rd_m=ATVPDKIKX0DER&pf_rd_s=center-2&pf_rd_r=0SHYY5BZXN3KR20BNFAY&pf_rd_t=101&pf_rd_p=1263340922&pf_rd_i=507846\r\nVary: Accept-Encoding,User-Agent\r\nContent-Type: text/html; charset=ISO-8859-1\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n\n\r\n0\r\n\r\n",
+            &[301],
+        ),
+        answer("llhttp sample.md: no headers and no body", b"HTTP/1.1 404 Not Found\r\n\r\n", &[404]),
+        answer("llhttp sample.md: no reason phrase", b"HTTP/1.1 301\r\n\r\n", &[301]),
+        answer("llhttp sample.md: empty reason phrase after space", b"HTTP/1.1 200 \r\n\r\n", &[200]),
+        answer(
+            "llhttp sample.md: no carriage ret",
+            b"HTTP/1.1 200 OK\nContent-Type: text/html; charset=utf-8\nConnection: close\n\nthese headers are from http://news.ycombinator.com/",
+            &[200],
+        ),
+        answer(
+            "llhttp sample.md: underscore in header key",
+            b"HTTP/1.1 200 OK\r\nServer: DCLK-AdSvr\r\nContent-Type: text/xml\r\nContent-Length: 0\r\nDCLK_imp: v7;x;114750856;0-0;0;17820020;0/0;21603567/21621457/1;;~okv=;dcmt=text/xml;;~cs=o\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp sample.md: bonjourmadame.fr",
+            b"HTTP/1.0 301 Moved Permanently\r\nDate: Thu, 03 Jun 2010 09:56:32 GMT\r\nServer: Apache/2.2.3 (Red Hat)\r\nCache-Control: public\r\nPragma: \r\nLocation: http://www.bonjourmadame.fr/\r\nVary: Accept-Encoding\r\nContent-Length: 0\r\nContent-Type: text/html; charset=UTF-8\r\nConnection: keep-alive\r\n\r\n",
+            &[301],
+        ),
+        answer(
+            "llhttp sample.md: spaces in header value",
+            b"HTTP/1.1 200 OK\r\nDate: Tue, 28 Sep 2010 01:14:13 GMT\r\nServer: Apache\r\nCache-Control: no-cache, must-revalidate\r\nExpires: Mon, 26 Jul 1997 05:00:00 GMT\r\n.et-Cookie: PlaxoCS=1274804622353690521; path=/; domain=.plaxo.com\r\nVary: Accept-Encoding\r\n_eep-Alive: timeout=45\r\n_onnection: Keep-Alive\r\nTransfer-Encoding: chunked\r\nContent-Type: text/html\r\nConnection: close\r\n\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp sample.md: spaces in header name",
+            b"HTTP/1.1 200 OK\r\nServer: Microsoft-IIS/6.0\r\nX-Powered-By: ASP.NET\r\nen-US Content-Type: text/xml\r\nContent-Type: text/xml\r\nContent-Length: 16\r\nDate: Fri, 23 Jul 2010 18:45:38 GMT\r\nConnection: keep-alive\r\n\r\n<xml>hello</xml>",
+            &[502],
+        ),
+        answer(
+            "llhttp sample.md: non-ASCII in the status line",
+            b"HTTP/1.1 500 Ori\xc3\xabntatieprobleem\r\nDate: Fri, 5 Nov 2010 23:07:12 GMT+2\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            &[500],
+        ),
+        answer("llhttp sample.md: HTTP/0.9", b"HTTP/0.9 200 OK\r\n\r\n", &[502]),
+        answer(
+            "llhttp sample.md: no Content-Length, no Transfer-Encoding",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\nhello world",
+            &[200],
+        ),
+        answer(
+            "llhttp sample.md: response starting with CRLF",
+            b"\r\nHTTP/1.1 200 OK\r\nHeader1: Value1\r\nHeader2:\t Value2\r\nContent-Length: 0\r\n\r\n",
+            &[200],
+        ),
+        // test/response/content-length.md
+        answer(
+            "llhttp content-length.md: Content-Length-X",
+            b"HTTP/1.1 200 OK\r\nContent-Length-X: 0\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp content-length.md: tabs around Content-Length",
+            b"HTTP/1.1 200 OK\r\nContent-Length:\t2\t\r\n\r\nok",
+            &[200],
+        ),
+        // test/response/transfer-encoding.md
+        AnswerCase {
+            diff: Some(AnswerDiff::ChunkedChecked),
+            ..answer(
+                "llhttp transfer-encoding.md: trailing space on chunk sizes",
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nTransfer-Encoding: chunked\r\n\r\n25  \r\nThis is the data in the first chunk\r\n\r\n1C\r\nand this is the second one\r\n\r\n0  \r\n\r\n",
+                &[200],
+            )
+        },
+        answer(
+            "llhttp transfer-encoding.md: chunked before another coding",
+            b"HTTP/1.1 200 OK\r\nAccept: */*\r\nTransfer-Encoding: chunked, deflate\r\n\r\nWorld",
+            &[200],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: chunked, then identity",
+            b"HTTP/1.1 200 OK\r\nAccept: */*\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: identity\r\n\r\nWorld",
+            &[200],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: chunkedchunked",
+            b"HTTP/1.1 200 OK\r\nAccept: */*\r\nTransfer-Encoding: chunkedchunked\r\n\r\n2\r\nOK\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: chunk extensions",
+            b"HTTP/1.1 200 OK\r\nHost: localhost\r\nTransfer-encoding: chunked\r\n\r\n5;ilovew3;somuchlove=aretheseparametersfor\r\nhello\r\n6;blahblah;blah\r\n world\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: no semicolon before chunk extensions",
+            b"HTTP/1.1 200 OK\r\nHost: localhost\r\nTransfer-encoding: chunked\r\n\r\n2 erfrferferf\r\naa\r\n0 rrrr\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: no extension after semicolon",
+            b"HTTP/1.1 200 OK\r\nHost: localhost\r\nTransfer-encoding: chunked\r\n\r\n2;\r\naa\r\n0\r\n\r\n",
+            &[200],
+        ),
+        answer(
+            "llhttp transfer-encoding.md: invalid OBS fold after chunked value",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n  abc\r\n\r\n5\r\nWorld\r\n0\r\n\r\n",
+            &[502],
+        ),
+        // test/response/invalid.md
+        answer("llhttp invalid.md: incomplete HTTP protocol", b"HTP/1.1 200 OK\r\n\r\n", &[502]),
+        answer("llhttp invalid.md: extra digit in the major version", b"HTTP/01.1 200 OK\r\n\r\n", &[502]),
+        answer("llhttp invalid.md: extra digit in the minor version", b"HTTP/1.01 200 OK\r\n\r\n", &[502]),
+        answer("llhttp invalid.md: tab after the version", b"HTTP/1.1\t200 OK\r\n\r\n", &[502]),
+        answer(
+            "llhttp invalid.md: headers separated by CR",
+            b"HTTP/1.1 200 OK\r\nFoo: 1\rBar: 2\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "llhttp invalid.md: bare CR after the status line",
+            b"HTTP/1.1 200 OK\rContent-Length: 0\r\n\r\n",
+            &[502],
+        ),
+        answer("llhttp invalid.md: HTTP/5.6", b"HTTP/5.6 200 OK\r\n\r\n", &[502]),
+        answer(
+            "llhttp invalid.md: invalid space after the start line",
+            b"HTTP/1.1 200 OK\r\n Host: foo\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "llhttp invalid.md: two spaces before the status",
+            b"HTTP/1.1  200 OK\r\n\r\n",
+            &[502],
+        ),
+        answer(
+            "llhttp invalid.md: two spaces before the reason",
+            b"HTTP/1.1 200  OK\r\nContent-Length: 0\r\n\r\n",
+            &[200],
+        ),
+        answer("llhttp invalid.md: a one-digit status", b"HTTP/1.1 2 OK\r\n\r\n", &[502]),
+        answer(
+            "llhttp invalid.md: only LFs",
+            b"HTTP/1.1 200 OK\nFoo: abc\nBar: def\n\nBODY\n",
+            &[200],
+        ),
+        // test/response/connection.md
+        answer(
+            "llhttp connection.md: Proxy-Connection",
+            b"HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=UTF-8\r\nContent-Length: 11\r\nProxy-Connection: close\r\nDate: Thu, 31 Dec 2009 20:55:48 +0000\r\n\r\nhello world",
+            &[200],
+        ),
+        AnswerCase {
+            diff: Some(AnswerDiff::Http10CloseDelimited),
+            ..answer(
+                "llhttp connection.md: HTTP/1.0 keep-alive, EOF-terminated",
+                b"HTTP/1.0 200 OK\r\nConnection: keep-alive\r\n\r\nHTTP/1.0 200 OK",
+                &[200],
+            )
+        },
+        answer(
+            "llhttp connection.md: HTTP/1.0 keep-alive, 204",
+            b"HTTP/1.0 204 No content\r\nConnection: keep-alive\r\n\r\n",
+            &[204],
+        ),
+        answer(
+            "llhttp connection.md: HTTP/1.1, EOF-terminated",
+            b"HTTP/1.1 200 OK\r\n\r\nHTTP/1.1 200 OK",
+            &[200],
+        ),
+        answer("llhttp connection.md: HTTP/1.1, 204", b"HTTP/1.1 204 No content\r\n\r\n", &[204]),
+    ]
+}
+
+/// Upstream answers (odd, valid and not) reach the client alike through both engines, or
+/// differ as documented.
+#[test]
+fn upstream_answers_are_relayed_alike() {
+    let world = World::start();
+    let cases = answers();
+    let mut failures = Vec::new();
+    for case in &cases {
+        let (own, hyper) = world.relay(case.answer, case.head);
+        let checked = std::panic::catch_unwind(|| {
+            assert_eq!(hyper.statuses(), case.want, "hyper: the statuses");
+            match case.diff {
+                None => {
+                    assert_eq!(own.statuses(), case.want, "own: the statuses");
+                    assert_eq!(
+                        (&own.replies, &own.unread),
+                        (&hyper.replies, &hyper.unread),
+                        "the engines differ"
+                    );
+                }
+                Some(AnswerDiff::ChunkedChecked) => {
+                    assert_eq!(own.statuses(), [502], "own: 502");
+                    let problem = "\"urn:iuid-router:problem:bad-gateway\"";
+                    assert_eq!(own.replies[0].body, problem, "own");
+                    assert!(
+                        hyper.replies[0]
+                            .fields
+                            .contains(&"transfer-encoding: chunked".into()),
+                        "hyper: relayed, re-encoded"
+                    );
+                }
+                Some(AnswerDiff::Http10CloseDelimited) => {
+                    let chunked = "transfer-encoding: chunked".to_owned();
+                    let mut relayed = own.replies.clone();
+                    relayed[0].fields.retain(|f| *f != chunked);
+                    assert_ne!(relayed, own.replies, "own: chunked");
+                    assert_eq!(
+                        (&relayed, &own.unread),
+                        (&hyper.replies, &hyper.unread),
+                        "hyper: the same, delimited by the close"
+                    );
+                    assert!(hyper.closed);
+                }
+                Some(AnswerDiff::NotModifiedLength) => {
+                    assert_eq!(own.statuses(), [304]);
+                    let length = "content-length: 12".to_owned();
+                    let mut relayed = own.replies.clone();
+                    relayed[0].fields.retain(|f| *f != length);
+                    assert_ne!(relayed, own.replies, "own: passed on");
+                    assert_eq!(relayed, hyper.replies, "hyper: dropped, the rest alike");
+                }
+                Some(AnswerDiff::EarlyHints) => {
+                    let informational = &own.replies[0];
+                    assert_eq!(informational.status, 103, "own: the 1xx first");
+                    assert_eq!(
+                        (&own.replies[1..], &own.unread),
+                        (&hyper.replies[..], &hyper.unread),
+                        "then the same answer"
+                    );
+                }
+            }
+        });
+        if let Err(e) = checked {
+            let why = e
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default();
+            failures.push(format!(
+                "answer {:?}: {why}\nown: {own:#?}\nhyper: {hyper:#?}",
+                case.name
+            ));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} answers failed:\n\n{}",
+        failures.len(),
+        cases.len(),
+        failures.join("\n\n")
+    );
 }

@@ -183,7 +183,8 @@ pub fn write_request_fields(
 }
 
 /// Writes the fields of a response going back: hop-by-hop and nominated fields removed,
-/// `Content-Length` too when `Transfer-Encoding` framed the body, the upstream's request id
+/// `Content-Length` too with `drop_length` (`Transfer-Encoding` framed the body, or a 1xx or
+/// 204 answer, which has none), the upstream's request id
 /// replaced by the request's; then `Via` and the request id (none on a 1xx answer). The framing and `Connection`
 /// fields are the caller's.
 pub fn write_response_fields(
