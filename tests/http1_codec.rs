@@ -451,11 +451,14 @@ fn reference_rule(minor: u8, lines: &[Line]) -> Result<Framing, FramingError> {
         .collect();
     let chunked = |c: &String| c.eq_ignore_ascii_case("chunked");
     match codings.as_slice() {
-        [only] if chunked(only) => Ok(Framing::Chunked),
-        // Chunked first, then chunked again: applied twice.
-        [first, second, ..] if chunked(first) && chunked(second) => Err(FramingError::ChunkedTwice),
-        // Nothing, another coding, or chunked not last.
-        _ => Err(FramingError::UnsupportedCoding),
+        // Nothing, or chunked not last: the length cannot be told (§6.3 rule 4).
+        [] => Err(FramingError::ChunkedNotLast),
+        [.., last] if !chunked(last) => Err(FramingError::ChunkedNotLast),
+        // Chunked last, after another coding: one not understood (§6.1, 501).
+        c if !c.iter().all(chunked) => Err(FramingError::UnsupportedCoding),
+        [_] => Ok(Framing::Chunked),
+        // Chunked alone, more than once: applied twice.
+        _ => Err(FramingError::ChunkedTwice),
     }
 }
 

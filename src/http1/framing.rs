@@ -27,8 +27,12 @@ pub enum FramingError {
     BadLength,
     /// `chunked` applied more than once (RFC 9112 §6.1).
     ChunkedTwice,
-    /// A request's transfer coding other than `chunked`, or `chunked` not last
-    /// (RFC 9112 §6.1: 501 for a coding the server does not understand).
+    /// `Transfer-Encoding` whose last coding is not `chunked` (`xchunked`, `chunked, gzip`,
+    /// or no coding at all): a request's length cannot be told, RFC 9112 §6.3 rule 4 asks for
+    /// 400 (hyper's engine answers so); a response is read until the close.
+    ChunkedNotLast,
+    /// A request's transfer coding other than `chunked` before it (`gzip, chunked`;
+    /// RFC 9112 §6.1: 501 for a coding the server does not understand).
     UnsupportedCoding,
     /// `Transfer-Encoding` in an HTTP/1.0 message (RFC 9112 §6.1: faulty framing).
     CodingInHttp10,
@@ -40,6 +44,7 @@ impl std::fmt::Display for FramingError {
             FramingError::LengthAndChunked => "both Transfer-Encoding and Content-Length",
             FramingError::BadLength => "Content-Length is invalid or given twice differently",
             FramingError::ChunkedTwice => "Transfer-Encoding names chunked more than once",
+            FramingError::ChunkedNotLast => "Transfer-Encoding does not end with chunked",
             FramingError::UnsupportedCoding => "a transfer coding other than chunked",
             FramingError::CodingInHttp10 => "Transfer-Encoding in an HTTP/1.0 message",
         })
@@ -52,14 +57,16 @@ struct Fields {
     length: Option<u64>,
     /// `Transfer-Encoding` present (any value).
     coded: bool,
-    /// The codings: chunked last and only once (`Ok(true)`), no chunked (`Ok(false)`).
+    /// The codings: chunked alone (`Ok(true)`), no `Transfer-Encoding` (`Ok(false)`).
     chunked: Result<bool, FramingError>,
 }
 
 fn read_fields(buf: &[u8], fields: &[Field]) -> Result<Fields, FramingError> {
     let mut length: Option<u64> = None;
     let mut coded = false;
-    let mut chunked = Ok(false);
+    // The codings of every line, in order: how many are chunked, whether the last is, and
+    // whether another is named.
+    let (mut chunks, mut last_chunked, mut other) = (0, false, false);
     for field in fields {
         let name = field.name.of(buf);
         if name.eq_ignore_ascii_case(b"content-length") {
@@ -79,19 +86,21 @@ fn read_fields(buf: &[u8], fields: &[Field]) -> Result<Fields, FramingError> {
                 if coding.is_empty() {
                     continue;
                 }
-                chunked = match chunked {
-                    Ok(true) if coding.eq_ignore_ascii_case(b"chunked") => {
-                        Err(FramingError::ChunkedTwice)
-                    }
-                    // Another coding after chunked: chunked is not last.
-                    Ok(true) => Err(FramingError::UnsupportedCoding),
-                    Ok(false) if coding.eq_ignore_ascii_case(b"chunked") => Ok(true),
-                    Ok(false) => Err(FramingError::UnsupportedCoding),
-                    Err(e) => Err(e),
-                };
+                last_chunked = coding.eq_ignore_ascii_case(b"chunked");
+                chunks += usize::from(last_chunked);
+                other |= !last_chunked;
             }
         }
     }
+    // In the order hyper's engine refuses them (its parser, then `proxy::admit`), so both
+    // engines answer alike: chunked not last (400), another coding (501), chunked twice (400).
+    let chunked = match (coded, last_chunked, other, chunks) {
+        (false, ..) => Ok(false),
+        (true, false, ..) => Err(FramingError::ChunkedNotLast),
+        (true, true, true, _) => Err(FramingError::UnsupportedCoding),
+        (true, true, false, 1) => Ok(true),
+        (true, true, false, _) => Err(FramingError::ChunkedTwice),
+    };
     Ok(Fields {
         length,
         coded,
@@ -110,7 +119,8 @@ fn parse_length(text: &[u8]) -> Option<u64> {
 /// A request's body framing (RFC 9112 §6.3 rules 3–6, strictly).
 ///
 /// Errors: both `Transfer-Encoding` and `Content-Length`; a bad or conflicting length;
-/// `chunked` twice; another coding (→ 501); `Transfer-Encoding` in HTTP/1.0.
+/// `chunked` not last; another coding (→ 501); `chunked` twice; `Transfer-Encoding` in
+/// HTTP/1.0.
 pub fn request_framing(buf: &[u8], head: &RequestHead) -> Result<Framing, FramingError> {
     let f = read_fields(buf, &head.fields)?;
     if f.coded {
@@ -120,11 +130,8 @@ pub fn request_framing(buf: &[u8], head: &RequestHead) -> Result<Framing, Framin
         if f.length.is_some() {
             return Err(FramingError::LengthAndChunked);
         }
-        return match f.chunked? {
-            true => Ok(Framing::Chunked),
-            // `Transfer-Encoding` with nothing in it (`Transfer-Encoding: ,`).
-            false => Err(FramingError::UnsupportedCoding),
-        };
+        f.chunked?;
+        return Ok(Framing::Chunked);
     }
     Ok(match f.length {
         Some(0) | None => Framing::Empty,
@@ -163,7 +170,9 @@ pub fn response_framing(
         return match f.chunked {
             Ok(true) => Ok((Framing::Chunked, f.length.is_none())),
             // A coding without chunked last: the body runs to the close (rule 4).
-            Ok(false) | Err(FramingError::UnsupportedCoding) => Ok((Framing::Close, false)),
+            Ok(false) | Err(FramingError::UnsupportedCoding | FramingError::ChunkedNotLast) => {
+                Ok((Framing::Close, false))
+            }
             Err(e) => Err(e),
         };
     }
@@ -244,9 +253,18 @@ mod tests {
             ),
             (
                 "Transfer-Encoding: chunked, gzip",
+                FramingError::ChunkedNotLast,
+            ),
+            ("Transfer-Encoding: xchunked", FramingError::ChunkedNotLast),
+            (
+                "Transfer-Encoding: chunked\r\nTransfer-Encoding: identity",
+                FramingError::ChunkedNotLast,
+            ),
+            ("Transfer-Encoding: ,", FramingError::ChunkedNotLast),
+            (
+                "Transfer-Encoding: gzip, chunked, chunked",
                 FramingError::UnsupportedCoding,
             ),
-            ("Transfer-Encoding: ,", FramingError::UnsupportedCoding),
         ];
         for (fields, error) in bad {
             assert_eq!(

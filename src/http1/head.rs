@@ -6,7 +6,10 @@
 //! a field name and its colon, obs-fold in requests, invalid bytes in names and values, and
 //! a request line that is not `method SP target SP version`. This module adds what a proxy
 //! must also refuse: raw bytes outside US-ASCII in the target (they must be
-//! percent-encoded), and more fields or bytes than the limits allow.
+//! percent-encoded), a target in none of RFC 9112 §3.2's forms or with a byte the URI
+//! grammar refuses (as hyper's engine does), and more fields or bytes than the limits allow.
+//! A fragment (`#…`) is not part of a request target: it is dropped, as hyper's engine
+//! drops it.
 
 use std::mem::MaybeUninit;
 
@@ -212,8 +215,9 @@ pub fn parse_request(
     if !target.is_ascii() {
         return Err(HeadError::NonAsciiTarget);
     }
+    let target = request_target(method.as_bytes(), target.as_bytes())?;
     head.method = Span::within(buf, method.as_bytes());
-    head.target = Span::within(buf, target.as_bytes());
+    head.target = Span::within(buf, target);
     head.minor = minor;
     head.len = len;
     head.fields.clear();
@@ -227,6 +231,55 @@ pub fn parse_request(
     }));
     head.seen = Seen(seen);
     Ok(true)
+}
+
+/// A request target as RFC 9112 §3.2 has it, or why not (the differential tests found each
+/// case forwarded where hyper's engine refuses or rewrites it):
+/// - origin-form (`/path?query`): its bytes must be those the `http` crate's URI parser
+///   (hyper's engine) accepts: RFC 3986's, and some that browsers send unencoded
+///   (`"{}|\^[]` in the path, `` `{}|\^[] `` in the query); never `<` or `>`. A
+///   fragment is cut off: it is not part of a target, and hyper's engine drops it too, so
+///   neither engine routes by it or forwards it;
+/// - asterisk-form (`*`), absolute-form (`scheme://…`) and, for `CONNECT`, authority-form:
+///   as they are (the own engine hands them to hyper's);
+/// - anything else (`GET !`, `GET host:80`) is refused: hyper's engine would forward it as
+///   `/`, a request for another resource than the one sent.
+fn request_target<'b>(method: &[u8], target: &'b [u8]) -> Result<&'b [u8], HeadError> {
+    if target.first() == Some(&b'/') {
+        let end = target
+            .iter()
+            .position(|&b| b == b'#')
+            .unwrap_or(target.len());
+        let (path, query) = match target[..end].iter().position(|&b| b == b'?') {
+            Some(q) => (&target[..q], &target[q + 1..end]),
+            None => (&target[..end], &b""[..]),
+        };
+        let in_path = |b: &u8| {
+            matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x40..=0x5F | 0x61..=0x7A | 0x7C | 0x7E)
+                || matches!(b, b'"' | b'{' | b'}')
+        };
+        let in_query = |b: &u8| matches!(b, 0x21 | 0x24..=0x3B | 0x3D | 0x3F..=0x7E);
+        if !path.iter().all(in_path) || !query.iter().all(in_query) {
+            return Err(HeadError::Invalid(
+                "a request target byte that must be percent-encoded",
+            ));
+        }
+        return Ok(&target[..end]);
+    }
+    let scheme = target.iter().position(|&b| b == b':').is_some_and(|colon| {
+        colon > 0
+            && target[0].is_ascii_alphabetic()
+            && target[..colon]
+                .iter()
+                .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'+' | b'-' | b'.'))
+            && target[colon..].starts_with(b"://")
+    });
+    if target == b"*" || scheme || method == b"CONNECT" {
+        return Ok(target);
+    }
+    Err(HeadError::Invalid(
+        "a request target in none of the forms of RFC 9112 §3.2",
+    ))
 }
 
 /// Parses a response head at the start of `buf` into `head`, as [`parse_request`] does.
@@ -332,6 +385,44 @@ mod tests {
             ),
             Err(HeadError::TooManyFields)
         );
+    }
+
+    #[test]
+    fn a_target_is_in_a_form_of_rfc_9112_and_its_fragment_is_cut_off() {
+        let mut head = RequestHead::default();
+        let target = |line: &str, head: &mut RequestHead| {
+            let text = format!("{line}\r\nHost: x\r\n\r\n");
+            parse_request(text.as_bytes(), head, 100, 8192)
+                .map(|_| String::from_utf8_lossy(head.target.of(text.as_bytes())).into_owned())
+        };
+        for (line, kept) in [
+            ("GET /a/b?c=d HTTP/1.1", "/a/b?c=d"),
+            ("GET /t?page=1#posts-17 HTTP/1.1", "/t?page=1"),
+            ("GET /#x HTTP/1.1", "/"),
+            (
+                "GET /{\"a\"}|^[0]?q={`|^[]} HTTP/1.1",
+                "/{\"a\"}|^[0]?q={`|^[]}",
+            ),
+            ("OPTIONS * HTTP/1.1", "*"),
+            ("GET http://h/a HTTP/1.1", "http://h/a"),
+            ("CONNECT h:443 HTTP/1.1", "h:443"),
+        ] {
+            assert_eq!(target(line, &mut head), Ok(kept.to_owned()), "{line}");
+        }
+        for line in [
+            "GET /a<b HTTP/1.1",
+            "GET /a`b HTTP/1.1",
+            "GET /a?b=\"c\" HTTP/1.1",
+            "GET /a?b>c HTTP/1.1",
+            "GET ! HTTP/1.1",
+            "GET h:80 HTTP/1.1",
+            "GET a/b HTTP/1.1",
+        ] {
+            assert!(
+                matches!(target(line, &mut head), Err(HeadError::Invalid(_))),
+                "{line}"
+            );
+        }
     }
 
     #[test]

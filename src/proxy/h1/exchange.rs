@@ -325,14 +325,15 @@ impl Proxy {
                     let mut info = Vec::with_capacity(head.len + 64);
                     write::status_line(&mut info, head.status, reason(head.status));
                     let via = self.via.http11.as_bytes();
-                    // The request id is the final answer's.
+                    // The request id is the final answer's; a 1xx has no `Content-Length`
+                    // (RFC 9110 §8.6).
                     raw::write_response_fields(
                         &mut info,
                         up.pending(),
                         &head.fields,
                         via,
                         None,
-                        false,
+                        true,
                     );
                     info.extend_from_slice(b"\r\n");
                     let _ = write_all(&mut client.io, &info, self.config.timeouts.idle()).await;
@@ -426,7 +427,9 @@ impl Proxy {
         write::status_line(&mut wire, head.status, reason(head.status));
         let via = self.via.http11.as_bytes();
         // Re-framed chunked (close-delimited), or framed by `Transfer-Encoding` despite a
-        // length: the length would lie (RFC 9112 §6.3).
+        // length: the length would lie (RFC 9112 §6.3). A 204 has none at all (RFC 9110
+        // §8.6: MUST NOT; hyper's server drops it, and the differential tests found the own
+        // engine passing `Content-Length: 0` on).
         let coded = matches!(framing, Framing::Chunked | Framing::Close);
         let te = head
             .fields
@@ -438,10 +441,19 @@ impl Proxy {
             &head.fields,
             via,
             Some(id.as_bytes()),
-            te || coded,
+            te || coded || head.status == 204,
         );
         if coded {
             write::field(&mut wire, b"Transfer-Encoding", b"chunked");
+        }
+        // RFC 9110 §6.6.1: a recipient with a clock forwarding a response without `Date`
+        // adds one (hyper's server does; the differential tests found the own engine not).
+        if !head
+            .fields
+            .iter()
+            .any(|f| f.name.of(buf).eq_ignore_ascii_case(b"date"))
+        {
+            write::field(&mut wire, b"Date", &crate::clock::http_date());
         }
         if close {
             write::field(&mut wire, b"Connection", b"close");
@@ -559,6 +571,8 @@ where
     write::decimal(&mut wire, body.len() as u64);
     wire.extend_from_slice(b"\r\n");
     write::field(&mut wire, b"x-request-id", id.as_bytes());
+    // The router's own answer: an origin server with a clock sends `Date` (RFC 9110 §6.6.1).
+    write::field(&mut wire, b"date", &crate::clock::http_date());
     if close {
         write::field(&mut wire, b"connection", b"close");
     }
