@@ -9,6 +9,7 @@
 
 use std::cell::RefCell;
 use std::io;
+use std::thread::LocalKey;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -33,65 +34,56 @@ thread_local! {
     static FIELD_CACHE: RefCell<Vec<Vec<Field>>> = const { RefCell::new(Vec::new()) };
 }
 
-/// A buffer of [`SMALL`] bytes' capacity, empty, from this thread's cache if it has one.
-pub fn take_small() -> Vec<u8> {
-    SMALL_CACHE
+/// An empty vector of `capacity` from `cache`, or a new one.
+fn take<T>(cache: &'static LocalKey<RefCell<Vec<Vec<T>>>>, capacity: usize) -> Vec<T> {
+    cache
         .with(|c| c.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(SMALL))
+        .unwrap_or_else(|| Vec::with_capacity(capacity))
 }
 
-/// Gives a small buffer back (one that grew is freed instead).
-pub fn give_small(mut buf: Vec<u8>) {
-    if buf.capacity() == SMALL {
-        buf.clear();
-        SMALL_CACHE.with(|c| {
-            let mut cache = c.borrow_mut();
-            if cache.len() < CACHED {
-                cache.push(buf);
-            }
-        });
+/// Gives `v` back to `cache`, emptied; one whose capacity is no longer `capacity` (it grew)
+/// is freed instead.
+fn give<T>(cache: &'static LocalKey<RefCell<Vec<Vec<T>>>>, mut v: Vec<T>, capacity: usize) {
+    if v.capacity() != capacity {
+        return;
     }
-}
-
-/// An empty field list for a head, from this thread's cache if it has one.
-pub fn take_fields() -> Vec<Field> {
-    FIELD_CACHE
-        .with(|c| c.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(FIELDS))
-}
-
-/// Gives a field list back (one that grew is freed instead).
-pub fn give_fields(mut fields: Vec<Field>) {
-    if fields.capacity() == FIELDS {
-        fields.clear();
-        FIELD_CACHE.with(|c| {
-            let mut cache = c.borrow_mut();
-            if cache.len() < CACHED {
-                cache.push(fields);
-            }
-        });
-    }
+    v.clear();
+    cache.with(|c| {
+        let mut cache = c.borrow_mut();
+        if cache.len() < CACHED {
+            cache.push(v);
+        }
+    });
 }
 
 /// A buffer of [`BUFFER`] bytes' capacity, empty: from this thread's cache if it has one.
 pub fn take_buffer() -> Vec<u8> {
-    CACHE
-        .with(|c| c.borrow_mut().pop())
-        .unwrap_or_else(|| Vec::with_capacity(BUFFER))
+    take(&CACHE, BUFFER)
 }
 
 /// Gives a buffer back to this thread's cache (one grown past [`BUFFER`] is freed instead).
-pub fn give_buffer(mut buf: Vec<u8>) {
-    if buf.capacity() != BUFFER {
-        return;
-    }
-    buf.clear();
-    CACHE.with(|c| {
-        let mut cache = c.borrow_mut();
-        if cache.len() < CACHED {
-            cache.push(buf);
-        }
-    });
+pub fn give_buffer(buf: Vec<u8>) {
+    give(&CACHE, buf, BUFFER)
+}
+
+/// A buffer of [`SMALL`] bytes' capacity, empty, from this thread's cache if it has one.
+pub fn take_small() -> Vec<u8> {
+    take(&SMALL_CACHE, SMALL)
+}
+
+/// Gives a small buffer back (one that grew is freed instead).
+pub fn give_small(buf: Vec<u8>) {
+    give(&SMALL_CACHE, buf, SMALL)
+}
+
+/// An empty field list for a head, from this thread's cache if it has one.
+pub fn take_fields() -> Vec<Field> {
+    take(&FIELD_CACHE, FIELDS)
+}
+
+/// Gives a field list back (one that grew is freed instead).
+pub fn give_fields(fields: Vec<Field>) {
+    give(&FIELD_CACHE, fields, FIELDS)
 }
 
 /// A connection and the bytes read from it but not yet used (`buf[start..]`).

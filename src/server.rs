@@ -342,28 +342,6 @@ impl Conn {
     }
 }
 
-impl Conn {
-    /// Serves an HTTP/1.1 connection with hyper's engine: `http1_engine: hyper`, and what
-    /// the own engine hands over (`h1`).
-    async fn serve_hyper_http1<S>(self, stream: S)
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-    {
-        let Conn {
-            proxy,
-            addr,
-            settings,
-            mut draining,
-            client,
-        } = self;
-        let io = TokioIo::new(SendTimeout::new(stream, settings.idle));
-        let shared = Arc::new((proxy, addr));
-        if let Err(e) = serve_http1(&settings, shared, io, &mut draining).await {
-            tracing::debug!(%client, error = %e, "connection ended with an error");
-        }
-    }
-}
-
 /// hyper's HTTP/1.1 server on one connection, until it ends or the listener drains.
 async fn serve_http1<S>(
     settings: &Settings,

@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,19 +17,8 @@ fn own() -> String {
     orders_config().extra("http1_engine: own").yaml()
 }
 
-/// Sends `request` on a new connection and reads until the server closes it (or 3 s).
 async fn raw(addr: SocketAddr, request: Vec<u8>) -> String {
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(3)))
-            .expect("timeout");
-        s.write_all(&request).expect("write");
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    })
-    .await
-    .expect("join")
+    common::raw_http(addr, request).await
 }
 
 /// An upstream that answers each request it reads (a head, then `Content-Length` bytes of

@@ -10,18 +10,7 @@ use std::io::{Read, Write};
 use common::{iuid_for, lettered_table, orders_config, Router, Upstream};
 
 async fn raw(router: &Router, request: Vec<u8>) -> String {
-    let addr = router.addr;
-    tokio::task::spawn_blocking(move || {
-        let mut s = std::net::TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
-            .expect("timeout");
-        s.write_all(&request).expect("write");
-        let mut out = Vec::new();
-        let _ = s.read_to_end(&mut out);
-        String::from_utf8_lossy(&out).into_owned()
-    })
-    .await
-    .expect("join")
+    common::raw_http(router.addr, request).await
 }
 
 async fn world() -> (Router, Upstream) {

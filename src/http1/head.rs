@@ -183,6 +183,20 @@ impl Describe for httparse::Error {
     }
 }
 
+/// The head's length once `httparse` found its end within `max_bytes`; `None` while more
+/// bytes may complete it. Errors: `max_bytes` read, or a longer head.
+fn complete(
+    status: httparse::Status<usize>,
+    buf: &[u8],
+    max_bytes: usize,
+) -> Result<Option<usize>, HeadError> {
+    match status {
+        httparse::Status::Complete(len) if len <= max_bytes => Ok(Some(len)),
+        httparse::Status::Partial if buf.len() < max_bytes => Ok(None),
+        _ => Err(HeadError::TooLarge),
+    }
+}
+
 /// Parses a request head at the start of `buf` into `head` (its `fields` reused).
 ///
 /// Returns `Ok(true)` when the head is complete (`head.len` is its length), `Ok(false)` when
@@ -201,14 +215,9 @@ pub fn parse_request(
     let status = httparse::ParserConfig::default()
         .parse_request_with_uninit_headers(&mut req, buf, &mut storage[..max_fields])
         .map_err(invalid)?;
-    let len = match status {
-        httparse::Status::Complete(len) => len,
-        httparse::Status::Partial if buf.len() >= max_bytes => return Err(HeadError::TooLarge),
-        httparse::Status::Partial => return Ok(false),
+    let Some(len) = complete(status, buf, max_bytes)? else {
+        return Ok(false);
     };
-    if len > max_bytes {
-        return Err(HeadError::TooLarge);
-    }
     let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version) else {
         return Err(HeadError::Invalid("incomplete request line"));
     };
@@ -298,14 +307,9 @@ pub fn parse_response(
     let status = httparse::ParserConfig::default()
         .parse_response_with_uninit_headers(&mut resp, buf, &mut storage[..max_fields])
         .map_err(invalid)?;
-    let len = match status {
-        httparse::Status::Complete(len) => len,
-        httparse::Status::Partial if buf.len() >= max_bytes => return Err(HeadError::TooLarge),
-        httparse::Status::Partial => return Ok(false),
+    let Some(len) = complete(status, buf, max_bytes)? else {
+        return Ok(false);
     };
-    if len > max_bytes {
-        return Err(HeadError::TooLarge);
-    }
     let (Some(code), Some(minor)) = (resp.code, resp.version) else {
         return Err(HeadError::Invalid("incomplete status line"));
     };

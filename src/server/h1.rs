@@ -169,8 +169,5 @@ async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: 
 async fn handoff<S: ClientIo>(conn: Conn, client: Buffered<S>, protocol: Protocol) {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
-    match protocol {
-        Protocol::Http1 => conn.serve_hyper_http1(rewind).await,
-        Protocol::Http2 => conn.serve(protocol, rewind).await,
-    }
+    conn.serve(protocol, rewind).await
 }

@@ -653,3 +653,20 @@ pub fn with_test_engine(config: &str) -> String {
         _ => config.to_owned(),
     }
 }
+
+/// Sends `request` as raw bytes on a new connection to `addr` and reads until the server
+/// closes it (or 5 s pass): what went over the wire, as text.
+pub async fn raw_http(addr: SocketAddr, request: Vec<u8>) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        s.write_all(&request).expect("write");
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .expect("join")
+}
