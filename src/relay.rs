@@ -226,6 +226,25 @@ fn read_failed(error: io::Error) -> RelayError {
     }
 }
 
+/// Reads more of a framed body when none is pending. Errors: the source closed before the
+/// body's end, failed, or sent nothing for `idle`.
+async fn more<R>(from: &mut Buffered<R>, idle: Duration) -> Result<(), RelayError>
+where
+    R: AsyncRead + AsyncWrite + Unpin,
+{
+    if !from.pending().is_empty() {
+        return Ok(());
+    }
+    match from.fill(idle, BUFFER).await {
+        Ok(0) => Err(RelayError::Read {
+            error: None,
+            timed_out: false,
+        }),
+        Ok(_) => Ok(()),
+        Err(e) => Err(read_failed(e)),
+    }
+}
+
 /// Relays a body framed by `framing` from `from` (its pending bytes first) to `to`, as it
 /// came; a close-delimited body is written chunked (`to` is then told the framing by the
 /// caller's head). Each read and write waits at most `idle`. `chunked` is the scanner of a
@@ -247,18 +266,7 @@ where
         Framing::Empty => Ok(()),
         Framing::Length(mut left) => {
             while left > 0 {
-                if from.pending().is_empty() {
-                    match from.fill(idle, BUFFER).await {
-                        Ok(0) => {
-                            return Err(RelayError::Read {
-                                error: None,
-                                timed_out: false,
-                            })
-                        }
-                        Ok(_) => {}
-                        Err(e) => return Err(read_failed(e)),
-                    }
-                }
+                more(from, idle).await?;
                 let pending = from.pending();
                 let take = pending
                     .len()
@@ -273,18 +281,7 @@ where
             if chunked.is_done() {
                 return Ok(());
             }
-            if from.pending().is_empty() {
-                match from.fill(idle, BUFFER).await {
-                    Ok(0) => {
-                        return Err(RelayError::Read {
-                            error: None,
-                            timed_out: false,
-                        })
-                    }
-                    Ok(_) => {}
-                    Err(e) => return Err(read_failed(e)),
-                }
-            }
+            more(from, idle).await?;
             let progress = chunked.scan(from.pending()).map_err(RelayError::Framing)?;
             write_all(to, &from.pending()[..progress.used], idle).await?;
             from.consume(progress.used);
