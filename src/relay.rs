@@ -8,6 +8,7 @@
 //! as nginx frees its buffers between requests), so a request normally allocates none.
 
 use std::cell::RefCell;
+use std::future::Future;
 use std::io;
 use std::thread::LocalKey;
 use std::time::Duration;
@@ -162,8 +163,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     /// Gives the buffer back if nothing is pending in it.
     pub fn release(&mut self) {
         if self.start >= self.buf.len() && self.buf.capacity() > 0 {
-            give_buffer(std::mem::take(&mut self.buf));
+            let buf = std::mem::take(&mut self.buf);
+            if buf.capacity() == SMALL {
+                give_small(buf);
+            } else {
+                give_buffer(buf);
+            }
             self.start = 0;
+        }
+    }
+
+    /// Moves what the buffer holds (at most [`SMALL`] bytes, offsets kept) to a small
+    /// buffer and gives the full one back: a request waiting on its upstream then holds
+    /// 2 KiB for its head, not 16. A buffer holding more, or already small, stays.
+    pub fn shrink(&mut self) {
+        if self.buf.capacity() == BUFFER && self.buf.len() <= SMALL {
+            let mut small = take_small();
+            small.extend_from_slice(&self.buf);
+            give_buffer(std::mem::replace(&mut self.buf, small));
         }
     }
 
@@ -188,6 +205,57 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         }
         let read = tokio::time::timeout(within, self.io.read_buf(&mut self.buf)).await;
         match read {
+            Ok(result) => result,
+            Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
+        }
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
+    /// Reads what the connection has now into a buffer from the cache, without waiting:
+    /// `None` when it has nothing (the buffer given back at once; the task is woken when
+    /// it has). A read through `poll_read`, so that a short read clears tokio's readiness
+    /// as `fill`'s does (a later readiness wait then sleeps, and the upstream pool's
+    /// stale-socket check stays true). For a connection with nothing pending.
+    pub async fn read_now(&mut self) -> Option<io::Result<usize>> {
+        if self.buf.capacity() == 0 {
+            self.buf = take_buffer();
+            self.start = 0;
+        }
+        let polled = {
+            let mut read = std::pin::pin!(self.io.read_buf(&mut self.buf));
+            std::future::poll_fn(|cx| std::task::Poll::Ready(read.as_mut().poll(cx))).await
+        };
+        match polled {
+            std::task::Poll::Pending => {
+                self.release();
+                None
+            }
+            std::task::Poll::Ready(read) => {
+                if !matches!(read, Ok(n) if n > 0) {
+                    self.release();
+                }
+                Some(read)
+            }
+        }
+    }
+}
+
+impl Buffered<tokio::net::TcpStream> {
+    /// [`Buffered::fill`] for a connection with nothing pending, holding no buffer while it
+    /// waits: one is taken when the socket is readable, and given back if the read finds
+    /// nothing (tokio takes a new socket for readable until a read says otherwise). Errors
+    /// as `fill`'s.
+    pub async fn fill_when_readable(&mut self, within: Duration) -> io::Result<usize> {
+        let read = async {
+            loop {
+                self.io.readable().await?;
+                if let Some(read) = self.read_now().await {
+                    return read;
+                }
+            }
+        };
+        match tokio::time::timeout(within, read).await {
             Ok(result) => result,
             Err(_) => Err(io::Error::new(io::ErrorKind::TimedOut, "read timed out")),
         }

@@ -62,6 +62,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     let workers = Workers::start(proxy.config().workers)?;
     let settings = Arc::new(Settings::new(proxy.config()));
+    let drain_settings = settings.clone();
     // Each connection task holds a sender; when all are dropped, the drain is complete.
     let (draining_tx, draining_rx) = watch::channel(false);
     let (open_tx, mut open_rx) = mpsc::channel::<()>(1);
@@ -118,6 +119,8 @@ pub async fn serve(
     drop(listener);
     tracing::info!("listener closed; draining");
     let _ = draining_tx.send(true);
+    // The own engine's idle connections wait on this, not on the watch (`h1::next_bytes`).
+    drain_settings.drain.notify_waiters();
     // Each accept loop drops its listener, and its hold on `shared`, when it sees the drain.
     drop(shared);
     if tokio::time::timeout(grace, open_rx.recv()).await.is_err() {
@@ -158,18 +161,19 @@ impl Shared {
 }
 
 /// Serves one accepted connection on the worker it was accepted on (or handed to).
-async fn connection(shared: &Shared, stream: TcpStream, client: SocketAddr) {
+async fn connection(shared: &Arc<Shared>, stream: TcpStream, client: SocketAddr) {
+    let _ = stream.set_nodelay(true);
+    if shared.tls.is_none() && shared.settings.own_http1 {
+        // The own engine tells HTTP/2's preface from its first read itself (no peek) and
+        // hands such a connection to hyper's HTTP/2. It counts itself open.
+        let start = h1::Start::Plain(shared.clone(), client);
+        return h1::serve(start, crate::relay::Buffered::new(stream), true).await;
+    }
     let _open = shared.open.clone();
     let _counted = crate::memory::OpenConnection::start();
-    let _ = stream.set_nodelay(true);
-    let conn = shared.conn(client);
-    let header_timeout = conn.settings.header_timeout;
     let Some(acceptor) = shared.tls.clone() else {
-        if conn.settings.own_http1 {
-            // The own engine tells HTTP/2's preface from its first read itself (no peek) and
-            // hands such a connection to hyper's HTTP/2.
-            return h1::serve(conn, stream, true).await;
-        }
+        let conn = shared.conn(client);
+        let header_timeout = conn.settings.header_timeout;
         let Some(protocol) = announce::plain(&stream, header_timeout).await else {
             tracing::debug!(%client, "nothing sent within the header read timeout; closed");
             return;
@@ -178,7 +182,7 @@ async fn connection(shared: &Shared, stream: TcpStream, client: SocketAddr) {
         // and the task of every connection would otherwise be sized for them.
         return Box::pin(conn.serve(protocol, stream)).await;
     };
-    Box::pin(serve_tls(conn, acceptor, stream, client)).await
+    Box::pin(serve_tls(shared.conn(client), acceptor, stream, client)).await
 }
 
 /// A TLS connection: the handshake within the header read timeout, then its protocol (ALPN,
@@ -215,7 +219,9 @@ async fn serve_tls(
     if conn.settings.own_http1 && alpn != Some(Protocol::Http2) {
         // The own engine, as for plain connections; without ALPN it tells HTTP/2 from the
         // first bytes itself. Boxed: the TLS stream is large.
-        return Box::pin(h1::serve(conn, stream, alpn.is_none())).await;
+        let stream = crate::relay::Buffered::new(stream);
+        let start = h1::Start::Made(Box::new(conn));
+        return Box::pin(h1::serve(start, stream, alpn.is_none())).await;
     }
     // The header read timeout starts again after the handshake, as on plain TCP after
     // the accept.
@@ -239,6 +245,9 @@ struct Settings {
     forward_client_cert: bool,
     /// `http1_engine: own`: plain HTTP/1.1 connections are served by the own engine (`h1`).
     own_http1: bool,
+    /// Notified when the listener starts draining (after `Shared::draining` is set): what
+    /// the own engine's idle connections wait on, a smaller waiter than the watch's.
+    drain: tokio::sync::Notify,
 }
 
 impl Settings {
@@ -258,6 +267,7 @@ impl Settings {
             idle: config.timeouts.idle(),
             max_header_list_size: limits.max_header_bytes as u32,
             own_http1: config.http1_engine == crate::config::Http1Engine::Own,
+            drain: tokio::sync::Notify::new(),
             forward_client_cert: config
                 .tls
                 .as_ref()

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use tokio::net::TcpListener;
 
 use super::{connection, Shared};
+use crate::relay::Buffered;
 use crate::workers::Workers;
 
 /// Starts an accept loop on every worker, worker 1 taking `listener` itself. Errors: the
@@ -74,7 +75,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
             // A plain connection on the own engine: its task is that engine's loop alone,
             // not sized for the TLS and hyper paths too (an idle connection is its task).
             Ok((stream, client)) if shared.tls.is_none() && shared.settings.own_http1 => {
-                tokio::spawn(super::h1::serve_plain(shared.clone(), stream, client));
+                let _ = stream.set_nodelay(true);
+                let start = super::h1::Start::Plain(shared.clone(), client);
+                tokio::spawn(super::h1::serve(start, Buffered::new(stream), true));
             }
             Ok((stream, client)) => {
                 let shared = shared.clone();

@@ -9,6 +9,9 @@
 //! connection under hyper's engine, the bytes read so far read again there.
 
 use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -16,141 +19,226 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 
 use super::announce::{self, Protocol, Rewind};
-use std::net::SocketAddr;
-use std::sync::Arc;
-
-use super::{Conn, Shared};
+use super::{Conn, Settings, Shared};
 use crate::http1::head::{parse_request, HeadError, RequestHead};
 use crate::problem::Problem;
 use crate::proxy::h1::Outcome;
 use crate::relay::Buffered;
 
 /// A client connection the own engine serves: plain TCP, or TLS.
-pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + 'static {
-    /// Waits until the connection has bytes to read, without holding a buffer: `Ok(true)`.
-    /// `Ok(false)`: it cannot tell (TLS may hold decrypted bytes already), the caller reads.
-    fn readable(&self) -> impl Future<Output = std::io::Result<bool>> + Send;
+pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {
+    /// Polls until the connection has bytes to read, without holding a buffer and without
+    /// state of its own (the socket keeps the waker): `Ready(Ok(true))`. `Ready(Ok(false))`:
+    /// it cannot tell (TLS may hold decrypted bytes already), the caller reads.
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>>;
 }
 
 impl ClientIo for TcpStream {
-    async fn readable(&self) -> std::io::Result<bool> {
-        TcpStream::readable(self).await.map(|()| true)
+    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+        self.poll_read_ready(cx).map_ok(|()| true)
     }
 }
 
 impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
-    async fn readable(&self) -> std::io::Result<bool> {
-        Ok(false)
+    fn poll_readable(&self, _: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+        Poll::Ready(Ok(false))
     }
 }
 
-/// A plain connection accepted on a worker, served by the own engine: `super::connection`'s
-/// plain path without its others.
-pub(super) async fn serve_plain(shared: Arc<Shared>, stream: TcpStream, client: SocketAddr) {
-    let _open = shared.open.clone();
-    let _counted = crate::memory::OpenConnection::start();
-    let _ = stream.set_nodelay(true);
-    let conn = shared.conn(client);
-    drop(shared);
-    serve(conn, stream, true).await
+/// Where a connection's state (`Conn`) comes from.
+pub(super) enum Start {
+    /// Made before (TLS: with the client's certificate); the caller counts the connection
+    /// open.
+    Made(Box<Conn>),
+    /// A plain connection just accepted: its state is made from the listener's when the
+    /// first bytes come, and until then its task holds its socket, a timer and a drain
+    /// waiter alone (one that never sends a request costs that and its socket's
+    /// registration). It counts itself open.
+    Plain(Arc<Shared>, SocketAddr),
 }
 
 /// Serves an HTTP/1.1 connection until it closes, is idle for too long, or the listener
 /// drains. `sniff`: its first bytes may be HTTP/2's preface (h2c, or TLS without ALPN),
 /// then served by hyper's HTTP/2; with ALPN `http/1.1` they are HTTP/1.1 whatever they are.
-pub(super) async fn serve<S: ClientIo>(conn: Conn, stream: S, sniff: bool) {
-    let settings = conn.settings.clone();
-    let mut draining = conn.draining.clone();
-    let limits = &conn.proxy.config().limits;
-    let (max_fields, max_bytes) = (limits.max_headers, limits.max_header_bytes.max(8192));
-    let idle = conn.proxy.config().timeouts.idle();
-    let mut client = Buffered::new(stream);
-    let mut head = RequestHead::default();
-    let mut wait = settings.header_timeout;
-    // Until the first bytes tell HTTP/1.1 from HTTP/2 with prior knowledge (h2c).
-    let mut first = sniff;
-    loop {
-        if client.pending().is_empty() {
-            let waited = tokio::select! {
-                ready = tokio::time::timeout(wait, client.io.readable()) => ready,
-                _ = draining_now(&mut draining) => return,
-            };
-            match waited {
-                Ok(Ok(true)) => {}
-                // TLS: read, within the same wait.
-                Ok(Ok(false)) => {
-                    let read = tokio::select! {
-                        read = client.fill(wait, max_bytes) => read,
-                        _ = draining_now(&mut draining) => return,
-                    };
-                    if !matches!(read, Ok(n) if n > 0) {
-                        return;
-                    }
-                }
-                Ok(Err(_)) | Err(_) => return,
-            }
-        }
-        let deadline = tokio::time::Instant::now() + settings.header_timeout;
-        let parsed = loop {
-            let http1 = !first
-                || match announce::decide(client.pending()) {
-                    Some(Protocol::Http2) => {
-                        return Box::pin(handoff(conn, client, Protocol::Http2)).await
-                    }
-                    Some(Protocol::Http1) => {
-                        first = false;
-                        true
-                    }
-                    // A prefix of HTTP/2's preface (or nothing yet): read on.
-                    None => false,
-                };
-            if http1 {
-                if head.fields.capacity() == 0 {
-                    head.fields = crate::relay::take_fields();
-                }
-                match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
-                    Ok(true) => break Ok(()),
-                    Ok(false) => {}
-                    Err(e) => break Err(e),
-                }
-            }
-            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-            match client.fill(left, max_bytes).await {
-                Ok(0) => return,
-                Ok(_) => {}
-                // A slow or silent client (slowloris): closed, as hyper's engine does.
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return,
-                Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
-                    break Err(HeadError::TooLarge)
-                }
-                Err(_) => return,
-            }
+///
+/// This future is an idle connection's task, so it is kept small: the connection's state
+/// is boxed, the request's future is boxed, and the idle wait is one future for its
+/// three sources.
+///
+/// Not an `async fn`: an async fn keeps its arguments beside the locals they are moved to.
+pub(super) fn serve<S: ClientIo>(
+    start: Start,
+    mut client: Buffered<S>,
+    sniff: bool,
+) -> impl Future<Output = ()> + Send {
+    async move {
+        let plain = matches!(start, Start::Plain(..));
+        let _counted = plain.then(crate::memory::OpenConnection::start);
+        let _open = match &start {
+            Start::Plain(shared, _) => Some(shared.open.clone()),
+            Start::Made(_) => None,
         };
-        if let Err(e) = parsed {
-            Box::pin(refuse_head(&mut client, e, idle)).await;
-            return;
-        }
-        let draining_flag = *draining.borrow();
-        // Boxed: the request's future (its relays and timers) lives only while a request
-        // does, so an idle connection's task stays small.
-        let outcome = Box::pin(conn.proxy.h1(&mut client, &head, &conn.addr, draining_flag)).await;
-        // An idle connection holds no field list either.
-        crate::relay::give_fields(std::mem::take(&mut head.fields));
-        match outcome {
-            Outcome::KeepAlive if !draining_flag => wait = idle,
-            Outcome::KeepAlive | Outcome::Close => {
-                let _ = tokio::io::AsyncWriteExt::shutdown(&mut client.io).await;
+        if let Start::Plain(shared, _) = &start {
+            let settings = &shared.settings;
+            if !next_bytes(
+                &mut client,
+                settings.header_timeout,
+                settings,
+                &shared.draining,
+            )
+            .await
+            {
                 return;
             }
-            Outcome::Handoff => return Box::pin(handoff(conn, client, Protocol::Http1)).await,
+        }
+        let conn = match start {
+            Start::Made(conn) => conn,
+            Start::Plain(shared, addr) => Box::new(shared.conn(addr)),
+        };
+        // Between requests: the idle timeout; before the first, the header read timeout.
+        let mut kept_alive = false;
+        // Until the first bytes tell HTTP/1.1 from HTTP/2 with prior knowledge (h2c).
+        let mut first = sniff;
+        loop {
+            let settings = &conn.settings;
+            let wait = if kept_alive {
+                settings.idle
+            } else {
+                settings.header_timeout
+            };
+            if client.pending().is_empty()
+                && !next_bytes(&mut client, wait, settings, &conn.draining).await
+            {
+                return;
+            }
+            // Not live across the idle wait above, so the idle task has no room for it.
+            let mut head = RequestHead::default();
+            let max_bytes = conn.proxy.config().limits.max_header_bytes.max(8192);
+            let deadline = tokio::time::Instant::now() + conn.settings.header_timeout;
+            let parsed = loop {
+                let http1 = !first
+                    || match announce::decide(client.pending()) {
+                        Some(Protocol::Http2) => {
+                            return Box::pin(handoff(conn, client, Protocol::Http2)).await
+                        }
+                        Some(Protocol::Http1) => {
+                            first = false;
+                            true
+                        }
+                        // A prefix of HTTP/2's preface (or nothing yet): read on.
+                        None => false,
+                    };
+                if http1 {
+                    if head.fields.capacity() == 0 {
+                        head.fields = crate::relay::take_fields();
+                    }
+                    let max_fields = conn.proxy.config().limits.max_headers;
+                    match parse_request(client.pending(), &mut head, max_fields, max_bytes) {
+                        Ok(true) => break Ok(()),
+                        Ok(false) => {}
+                        Err(e) => break Err(e),
+                    }
+                }
+                let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+                match client.fill(left, max_bytes).await {
+                    Ok(0) => return,
+                    Ok(_) => {}
+                    // A slow or silent client (slowloris): closed, as hyper's engine does.
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return,
+                    Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
+                        break Err(HeadError::TooLarge)
+                    }
+                    Err(_) => return,
+                }
+            };
+            let idle = conn.proxy.config().timeouts.idle();
+            if let Err(e) = parsed {
+                Box::pin(refuse_head(&mut client, e, idle)).await;
+                return;
+            }
+            let draining = *conn.draining.borrow();
+            // Boxed: the request's future (its relays and timers) lives only while a request
+            // does.
+            let outcome = Box::pin(conn.proxy.h1(&mut client, &head, &conn.addr, draining)).await;
+            // An idle connection holds no field list either.
+            crate::relay::give_fields(std::mem::take(&mut head.fields));
+            match outcome {
+                Outcome::KeepAlive if !draining => kept_alive = true,
+                Outcome::KeepAlive | Outcome::Close => {
+                    let _ = Box::pin(tokio::io::AsyncWriteExt::shutdown(&mut client.io)).await;
+                    return;
+                }
+                Outcome::Handoff => return Box::pin(handoff(conn, client, Protocol::Http1)).await,
+            }
         }
     }
 }
 
-/// Completes when the listener starts draining.
-async fn draining_now(draining: &mut watch::Receiver<bool>) {
-    if draining.wait_for(|d| *d).await.is_err() {
-        std::future::pending::<()>().await;
+/// Waits (at most `within`) for the client's next bytes and reads what is there, holding
+/// no buffer while it waits. `false`: the connection is done (closed, silent for `within`,
+/// or the listener drains).
+///
+/// One future for the three sources: the socket's readiness (its waker kept by the
+/// socket), one timer, and the drain's `Notify` (`Settings::drain`). tokio takes a new
+/// socket for readable until a read says otherwise, so readiness is confirmed by a read
+/// without waiting (the read the parse needs anyway); nothing there, the wait goes on.
+async fn next_bytes<S: ClientIo>(
+    client: &mut Buffered<S>,
+    within: Duration,
+    settings: &Settings,
+    draining: &watch::Receiver<bool>,
+) -> bool {
+    let drain = settings.drain.notified();
+    let mut drain = std::pin::pin!(drain);
+    drain.as_mut().enable();
+    if *draining.borrow() {
+        return false;
+    }
+    let timer = tokio::time::sleep(within);
+    let mut timer = std::pin::pin!(timer);
+    loop {
+        let ready = std::future::poll_fn(|cx| {
+            if drain.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(None);
+            }
+            if let Poll::Ready(ready) = client.io.poll_readable(cx) {
+                return Poll::Ready(ready.ok());
+            }
+            match timer.as_mut().poll(cx) {
+                Poll::Ready(()) => Poll::Ready(None),
+                Poll::Pending => Poll::Pending,
+            }
+        })
+        .await;
+        let read = match ready {
+            None => return false,
+            Some(true) => match client.read_now().await {
+                Some(read) => read,
+                None => continue,
+            },
+            // TLS: read, within what is left of the wait (boxed: a plain connection's
+            // task is not sized for it).
+            Some(false) => {
+                let left = timer
+                    .deadline()
+                    .saturating_duration_since(tokio::time::Instant::now());
+                let read = Box::pin(client.fill(left, usize::MAX));
+                tokio::select! {
+                    read = read => read,
+                    () = drain.as_mut() => return false,
+                }
+            }
+        };
+        match read {
+            Ok(0) => return false,
+            Ok(_) => return true,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ) => {}
+            Err(_) => return false,
+        }
     }
 }
 
@@ -166,7 +254,7 @@ async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: 
 
 /// Serves the rest of the connection with hyper's engine (HTTP/1.1, or HTTP/2 for an h2c
 /// client), the pending bytes first.
-async fn handoff<S: ClientIo>(conn: Conn, client: Buffered<S>, protocol: Protocol) {
+async fn handoff<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>, protocol: Protocol) {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
     conn.serve(protocol, rewind).await

@@ -308,17 +308,23 @@ impl Proxy {
     {
         let limits = &self.config.limits;
         let deadline = Instant::now() + self.config.timeouts.response_headers();
-        let mut head = ResponseHead {
-            fields: conn::take_fields(),
-            ..ResponseHead::default()
-        };
+        // No field list until the answer starts to come.
+        let mut head = ResponseHead::default();
         loop {
-            match parse_response(
-                up.pending(),
-                &mut head,
-                limits.max_headers,
-                limits.max_header_bytes,
-            ) {
+            let parsed = if up.pending().is_empty() {
+                Ok(false)
+            } else {
+                if head.fields.capacity() == 0 {
+                    head.fields = conn::take_fields();
+                }
+                parse_response(
+                    up.pending(),
+                    &mut head,
+                    limits.max_headers,
+                    limits.max_header_bytes,
+                )
+            };
+            match parsed {
                 Ok(true) if head.status == 101 => return Err(Failed::Switched),
                 Ok(true) if head.status == 100 => up.consume(head.len),
                 Ok(true) if head.status < 200 => {
@@ -344,19 +350,14 @@ impl Proxy {
                     let left = deadline.saturating_duration_since(Instant::now());
                     // No buffer is taken until the answer starts to come: a request waiting
                     // on a slow upstream holds none.
-                    if up.buf.capacity() == 0
-                        && tokio::time::timeout(left, up.io.readable()).await.is_err()
-                    {
-                        return Err(upstream(
-                            ErrorKind::Timeout,
-                            format!(
-                                "no response headers within {} ms",
-                                self.config.timeouts.response_headers_ms
-                            ),
-                        ));
-                    }
-                    let left = deadline.saturating_duration_since(Instant::now());
-                    match up.fill(left, limits.max_header_bytes).await {
+                    let read = if up.buf.capacity() == 0 {
+                        // The client's head moves to a small buffer while this waits.
+                        client.shrink();
+                        up.fill_when_readable(left).await
+                    } else {
+                        up.fill(left, limits.max_header_bytes).await
+                    };
+                    match read {
                         Ok(0) => {
                             return Err(upstream(
                                 ErrorKind::Reset,
