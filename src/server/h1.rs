@@ -66,6 +66,7 @@ pub(super) enum Start {
 /// three sources.
 ///
 /// Not an `async fn`: an async fn keeps its arguments beside the locals they are moved to.
+#[allow(clippy::manual_async_fn)] // on purpose: see above
 pub(super) fn serve<S: ClientIo>(
     start: Start,
     mut client: Buffered<S>,
