@@ -192,6 +192,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         if self.buf.capacity() == 0 {
             self.buf = take_buffer();
             self.start = 0;
+        } else if self.buf.capacity() == SMALL {
+            // A head read small, and more to come (the rest of the head, or a body): a full
+            // buffer, the bytes at the same offsets.
+            let mut full = take_buffer();
+            full.extend_from_slice(&self.buf);
+            give_small(std::mem::replace(&mut self.buf, full));
         } else if self.start > 0 && self.buf.len() == self.buf.capacity() {
             self.buf.copy_within(self.start.., 0);
             self.buf.truncate(self.buf.len() - self.start);
@@ -217,9 +223,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     /// it has). A read through `poll_read`, so that a short read clears tokio's readiness
     /// as `fill`'s does (a later readiness wait then sleeps, and the upstream pool's
     /// stale-socket check stays true). For a connection with nothing pending.
-    pub async fn read_now(&mut self) -> Option<io::Result<usize>> {
+    ///
+    /// `small`: into a [`SMALL`] buffer, for a request head (most fit; a request that waits
+    /// on its upstream then holds 2 KiB of buffer, not 16); [`Buffered::fill`] moves to a
+    /// full buffer when more is read.
+    pub async fn read_now(&mut self, small: bool) -> Option<io::Result<usize>> {
         if self.buf.capacity() == 0 {
-            self.buf = take_buffer();
+            self.buf = if small { take_small() } else { take_buffer() };
             self.start = 0;
         }
         let polled = {
@@ -250,7 +260,7 @@ impl Buffered<tokio::net::TcpStream> {
         let read = async {
             loop {
                 self.io.readable().await?;
-                if let Some(read) = self.read_now().await {
+                if let Some(read) = self.read_now(false).await {
                     return read;
                 }
             }

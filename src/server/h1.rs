@@ -213,7 +213,7 @@ async fn next_bytes<S: ClientIo>(
         .await;
         let read = match ready {
             None => return false,
-            Some(true) => match client.read_now().await {
+            Some(true) => match client.read_now(true).await {
                 Some(read) => read,
                 None => continue,
             },

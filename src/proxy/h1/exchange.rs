@@ -223,26 +223,34 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        // The request with this upstream's `Host`, in a buffer held only while it is written
-        // (a request waiting on its answer holds no more than `out`).
-        let mut wire = conn::take_buffer();
-        wire.extend_from_slice(&out.bytes[..out.line_end]);
-        if !(self.config.preserve_host && has_host(&out.bytes[out.line_end..out.fields_end])) {
-            write::field(&mut wire, b"Host", state.host.as_bytes());
-        }
-        wire.extend_from_slice(&out.bytes[out.line_end..]);
-        let result = self.h1_send(client, state, out, &wire).await;
-        conn::give_buffer(wire);
-        result
+        self.h1_send(client, state, out).await
     }
 
-    /// [`Proxy::h1_attempt`] with the request's bytes ready.
+    /// The request with this upstream's `Host`, in a buffer from the cache (a small one
+    /// when it fits). Held only while it is written: a request waiting on its answer holds
+    /// no more than `out`.
+    fn h1_wire(&self, state: &UpstreamState, out: &Outbound) -> Vec<u8> {
+        let host = state.host.as_bytes();
+        let mut wire = if out.bytes.len() + host.len() + 8 <= conn::SMALL {
+            conn::take_small()
+        } else {
+            conn::take_buffer()
+        };
+        wire.extend_from_slice(&out.bytes[..out.line_end]);
+        if !(self.config.preserve_host && has_host(&out.bytes[out.line_end..out.fields_end])) {
+            write::field(&mut wire, b"Host", host);
+        }
+        wire.extend_from_slice(&out.bytes[out.line_end..]);
+        wire
+    }
+
+    /// [`Proxy::h1_attempt`]: the request written (again on a new connection if a pooled one
+    /// turns out closed), its body relayed, the answer's head read.
     async fn h1_send<S>(
         &self,
         client: &mut Buffered<S>,
         state: &UpstreamState,
         out: &Outbound,
-        wire: &[u8],
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -271,7 +279,13 @@ impl Proxy {
             };
             let again = reused && out.held && !retried;
             retried |= again;
-            let written = write_all(&mut up.io, wire, idle).await;
+            let wire = self.h1_wire(state, out);
+            let written = write_all(&mut up.io, &wire, idle).await;
+            if wire.capacity() == conn::SMALL {
+                conn::give_small(wire);
+            } else {
+                conn::give_buffer(wire);
+            }
             if written.is_err() && again {
                 continue;
             }
