@@ -1,0 +1,148 @@
+//! What idle connections and waiting requests cost the real binary on the own HTTP/1.1
+//! engine, in RSS (issue 29; `bench/idle.py` measures the same with nginx beside it, at
+//! 3,000 and 5,000). A connection that never sends a request holds its task and its socket's
+//! registration, no buffer; a request waiting on a silent upstream holds no read buffer on
+//! either side and no 16 KiB copy of its head. Bounds are well above what is measured (1.2
+//! and 6.3 KiB) and well below what the engine cost before (6.0 and 11.0 KiB).
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use common::{eventually, free_port, iuid_for, ChildGuard};
+
+/// VmRSS of `pid` in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("proc status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next())
+        .and_then(|v| v.parse().ok())
+        .expect("VmRSS")
+}
+
+/// Raises this process's soft limit on open files (the router inherits it) to hold
+/// `wanted`; returns how many can be held.
+fn raise_nofile(wanted: u64) -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit read and write the struct they are given.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 0;
+        }
+        limit.rlim_cur = limit.rlim_max.min(wanted);
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+    }
+    limit.rlim_cur
+}
+
+/// The router (own engine, one worker) routing everything to `upstream`.
+async fn router(upstream: SocketAddr) -> (ChildGuard, SocketAddr, tempfile::TempDir) {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (public, admin) = (free_port(), free_port());
+    std::fs::write(
+        dir.path().join("routing-table.yaml"),
+        format!(
+            "version: m\nregions:\n  hole: {{ upstreams: [\"http://{upstream}\"] }}\ncountries:\n  1: hole\ndefault_region: hole\n"
+        ),
+    )
+    .expect("write");
+    let config = format!(
+        "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
+         routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nworkers: 1\nhttp1_engine: own\n\
+         limits: {{ header_read_timeout_ms: 60000 }}\n\
+         timeouts: {{ response_headers_ms: 60000 }}\n"
+    );
+    let path = dir.path().join("router.yaml");
+    std::fs::write(&path, config).expect("write");
+    let mut command = Command::new(env!("CARGO_BIN_EXE_iuid-router"));
+    command
+        .args(["serve", "--config", path.to_str().expect("utf8")])
+        .env_remove("RUST_LOG")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let child = ChildGuard::spawn(&mut command, "start router");
+    let ready = eventually(Duration::from_secs(10), || async {
+        reqwest::get(format!("http://{admin}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(ready.is_some(), "the router did not start");
+    (child, public, dir)
+}
+
+/// Waits until RSS has not moved for a few readings (the last connections served).
+async fn settled_rss(pid: u32) -> u64 {
+    let mut last = rss_kib(pid);
+    for _ in 0..20 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let now = rss_kib(pid);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    last
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
+    let room = raise_nofile(4096);
+    let n: usize = if room >= 4096 { 1000 } else { 300 };
+    // An upstream that accepts and never answers; its side of each connection is kept.
+    let hole = TcpListener::bind("127.0.0.1:0").expect("bind hole");
+    let hole_addr = hole.local_addr().expect("addr");
+    let held = std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in hole.incoming() {
+            match conn {
+                Ok(c) => held.push(c),
+                Err(_) => break,
+            }
+            if held.len() == n {
+                break;
+            }
+        }
+        held
+    });
+    let (child, public, _dir) = router(hole_addr).await;
+    let pid = child.id();
+    let before = settled_rss(pid).await;
+
+    let idle: Vec<TcpStream> = (0..n)
+        .map(|_| TcpStream::connect(public).expect("connect"))
+        .collect();
+    let with_idle = settled_rss(pid).await;
+    let per_idle = (with_idle.saturating_sub(before)) as f64 / n as f64;
+    assert!(
+        per_idle < 2.5,
+        "{per_idle:.2} KiB per connection that sent nothing ({before} -> {with_idle} KiB)"
+    );
+
+    let request = format!("GET /o/{} HTTP/1.1\r\nHost: m\r\n\r\n", iuid_for(1));
+    let waiting: Vec<TcpStream> = (0..n)
+        .map(|_| {
+            let mut c = TcpStream::connect(public).expect("connect");
+            c.write_all(request.as_bytes()).expect("send");
+            c
+        })
+        .collect();
+    let upstream_side = held.join().expect("hole");
+    assert_eq!(upstream_side.len(), n, "every request reached the upstream");
+    let with_waiting = settled_rss(pid).await;
+    let per_waiting = (with_waiting.saturating_sub(with_idle)) as f64 / n as f64;
+    assert!(
+        per_waiting < 8.5,
+        "{per_waiting:.2} KiB per request waiting on its upstream ({with_idle} -> {with_waiting} KiB)"
+    );
+    drop((idle, waiting, upstream_side));
+}
