@@ -101,15 +101,17 @@ async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
     // An upstream that accepts and never answers; its side of each connection is kept.
     let hole = TcpListener::bind("127.0.0.1:0").expect("bind hole");
     let hole_addr = hole.local_addr().expect("addr");
+    hole.set_nonblocking(true).expect("nonblocking");
+    // Accepts until `n` are held, or 60 s on (then the assertion below says how many).
     let held = std::thread::spawn(move || {
-        let mut held = Vec::new();
-        for conn in hole.incoming() {
-            match conn {
-                Ok(c) => held.push(c),
-                Err(_) => break,
-            }
-            if held.len() == n {
-                break;
+        let (mut held, deadline) = (
+            Vec::new(),
+            std::time::Instant::now() + Duration::from_secs(60),
+        );
+        while held.len() < n && std::time::Instant::now() < deadline {
+            match hole.accept() {
+                Ok((c, _)) => held.push(c),
+                Err(_) => std::thread::sleep(Duration::from_millis(5)),
             }
         }
         held
