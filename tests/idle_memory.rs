@@ -8,8 +8,9 @@
 mod common;
 
 use std::io::Write;
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{eventually, free_port, iuid_for, ChildGuard};
@@ -59,7 +60,7 @@ async fn router(upstream: SocketAddr) -> (ChildGuard, SocketAddr, tempfile::Temp
         "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
          routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nworkers: 1\nhttp1_engine: own\n\
          limits: {{ header_read_timeout_ms: 60000 }}\n\
-         timeouts: {{ response_headers_ms: 60000 }}\n"
+         timeouts: {{ response_headers_ms: 60000, connect_ms: 30000 }}\n"
     );
     let path = dir.path().join("router.yaml");
     std::fs::write(&path, config).expect("write");
@@ -99,22 +100,16 @@ async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
     let room = raise_nofile(4096);
     let n: usize = if room >= 4096 { 1000 } else { 300 };
     // An upstream that accepts and never answers; its side of each connection is kept.
-    let hole = TcpListener::bind("127.0.0.1:0").expect("bind hole");
+    // Accepted on a thread of its own, so that the test's blocking connects never starve it
+    // (a full backlog would fail the router's upstream connects).
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind hole");
     let hole_addr = hole.local_addr().expect("addr");
-    hole.set_nonblocking(true).expect("nonblocking");
-    // Accepts until `n` are held, or 60 s on (then the assertion below says how many).
-    let held = std::thread::spawn(move || {
-        let (mut held, deadline) = (
-            Vec::new(),
-            std::time::Instant::now() + Duration::from_secs(60),
-        );
-        while held.len() < n && std::time::Instant::now() < deadline {
-            match hole.accept() {
-                Ok((c, _)) => held.push(c),
-                Err(_) => std::thread::sleep(Duration::from_millis(5)),
-            }
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for c in hole.incoming().flatten() {
+            holder.lock().expect("hole").push(c);
         }
-        held
     });
     let (child, public, _dir) = router(hole_addr).await;
     let pid = child.id();
@@ -138,8 +133,28 @@ async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
             c
         })
         .collect();
-    let upstream_side = held.join().expect("hole");
-    assert_eq!(upstream_side.len(), n, "every request reached the upstream");
+    let all = eventually(Duration::from_secs(60), || async {
+        held.lock().expect("hole").len() >= n
+    })
+    .await;
+    let upstream_side = std::mem::take(&mut *held.lock().expect("hole"));
+    let answered: Vec<String> = waiting
+        .iter()
+        .filter_map(|c| {
+            c.set_nonblocking(true).ok()?;
+            let mut buf = [0u8; 256];
+            let got = c.peek(&mut buf).ok()?;
+            let _ = c.set_nonblocking(false);
+            Some(String::from_utf8_lossy(&buf[..got]).into_owned())
+        })
+        .collect();
+    assert_eq!(
+        upstream_side.len(),
+        n,
+        "every request reached the upstream ({all:?}); {} answered already, e.g. {:?}",
+        answered.len(),
+        answered.first()
+    );
     let with_waiting = settled_rss(pid).await;
     let per_waiting = (with_waiting.saturating_sub(with_idle)) as f64 / n as f64;
     assert!(
