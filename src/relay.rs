@@ -77,6 +77,16 @@ pub fn give_small(buf: Vec<u8>) {
     give(&SMALL_CACHE, buf, SMALL)
 }
 
+/// Gives a buffer back to the cache its capacity belongs to, small or full (one that grew
+/// is freed instead).
+pub fn give_back(buf: Vec<u8>) {
+    if buf.capacity() == SMALL {
+        give_small(buf)
+    } else {
+        give_buffer(buf)
+    }
+}
+
 /// An empty field list for a head, from this thread's cache if it has one.
 pub fn take_fields() -> Vec<Field> {
     take(&FIELD_CACHE, FIELDS)
@@ -163,24 +173,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     /// Gives the buffer back if nothing is pending in it.
     pub fn release(&mut self) {
         if self.start >= self.buf.len() && self.buf.capacity() > 0 {
-            let buf = std::mem::take(&mut self.buf);
-            if buf.capacity() == SMALL {
-                give_small(buf);
-            } else {
-                give_buffer(buf);
-            }
+            give_back(std::mem::take(&mut self.buf));
             self.start = 0;
-        }
-    }
-
-    /// Moves what the buffer holds (at most [`SMALL`] bytes, offsets kept) to a small
-    /// buffer and gives the full one back: a request waiting on its upstream then holds
-    /// 2 KiB for its head, not 16. A buffer holding more, or already small, stays.
-    pub fn shrink(&mut self) {
-        if self.buf.capacity() == BUFFER && self.buf.len() <= SMALL {
-            let mut small = take_small();
-            small.extend_from_slice(&self.buf);
-            give_buffer(std::mem::replace(&mut self.buf, small));
         }
     }
 

@@ -71,13 +71,7 @@ async fn router(upstream: SocketAddr) -> (ChildGuard, SocketAddr, tempfile::Temp
         .stdout(Stdio::null())
         .stderr(Stdio::null());
     let child = ChildGuard::spawn(&mut command, "start router");
-    let ready = eventually(Duration::from_secs(10), || async {
-        reqwest::get(format!("http://{admin}/readyz"))
-            .await
-            .is_ok_and(|r| r.status() == 200)
-    })
-    .await;
-    assert!(ready.is_some(), "the router did not start");
+    common::wait_ready(admin).await;
     (child, public, dir)
 }
 

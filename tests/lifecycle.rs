@@ -72,13 +72,7 @@ impl Process {
             admin,
             dir,
         };
-        let ready = eventually(Duration::from_secs(10), || async {
-            reqwest::get(format!("http://{admin}/readyz"))
-                .await
-                .is_ok_and(|r| r.status() == 200)
-        })
-        .await;
-        assert!(ready.is_some(), "the router did not start");
+        common::wait_ready(admin).await;
         p
     }
 

@@ -384,6 +384,18 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// Waits (10 s at most) until the router process whose admin listener is `admin` answers
+/// `/readyz` with 200; panics if it does not.
+pub async fn wait_ready(admin: SocketAddr) {
+    let ready = eventually(std::time::Duration::from_secs(10), || async {
+        reqwest::get(format!("http://{admin}/readyz"))
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(ready.is_some(), "the router did not start");
+}
+
 /// Polls `check` every 20 ms until it is true or `within` passes; returns how long it took.
 pub async fn eventually<F, Fut>(
     within: std::time::Duration,

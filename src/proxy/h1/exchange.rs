@@ -281,11 +281,7 @@ impl Proxy {
             retried |= again;
             let wire = self.h1_wire(state, out);
             let written = write_all(&mut up.io, &wire, idle).await;
-            if wire.capacity() == conn::SMALL {
-                conn::give_small(wire);
-            } else {
-                conn::give_buffer(wire);
-            }
+            conn::give_back(wire);
             if written.is_err() && again {
                 continue;
             }
@@ -365,8 +361,6 @@ impl Proxy {
                     // No buffer is taken until the answer starts to come: a request waiting
                     // on a slow upstream holds none.
                     let read = if up.buf.capacity() == 0 {
-                        // The client's head moves to a small buffer while this waits.
-                        client.shrink();
                         up.fill_when_readable(left).await
                     } else {
                         up.fill(left, limits.max_header_bytes).await
