@@ -26,12 +26,20 @@ const CACHED: usize = 256;
 
 /// Size of a cached small buffer: a request head kept for a retry.
 pub const SMALL: usize = 2 << 10;
+/// Size of a cached large buffer: a body relayed past what came with its head, or held
+/// whole (64 KiB, `retries.buffer_bytes`' default, and a head of up to 8 KiB). One read and
+/// one write per 72 KiB, where [`BUFFER`]'s 16 KiB took five of each: on loopback and fast
+/// links a body's cost is per syscall and per packet more than per byte.
+pub const LARGE: usize = 72 << 10;
+/// Large buffers kept per thread for reuse (2.25 MiB at most).
+const CACHED_LARGE: usize = 32;
 /// Field slots of a cached field list (a head with more grows its own).
 const FIELDS: usize = 32;
 
 thread_local! {
     static CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
     static SMALL_CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    static LARGE_CACHE: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
     static FIELD_CACHE: RefCell<Vec<Vec<Field>>> = const { RefCell::new(Vec::new()) };
 }
 
@@ -48,10 +56,15 @@ fn give<T>(cache: &'static LocalKey<RefCell<Vec<Vec<T>>>>, mut v: Vec<T>, capaci
     if v.capacity() != capacity {
         return;
     }
+    let most = if capacity == LARGE {
+        CACHED_LARGE
+    } else {
+        CACHED
+    };
     v.clear();
     cache.with(|c| {
         let mut cache = c.borrow_mut();
-        if cache.len() < CACHED {
+        if cache.len() < most {
             cache.push(v);
         }
     });
@@ -77,13 +90,13 @@ pub fn give_small(buf: Vec<u8>) {
     give(&SMALL_CACHE, buf, SMALL)
 }
 
-/// Gives a buffer back to the cache its capacity belongs to, small or full (one that grew
-/// is freed instead).
+/// Gives a buffer back to the cache its capacity belongs to, small, full or large (one
+/// that grew is freed instead).
 pub fn give_back(buf: Vec<u8>) {
-    if buf.capacity() == SMALL {
-        give_small(buf)
-    } else {
-        give_buffer(buf)
+    match buf.capacity() {
+        SMALL => give_small(buf),
+        LARGE => give(&LARGE_CACHE, buf, LARGE),
+        _ => give_buffer(buf),
     }
 }
 
@@ -178,6 +191,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         }
     }
 
+    /// With nothing pending, holds a [`LARGE`] buffer for the next [`Buffered::fill`]: a
+    /// body's reads, past its head's.
+    fn large(&mut self) {
+        if self.buf.capacity() != LARGE && self.start >= self.buf.len() {
+            give_back(std::mem::replace(&mut self.buf, take(&LARGE_CACHE, LARGE)));
+            self.start = 0;
+        }
+    }
+
     /// Reads more bytes after the pending ones, waiting at most `within`. `Ok(0)`: the
     /// connection closed. The buffer grows (moving the pending bytes to its front first) up
     /// to `max` bytes pending; beyond, `Ok(0)` is never returned: an error of kind
@@ -212,6 +234,28 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
+    /// Reads until `total` bytes are pending (a body to hold after its head), each read
+    /// waiting at most `within`, into one buffer that holds them all (moved there first if
+    /// need be: [`LARGE`] when it fits). `Ok(false)`: the connection closed first. Errors:
+    /// a read failed or timed out (`TimedOut`).
+    pub async fn read_to(&mut self, total: usize, within: Duration) -> io::Result<bool> {
+        if self.buf.capacity() - self.start < total {
+            let mut room = match total <= LARGE {
+                true => take(&LARGE_CACHE, LARGE),
+                false => Vec::with_capacity(total),
+            };
+            room.extend_from_slice(self.pending());
+            give_back(std::mem::replace(&mut self.buf, room));
+            self.start = 0;
+        }
+        while self.pending().len() < total {
+            if self.fill(within, total.saturating_add(1)).await? == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
     /// Reads what the connection has now into a buffer from the cache, without waiting:
     /// `None` when it has nothing (the buffer given back at once; the task is woken when
     /// it has). A read through `poll_read`, so that a short read clears tokio's readiness
@@ -266,6 +310,78 @@ impl Buffered<tokio::net::TcpStream> {
     }
 }
 
+impl Buffered<tokio::net::TcpStream> {
+    /// Reads what a connection just accepted has sent already, into a [`SMALL`] buffer,
+    /// without waiting. Straight from the socket: tokio knows nothing of a new socket's
+    /// readiness until its worker next asks the OS, and waiting for that would cost the
+    /// connection a task (or a turn of the event loop) first. `WouldBlock`: nothing yet;
+    /// `Ok(0)`: closed. Holds no buffer unless bytes came.
+    pub fn read_accepted(&mut self) -> io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        if self.buf.capacity() == 0 {
+            self.buf = take_small();
+            self.start = 0;
+        }
+        let spare = self.buf.spare_capacity_mut();
+        // SAFETY: `recv` writes at most `spare.len()` bytes into the spare capacity, whose
+        // pointer is valid for that many; the fd is the live socket `self.io` owns.
+        let n = unsafe {
+            libc::recv(
+                self.io.as_raw_fd(),
+                spare.as_mut_ptr().cast(),
+                spare.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        let Ok(n) = usize::try_from(n) else {
+            let error = io::Error::last_os_error();
+            self.release();
+            return Err(error);
+        };
+        // SAFETY: the kernel initialized the `n` bytes after `len`.
+        unsafe { self.buf.set_len(self.buf.len() + n) };
+        self.release();
+        Ok(n)
+    }
+}
+
+/// Writes `first` then `second` to `to` as [`write_all`] does, in one vectored write when
+/// the socket takes them (a head and the body bytes that go with it: one syscall and one
+/// packet, no copy).
+pub async fn write_two<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    first: &[u8],
+    second: &[u8],
+    within: Duration,
+) -> Result<(), RelayError> {
+    if second.is_empty() {
+        return write_all(to, first, within).await;
+    }
+    let written = tokio::time::timeout(within, async {
+        let mut done = 0;
+        while done < first.len() {
+            let slices = [io::IoSlice::new(&first[done..]), io::IoSlice::new(second)];
+            match to.write_vectored(&slices).await? {
+                0 => return Err(io::ErrorKind::WriteZero.into()),
+                n => done += n,
+            }
+        }
+        Ok(done - first.len())
+    })
+    .await;
+    match written {
+        Ok(Ok(past)) => write_all(to, &second[past..], within).await,
+        Ok(Err(error)) => Err(RelayError::Write {
+            error: Some(error),
+            timed_out: false,
+        }),
+        Err(_) => Err(RelayError::Write {
+            error: None,
+            timed_out: true,
+        }),
+    }
+}
+
 /// Writes all of `bytes` to `to`, each write bounded by `within`.
 pub async fn write_all<W: AsyncWrite + Unpin>(
     to: &mut W,
@@ -307,7 +423,8 @@ where
     if !from.pending().is_empty() {
         return Ok(());
     }
-    match from.fill(idle, BUFFER).await {
+    from.large();
+    match from.fill(idle, LARGE).await {
         Ok(0) => Err(RelayError::Read {
             error: None,
             timed_out: false,
@@ -362,7 +479,8 @@ where
             let mut size = Vec::with_capacity(20);
             loop {
                 if from.pending().is_empty() {
-                    match from.fill(idle, BUFFER).await {
+                    from.large();
+                    match from.fill(idle, LARGE).await {
                         Ok(0) => return write_all(to, b"0\r\n\r\n", idle).await,
                         Ok(_) => {}
                         Err(e) => return Err(read_failed(e)),

@@ -365,3 +365,63 @@ async fn a_tls_http11_connection_is_served_by_the_own_engine() {
     );
     assert!(seen.contains(";proto=https\r\n"), "{seen}");
 }
+
+/// A body up to `retries.buffer_bytes` that comes after its head (a later read) is read
+/// whole before it goes upstream, as hyper's engine does: it goes with its head in one
+/// write, and a request an upstream drops is sent again, body and all, to the other one.
+#[tokio::test]
+async fn a_body_read_after_its_head_is_held_and_retried() {
+    // An upstream that reads a request's first bytes and closes without answering.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let dropping = listener.local_addr().expect("addr");
+    let dropped = Arc::new(AtomicUsize::new(0));
+    let count = dropped.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let mut buf = [0u8; 1024];
+            if matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {
+                count.fetch_add(1, Ordering::SeqCst);
+            }
+        }
+    });
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let table = format!(
+        "version: h1\nregions:\n  held: {{ upstreams: [\"{}\", \"{}\"] }}\ncountries:\n  1: held\ndefault_region: held\n",
+        url(dropping),
+        url(up.addr)
+    );
+    let router = Router::start(&own(), &table).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let body = vec![b'b'; 20_000];
+    for _ in 0..4 {
+        let mut stream = tokio::net::TcpStream::connect(router.addr)
+            .await
+            .expect("connect");
+        let head = format!(
+            "PUT {path} HTTP/1.1\r\nHost: t\r\nContent-Length: 20000\r\nConnection: close\r\n\r\n"
+        );
+        stream.write_all(head.as_bytes()).await.expect("head");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        stream.write_all(&body).await.expect("body");
+        let mut answer = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut answer))
+            .await
+            .expect("an answer within 10 s")
+            .expect("read");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    }
+    assert!(
+        dropped.load(Ordering::SeqCst) >= 1,
+        "some request went to the dropping upstream first and was sent again"
+    );
+    let seen = up.seen.lock().expect("seen").clone();
+    let whole = format!("Content-Length: 20000\r\n\r\n{}", "b".repeat(20_000));
+    assert_eq!(
+        String::from_utf8_lossy(&seen).matches(&whole).count(),
+        4,
+        "every body reached the answering upstream whole"
+    );
+}

@@ -83,7 +83,7 @@ impl Proxy {
         let mut last_upstream = None;
         let mut answer = None;
         for attempt in 0..=retry.max_retries {
-            if attempt > 0 && (!out.held || !region.state.budget.withdraw(retry)) {
+            if attempt > 0 && (out.held.is_none() || !region.state.budget.withdraw(retry)) {
                 break;
             }
             let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
@@ -172,7 +172,7 @@ impl Proxy {
                 Retry::Never => false,
             };
             let more_to_come =
-                out.held && attempt < retry.max_retries && region.upstreams.len() > 1;
+                out.held.is_some() && attempt < retry.max_retries && region.upstreams.len() > 1;
             tracing::debug!(upstream = %chosen.authority, %error, attempt, "upstream attempt failed");
             last = Some(error);
             if !retryable || !more_to_come {
@@ -199,7 +199,7 @@ impl Proxy {
         });
         let status = problem.status().as_u16();
         // A request whose body was streamed (or broke) cannot be followed on its connection.
-        let close = close || !out.held;
+        let close = close || out.held.is_none();
         let written = write_problem(client, problem, id, close, idle).await;
         Answered {
             status,
@@ -226,9 +226,9 @@ impl Proxy {
         self.h1_send(client, state, out).await
     }
 
-    /// The request with this upstream's `Host`, in a buffer from the cache (a small one
-    /// when it fits). Held only while it is written: a request waiting on its answer holds
-    /// no more than `out`.
+    /// The request's head with this upstream's `Host`, in a buffer from the cache (a small
+    /// one when it fits). Held only while it is written: a request waiting on its answer
+    /// holds no more than `out`.
     fn h1_wire(&self, state: &UpstreamState, out: &Outbound) -> Vec<u8> {
         let host = state.host.as_bytes();
         let mut wire = if out.bytes.len() + host.len() + 8 <= conn::SMALL {
@@ -277,17 +277,31 @@ impl Proxy {
                     }
                 }
             };
-            let again = reused && out.held && !retried;
+            let again = reused && out.held.is_some() && !retried;
             retried |= again;
+            // The body goes with the head in one write: all of it when held, else what of
+            // it came with the head (a length-framed one; the rest is relayed after).
+            let (body, rest) = match (out.held, out.framing) {
+                (Some(held), framing) => (held, framing),
+                (None, Framing::Length(n)) => {
+                    let early = client
+                        .pending()
+                        .len()
+                        .min(usize::try_from(n).unwrap_or(usize::MAX));
+                    (early, Framing::Length(n - early as u64))
+                }
+                (None, framing) => (0, framing),
+            };
             let wire = self.h1_wire(state, out);
-            let written = write_all(&mut up.io, &wire, idle).await;
+            let written = conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await;
             conn::give_back(wire);
             if written.is_err() && again {
                 continue;
             }
             written.map_err(upload_failed)?;
-            if !out.held {
-                relay(client, &mut up.io, out.framing, Chunked::new(), idle)
+            if out.held.is_none() {
+                client.consume(body);
+                relay(client, &mut up.io, rest, Chunked::new(), idle)
                     .await
                     .map_err(upload_failed)?;
             }

@@ -46,15 +46,17 @@ pub enum Outcome {
     Handoff,
 }
 
-/// The request as it goes upstream, written once: the request line, the fields under the
-/// header rules with the framing and the final CRLF, then a held body. `Host` goes between
-/// the line and the fields, per attempt (each upstream has its own).
+/// The request's head as it goes upstream, written once: the request line, the fields
+/// under the header rules with the framing and the final CRLF. `Host` goes between the line
+/// and the fields, per attempt (each upstream has its own).
 pub(super) struct Outbound {
     bytes: Vec<u8>,
     line_end: usize,
     fields_end: usize,
-    /// The body is all in `bytes` (retryable); else it streams from the client, one attempt.
-    held: bool,
+    /// The body's length when it is held: all of it pending in the client's buffer, after
+    /// the head, sent with the head by every attempt (retryable). `None`: it streams from
+    /// the client, one attempt.
+    held: Option<usize>,
     framing: Framing,
     idempotent: bool,
     head_request: bool,
@@ -185,9 +187,41 @@ impl Proxy {
                     Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
                     handoff => handoff,
                 })?;
-                let outbound = self.h1_outbound(buf, head, addr, &id, framing)?;
-                Ok((planned, outbound))
+                Ok((planned, framing))
             });
+        // A body small enough to hold for a retry (`retries.buffer_bytes`) is read whole
+        // first, as hyper's engine and nginx (`proxy_request_buffering`) read it: it can be
+        // sent again, and it goes upstream with its head in one write.
+        let limit = self.config.retries.buffer_bytes;
+        let mut planned = planned;
+        if let Ok((_, Framing::Length(n))) = &planned {
+            let total = usize::try_from(*n).map_or(usize::MAX, |n| n.saturating_add(head.len));
+            if *n <= limit as u64 && client.pending().len() < total {
+                let idle = self.config.timeouts.idle();
+                // The client's fault, as when a streamed body fails: 408, or closed midway.
+                let failed = match client.read_to(total, idle).await {
+                    Ok(true) => None,
+                    Ok(false) => Some(Error::new(ErrorKind::Aborted, "the body was cut short")),
+                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Some(Error::new(
+                        ErrorKind::BodyTimeout,
+                        "the client sent nothing of its body within the idle timeout",
+                    )),
+                    Err(e) => Some(Error::new(
+                        ErrorKind::Aborted,
+                        format!("reading the body: {e}"),
+                    )),
+                };
+                if let Some(error) = failed {
+                    metrics::client_error(error.kind);
+                    planned = Err(Stop::Refuse(Problem::Client(error), true));
+                }
+            }
+        }
+        let buf = client.pending();
+        let planned = planned.and_then(|(planned, framing)| {
+            let outbound = self.h1_outbound(buf, head, addr, &id, framing)?;
+            Ok((planned, outbound))
+        });
         let (planned, outbound) = match planned {
             Ok(ready) => ready,
             Err(Stop::Handoff) => return Outcome::Handoff,
@@ -215,18 +249,18 @@ impl Proxy {
                 };
             }
         };
-        let held_len = if outbound.held {
-            outbound.bytes.len() - outbound.fields_end
-        } else {
-            0
-        };
-        client.consume(head.len + held_len);
+        // A held body stays pending until the request is done: each attempt sends it.
+        client.consume(head.len);
+        let held = outbound.held;
         let region = planned.routing.region(planned.region);
         span.record("region", &*region.state.metrics.label);
         let answered = self
             .h1_forward(client, region, outbound, &id, client_close)
             .instrument(span)
             .await;
+        if let Some(n) = held {
+            client.consume(n);
+        }
         drop(in_flight);
         region.state.metrics.request(planned.route, answered.status);
         if let Some(log) = &mut log {
@@ -304,8 +338,8 @@ impl Proxy {
         })
     }
 
-    /// Phase 4: the request going upstream, written once (`Outbound`), with its body when it
-    /// is small and already read (held for a retry).
+    /// Phase 4: the request's head going upstream, written once (`Outbound`), and whether
+    /// its body is held (small and read whole, for a retry).
     fn h1_outbound(
         &self,
         buf: &[u8],
@@ -375,14 +409,11 @@ impl Proxy {
         }
         bytes.extend_from_slice(b"\r\n");
         let fields_end = bytes.len();
-        if let Some(n) = held {
-            bytes.extend_from_slice(&body[..n]);
-        }
         Ok(Outbound {
             bytes,
             line_end,
             fields_end,
-            held: held.is_some(),
+            held,
             framing,
             idempotent: matches!(
                 method,
