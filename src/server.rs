@@ -27,6 +27,7 @@ mod accept;
 mod announce;
 mod h1;
 mod h2;
+mod waiting;
 
 use std::convert::Infallible;
 use std::future::Future;

@@ -43,6 +43,11 @@ impl Process {
 
     /// The router on `table`, with `RUST_LOG` set to `rust_log` (unset: the default `info`).
     async fn start_with(table: &str, rust_log: Option<&str>) -> Process {
+        Process::start_limits(table, rust_log, "listen_backlog: 777").await
+    }
+
+    /// [`Process::start_with`], with `limits` (YAML flow entries) for the limits.
+    async fn start_limits(table: &str, rust_log: Option<&str>, limits: &str) -> Process {
         let dir = tempfile::tempdir().expect("tempdir");
         let (public, admin) = (free_port(), free_port());
         std::fs::write(dir.path().join("routing-table.yaml"), table).expect("write");
@@ -51,7 +56,7 @@ impl Process {
             .admin_listen(admin)
             .route_path("/o/{id}")
             .watch(false)
-            .limits("listen_backlog: 777")
+            .limits(limits)
             .extra("shutdown: { drain_delay_ms: 0, grace_ms: 10000 }")
             .extra("access_log: true\nlog_format: json");
         let path = dir.path().join("router.yaml");
@@ -231,6 +236,11 @@ async fn sigterm_drains_then_exits_zero() {
     let mut buf = [0u8; 4096];
     let n = idle.read(&mut buf).expect("response");
     assert!(buf[..n].starts_with(b"HTTP/1.1 200"));
+    // A connection that has sent nothing yet (on the own engine: waiting in the accept loop).
+    let mut silent = TcpStream::connect(p.public).expect("connect");
+    silent
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
 
     // A request in flight: the upstream takes 1.5 s to answer.
     let url = format!("http://{}/o/{}", p.public, iuid_for(3));
@@ -275,6 +285,8 @@ async fn sigterm_drains_then_exits_zero() {
     // The idle keep-alive connection is closed by the router.
     let n = idle.read(&mut buf).expect("read");
     assert_eq!(n, 0, "the idle connection was closed");
+    let n = silent.read(&mut buf).unwrap_or(0);
+    assert_eq!(n, 0, "the connection that sent nothing was closed");
 
     assert_eq!(in_flight.await.expect("join").expect("completed"), 200);
     let mut stderr = p.child.get_mut().stderr.take().expect("stderr");
@@ -472,4 +484,51 @@ async fn every_workers_listening_socket_has_the_configured_backlog() {
     // One socket per worker (SO_REUSEPORT, `workers: 0` = one per core), each with it.
     let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
     assert_eq!(send_q, vec!["777"; workers], "ss -ltn: {text}");
+}
+
+/// On the real binary (each worker accepting on its own socket; on the own engine a
+/// connection that has sent nothing waits in the accept loop, its timeout kept coarsely):
+/// a connection that sends nothing is closed after the header read timeout, a sixteenth of
+/// it late at most, and one whose request comes late, within it, is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silent_connection_is_closed_at_the_header_timeout_and_a_late_one_served() {
+    let up = Upstream::start("eu").await;
+    let p = Process::start_limits(&table("v1", &up), None, "header_read_timeout_ms: 800").await;
+    let public = p.public;
+    let (silent, late) = tokio::task::spawn_blocking(move || {
+        let mut silent = TcpStream::connect(public).expect("connect");
+        silent
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut late = TcpStream::connect(public).expect("connect");
+        late.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let started = std::time::Instant::now();
+        std::thread::sleep(Duration::from_millis(300));
+        let head = format!(
+            "GET /o/{} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+            iuid_for(3)
+        );
+        late.write_all(head.as_bytes()).expect("write");
+        let mut answer = Vec::new();
+        let _ = late.read_to_end(&mut answer);
+        let mut buf = [0u8; 64];
+        let n = silent.read(&mut buf).unwrap_or(usize::MAX);
+        (
+            (n, started.elapsed()),
+            String::from_utf8_lossy(&answer).into_owned(),
+        )
+    })
+    .await
+    .expect("clients");
+    assert!(late.starts_with("HTTP/1.1 200"), "{late}");
+    let (n, took) = silent;
+    assert_eq!(
+        n, 0,
+        "the silent connection was closed, not reset or answered"
+    );
+    assert!(
+        took >= Duration::from_millis(780) && took < Duration::from_millis(1300),
+        "closed after {took:?}: want the 800 ms header timeout, up to 50 ms late (and the test's slack)"
+    );
 }

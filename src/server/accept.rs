@@ -14,6 +14,7 @@ use std::sync::Arc;
 
 use tokio::net::TcpListener;
 
+use super::waiting::Waiting;
 use super::{connection, Shared};
 use crate::relay::Buffered;
 use crate::workers::Workers;
@@ -66,18 +67,37 @@ pub(super) fn per_worker(
 /// Accepts until the drain begins, then closes this worker's socket.
 async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     let mut draining = shared.draining.clone();
+    let own = shared.tls.is_none() && shared.settings.own_http1;
+    // The own engine's connections that sent nothing yet wait here, without a task.
+    let mut waiting = Waiting::new(shared.settings.header_timeout);
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
+            (stream, client) = waiting.ready() => {
+                let start = super::h1::Start::Plain(shared.clone(), client);
+                tokio::spawn(super::h1::serve(start, Buffered::new(stream), true));
+                continue;
+            }
             _ = draining.wait_for(|d| *d) => return,
         };
         match accepted {
-            // A plain connection on the own engine: its task is that engine's loop alone,
-            // not sized for the TLS and hyper paths too (an idle connection is its task).
-            Ok((stream, client)) if shared.tls.is_none() && shared.settings.own_http1 => {
+            // A plain connection on the own engine: its request read at once if it came
+            // with the connection, its task (that engine's loop alone, not sized for the
+            // TLS and hyper paths too) spawned when there is something to serve.
+            Ok((stream, client)) if own => {
                 let _ = stream.set_nodelay(true);
-                let start = super::h1::Start::Plain(shared.clone(), client);
-                tokio::spawn(super::h1::serve(start, Buffered::new(stream), true));
+                let mut conn = Buffered::new(stream);
+                match conn.read_accepted() {
+                    Ok(0) => {}
+                    Ok(_) => {
+                        let start = super::h1::Start::Plain(shared.clone(), client);
+                        tokio::spawn(super::h1::serve(start, conn, true));
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                        waiting.push(conn.io, client)
+                    }
+                    Err(e) => tracing::debug!(%client, error = %e, "reading a new connection"),
+                }
             }
             Ok((stream, client)) => {
                 let shared = shared.clone();

@@ -79,7 +79,7 @@ pub(super) fn serve<S: ClientIo>(
             Start::Plain(shared, _) => Some(shared.open.clone()),
             Start::Made(_) => None,
         };
-        if let Start::Plain(shared, _) = &start {
+        if let (Start::Plain(shared, _), true) = (&start, client.pending().is_empty()) {
             let settings = &shared.settings;
             if !next_bytes(
                 &mut client,
