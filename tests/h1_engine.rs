@@ -425,3 +425,35 @@ async fn a_body_read_after_its_head_is_held_and_retried() {
         "every body reached the answering upstream whole"
     );
 }
+
+/// A request refused before it goes upstream (here 400: its id is malformed) whose body is small and
+/// length-framed has its body read and dropped, as nginx discards it, and its connection
+/// goes on: the request pipelined after it is answered. A client that pushes a body at an
+/// answer it does not wait for is not cut off mid-write.
+#[tokio::test]
+async fn a_refused_requests_small_body_is_dropped_and_the_connection_goes_on() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let router = router_to(&url(up.addr), "dropped").await;
+    let refused = format!(
+        "POST /v1/orders/not-an-id HTTP/1.1\r\nHost: t\r\nContent-Length: 20000\r\n\r\n{}",
+        "x".repeat(20_000)
+    );
+    let next = format!(
+        "GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+        iuid_for(1)
+    );
+    let answer = raw(router.addr, format!("{refused}{next}").into_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
+    assert!(answer.contains("application/problem+json"), "{answer}");
+    assert_eq!(answer.matches("HTTP/1.1 ").count(), 2, "{answer}");
+    assert!(answer.ends_with("\r\n\r\nok"), "{answer}");
+    let seen = String::from_utf8(up.seen.lock().expect("seen").clone()).expect("ascii");
+    assert!(
+        seen.starts_with("GET /v1/orders/"),
+        "only the second request went upstream: {seen}"
+    );
+    assert!(
+        !seen.contains("xxxx"),
+        "the refused body never went upstream"
+    );
+}

@@ -293,7 +293,10 @@ impl Proxy {
                 (None, framing) => (0, framing),
             };
             let wire = self.h1_wire(state, out);
-            let written = conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await;
+            let written = match body {
+                0 => write_all(&mut up.io, &wire, idle).await,
+                _ => conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await,
+            };
             conn::give_back(wire);
             if written.is_err() && again {
                 continue;

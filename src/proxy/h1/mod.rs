@@ -179,6 +179,12 @@ impl Proxy {
             true => framing::request_framing(buf, head),
             false => Ok(Framing::Empty),
         };
+        let small_body = match framing {
+            Ok(Framing::Length(n)) if n <= self.config.retries.buffer_bytes as u64 => {
+                usize::try_from(n).ok()
+            }
+            _ => None,
+        };
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
@@ -191,30 +197,41 @@ impl Proxy {
             });
         // A body small enough to hold for a retry (`retries.buffer_bytes`) is read whole
         // first, as hyper's engine and nginx (`proxy_request_buffering`) read it: it can be
-        // sent again, and it goes upstream with its head in one write.
-        let limit = self.config.retries.buffer_bytes;
+        // sent again, and it goes upstream with its head in one write. A refused request's
+        // is read too, and dropped with it, so that its connection goes on (as nginx
+        // discards a body it answers without).
         let mut planned = planned;
-        if let Ok((_, Framing::Length(n))) = &planned {
-            let total = usize::try_from(*n).map_or(usize::MAX, |n| n.saturating_add(head.len));
-            if *n <= limit as u64 && client.pending().len() < total {
-                let idle = self.config.timeouts.idle();
-                // The client's fault, as when a streamed body fails: 408, or closed midway.
-                let failed = match client.read_to(total, idle).await {
-                    Ok(true) => None,
-                    Ok(false) => Some(Error::new(ErrorKind::Aborted, "the body was cut short")),
-                    Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Some(Error::new(
-                        ErrorKind::BodyTimeout,
-                        "the client sent nothing of its body within the idle timeout",
-                    )),
-                    Err(e) => Some(Error::new(
-                        ErrorKind::Aborted,
-                        format!("reading the body: {e}"),
-                    )),
-                };
-                if let Some(error) = failed {
+        let mut dropped_body = 0;
+        let read_whole = match &planned {
+            Ok(_) | Err(Stop::Refuse(_, true)) => small_body,
+            Err(_) => None,
+        };
+        if let Some(n) = read_whole {
+            let total = head.len + n;
+            let idle = self.config.timeouts.idle();
+            // The client's fault, as when a streamed body fails: 408, or closed midway.
+            let failed = match client.read_to(total, idle).await {
+                Ok(true) => None,
+                Ok(false) => Some(Error::new(ErrorKind::Aborted, "the body was cut short")),
+                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Some(Error::new(
+                    ErrorKind::BodyTimeout,
+                    "the client sent nothing of its body within the idle timeout",
+                )),
+                Err(e) => Some(Error::new(
+                    ErrorKind::Aborted,
+                    format!("reading the body: {e}"),
+                )),
+            };
+            match (failed, &mut planned) {
+                (Some(error), _) => {
                     metrics::client_error(error.kind);
                     planned = Err(Stop::Refuse(Problem::Client(error), true));
                 }
+                (None, Err(Stop::Refuse(_, close))) => {
+                    *close = false;
+                    dropped_body = n;
+                }
+                (None, _) => {}
             }
         }
         let buf = client.pending();
@@ -226,8 +243,7 @@ impl Proxy {
             Ok(ready) => ready,
             Err(Stop::Handoff) => return Outcome::Handoff,
             Err(Stop::Refuse(problem, close)) => {
-                let head_len = head.len;
-                client.consume(head_len);
+                client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
                 self.no_region.request(None, status);
                 let written = exchange::write_problem(
