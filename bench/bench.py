@@ -151,6 +151,23 @@ def cpu_seconds(pid):
     return user / CLK_TCK, system / CLK_TCK
 
 
+def worker_seconds(pid):
+    """CPU seconds of each of iuid-router's worker threads (`iuid-worker-N`), in order; empty
+    for another proxy. Their split shows how evenly the kernel spread connections."""
+    seconds = {}
+    try:
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                stat = f.read()
+            name = stat[stat.index("(") + 1:stat.rindex(")")]
+            if re.fullmatch(r"iuid-worker-\d+", name):
+                fields = stat.rsplit(")", 1)[1].split()
+                seconds[name] = (int(fields[11]) + int(fields[12])) / CLK_TCK
+    except OSError:
+        pass
+    return [seconds[k] for k in sorted(seconds)]
+
+
 def peak_rss_mib(pid):
     total = 0
     for p in tree(pid):
@@ -302,7 +319,7 @@ reload: {{ watch: false }}
           + ENGINE_LINE)
     write(f"{work}/router-before.yaml",
           f"listen: 127.0.0.1:{BEFORE_PORT}\nadmin_listen: 127.0.0.1:{BEFORE_ADMIN}\n" + base +
-          (tls if TLS else ""))
+          (tls if TLS else "") + ENGINE_LINE)
     # iuid-router needs no limit raised for REQ_BYTES: a path route finds its id without
     # reading the body, and there is no body size limit; a body up to retries.buffer_bytes
     # (64 KiB) is kept for a retry, a larger one streams upstream and is not retried.
@@ -729,8 +746,12 @@ def main():
         for r in range(1, args.rounds + 1):
             for name, port, proc, scheme in targets:
                 before = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
+                workers_before = worker_seconds(proc.pid) if proc else []
                 run = drive(port, work, args, scheme)
                 after = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
+                workers = [a - b for a, b in zip(worker_seconds(proc.pid) if proc else [], workers_before)]
+                # The busiest worker's CPU over the mean: 1.00 is an even split.
+                run["split"] = max(workers) / (sum(workers) / len(workers)) if sum(workers) > 0 else None
                 per100k = [(a - b) / run["total"] * 1e5 for a, b in zip(after, before)]
                 run["user100k"], run["sys100k"] = per100k if proc else (None, None)
                 run["cpu100k"] = sum(per100k) if proc else None
@@ -740,6 +761,7 @@ def main():
                 results[name].append(run)
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
                 errs = f"  socket errors: {run['sockerr']}" if run["sockerr"] else ""
+                errs += f"  busiest worker {run['split']:.2f}x the mean" if run["split"] else ""
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
                       f"  p99 {run['p99']:.2f} ms  {cpu}{errs}")
         medians = {}
