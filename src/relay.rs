@@ -170,6 +170,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
         }
     }
 
+    /// A connection with `bytes` read from it already (a buffer from the cache).
+    pub fn with_bytes(io: S, bytes: Vec<u8>) -> Buffered<S> {
+        Buffered {
+            io,
+            buf: bytes,
+            start: 0,
+        }
+    }
+
     /// The bytes read and not yet used.
     pub fn pending(&self) -> &[u8] {
         self.buf.get(self.start..).unwrap_or_default()

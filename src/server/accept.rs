@@ -73,9 +73,9 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
     loop {
         let accepted = tokio::select! {
             accepted = listener.accept() => accepted,
-            (stream, client) = waiting.ready() => {
+            (stream, client, bytes) = waiting.ready() => {
                 let start = super::h1::Start::Plain(shared.clone(), client);
-                tokio::spawn(super::h1::serve(start, Buffered::new(stream), true));
+                tokio::spawn(super::h1::serve(start, Buffered::with_bytes(stream, bytes), true));
                 continue;
             }
             _ = draining.wait_for(|d| *d) => return,

@@ -3,7 +3,7 @@
 //!
 //! Most clients send their request as they connect, and the accept loop reads it at once
 //! (`Buffered::read_accepted`); the others (pre-connects, pools warming up, slowloris) wait
-//! here until their socket turns readable, then get their task. A waiting connection costs
+//! here until their socket turns readable, then get their task with what was read. A waiting connection costs
 //! its socket's registration and an entry of about 150 bytes, where a task with its own
 //! timer and drain waiter cost 640 (issue 29 asks ≤ 1 KiB for a connection that never sent
 //! a request).
@@ -27,7 +27,6 @@ use std::time::Duration;
 
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use futures_util::task::AtomicWaker;
-use tokio::io::ReadBuf;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
@@ -88,30 +87,45 @@ impl Flag {
     }
 }
 
-/// A connection waiting for its first bytes: ready when they are there (peeked: its task
-/// reads them), `None` when it closed or failed first.
+/// A connection waiting for its first bytes: ready with them, read into a small buffer
+/// (its task parses them; no second read), `None` when it closed or failed first.
 struct FirstBytes {
     stream: Option<TcpStream>,
     client: SocketAddr,
     _counted: OpenConnection,
 }
 
+/// A connection whose first bytes came: its socket, the client's address, the bytes.
+pub(super) type Ready = (TcpStream, SocketAddr, Vec<u8>);
+
 impl Future for FirstBytes {
-    type Output = Option<(TcpStream, SocketAddr)>;
+    type Output = Option<Ready>;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let Some(stream) = &self.stream else {
-            return Poll::Ready(None);
-        };
-        let mut byte = [0u8; 1];
-        let mut peeked = ReadBuf::new(&mut byte);
-        match stream.poll_peek(cx, &mut peeked) {
-            Poll::Pending => Poll::Pending,
-            Poll::Ready(Ok(n)) if n > 0 => {
-                let client = self.client;
-                Poll::Ready(self.stream.take().map(|s| (s, client)))
+        loop {
+            let Some(stream) = &self.stream else {
+                return Poll::Ready(None);
+            };
+            match stream.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(None),
+                Poll::Ready(Ok(())) => {}
             }
-            Poll::Ready(_) => Poll::Ready(None),
+            let mut bytes = crate::relay::take_small();
+            // A read that finds nothing clears the readiness: the loop then registers.
+            match stream.try_read_buf(&mut bytes) {
+                Ok(n) if n > 0 => {
+                    let client = self.client;
+                    return Poll::Ready(self.stream.take().map(|s| (s, client, bytes)));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    crate::relay::give_small(bytes)
+                }
+                _ => {
+                    crate::relay::give_small(bytes);
+                    return Poll::Ready(None);
+                }
+            }
         }
     }
 }
@@ -162,9 +176,9 @@ impl Waiting {
         }
     }
 
-    /// The next waiting connection whose first bytes came; buckets past their end are
+    /// The next waiting connection whose first bytes came, with them; buckets past their end are
     /// closed on the way. Pending while there is none (the caller's task is woken).
-    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<(TcpStream, SocketAddr)> {
+    pub(super) fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Ready> {
         self.task.waker.register(cx.waker());
         while !self.buckets.is_empty() && self.timer.as_mut().poll(cx).is_ready() {
             let now = Instant::now();
@@ -201,7 +215,7 @@ impl Waiting {
     }
 
     /// [`Waiting::poll_ready`] as a future.
-    pub(super) async fn ready(&mut self) -> (TcpStream, SocketAddr) {
+    pub(super) async fn ready(&mut self) -> Ready {
         std::future::poll_fn(|cx| self.poll_ready(cx)).await
     }
 }
