@@ -366,20 +366,29 @@ pub async fn write_two<W: AsyncWrite + Unpin>(
     if second.is_empty() {
         return write_all(to, first, within).await;
     }
-    let written = tokio::time::timeout(within, async {
-        let mut done = 0;
-        while done < first.len() {
-            let slices = [io::IoSlice::new(&first[done..]), io::IoSlice::new(second)];
-            match to.write_vectored(&slices).await? {
-                0 => return Err(io::ErrorKind::WriteZero.into()),
-                n => done += n,
+    let past = written(
+        tokio::time::timeout(within, async {
+            let mut done = 0;
+            while done < first.len() {
+                let slices = [io::IoSlice::new(&first[done..]), io::IoSlice::new(second)];
+                match to.write_vectored(&slices).await? {
+                    0 => return Err(io::ErrorKind::WriteZero.into()),
+                    n => done += n,
+                }
             }
-        }
-        Ok(done - first.len())
-    })
-    .await;
-    match written {
-        Ok(Ok(past)) => write_all(to, &second[past..], within).await,
+            Ok(done - first.len())
+        })
+        .await,
+    )?;
+    write_all(to, &second[past..], within).await
+}
+
+/// A write's outcome within its time limit, as the relay's error.
+fn written<T>(
+    outcome: Result<io::Result<T>, tokio::time::error::Elapsed>,
+) -> Result<T, RelayError> {
+    match outcome {
+        Ok(Ok(value)) => Ok(value),
         Ok(Err(error)) => Err(RelayError::Write {
             error: Some(error),
             timed_out: false,
@@ -402,17 +411,7 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
         to.write_all(bytes).await?;
         to.flush().await
     };
-    match tokio::time::timeout(within, write).await {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(RelayError::Write {
-            error: Some(error),
-            timed_out: false,
-        }),
-        Err(_) => Err(RelayError::Write {
-            error: None,
-            timed_out: true,
-        }),
-    }
+    written(tokio::time::timeout(within, write).await)
 }
 
 fn read_failed(error: io::Error) -> RelayError {

@@ -3,10 +3,10 @@
 //!
 //! Most clients send their request as they connect, and the accept loop reads it at once
 //! (`Buffered::read_accepted`); the others (pre-connects, pools warming up, slowloris) wait
-//! here until their socket turns readable, then get their task with what was read. A waiting connection costs
-//! its socket's registration and an entry of about 150 bytes, where a task with its own
-//! timer and drain waiter cost 640 (issue 29 asks ≤ 1 KiB for a connection that never sent
-//! a request).
+//! here until their socket turns readable, then get their task with what was read. A
+//! waiting connection costs its socket's registration and an entry of about 150 bytes,
+//! where a task with its own timer and drain waiter cost 640 (issue 29 asks ≤ 1 KiB for a
+//! connection that never sent a request).
 //!
 //! The header read timeout is kept coarsely, as nginx keeps its timers: connections are
 //! put in buckets by deadline, one bucket per sixteenth of the timeout, and a bucket is
