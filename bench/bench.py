@@ -168,6 +168,22 @@ def worker_seconds(pid):
     return [seconds[k] for k in sorted(seconds)]
 
 
+def context_switches(pid):
+    """(voluntary, involuntary) context switches of pid and its descendants, all threads: a
+    proxy that sleeps more often per request wakes (and preempts) more often."""
+    vol = invol = 0
+    for p in tree(pid):
+        try:
+            for tid in os.listdir(f"/proc/{p}/task"):
+                with open(f"/proc/{p}/task/{tid}/status") as f:
+                    text = f.read()
+                vol += int(re.search(r"^voluntary_ctxt_switches:\s+(\d+)", text, re.M).group(1))
+                invol += int(re.search(r"^nonvoluntary_ctxt_switches:\s+(\d+)", text, re.M).group(1))
+        except (OSError, AttributeError):
+            pass
+    return vol, invol
+
+
 def peak_rss_mib(pid):
     total = 0
     for p in tree(pid):
@@ -471,11 +487,12 @@ def drive(port, work, args, scheme="http"):
     # Anchored at the line start: wrk's "+/- Stdev" column also ends in a percentage, and
     # one ending in "99%" (as "81.99%") must not be read as the p99 line.
     p50 = ms(re.search(r"^\s+50%\s+(\S+)", out, re.M).group(1))
+    p90 = ms(re.search(r"^\s+90%\s+(\S+)", out, re.M).group(1))
     p99 = ms(re.search(r"^\s+99%\s+(\S+)", out, re.M).group(1))
     errors = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     # "Socket errors: connect 0, read 0, write 0, timeout 0", when there were any.
     sock = re.search(r"Socket errors: (.*)", out)
-    return {"rps": rps, "total": total, "p50": p50, "p99": p99,
+    return {"rps": rps, "total": total, "p50": p50, "p90": p90, "p99": p99,
             "non2xx": int(errors.group(1)) if errors else 0,
             "sockerr": sock.group(1).strip() if sock else None}
 
@@ -680,6 +697,9 @@ def main():
                     help="skip the callgrind instruction counts (about a minute)")
     ap.add_argument("--profile-only", action="store_true",
                     help="only the callgrind instruction counts (before/after a change)")
+    ap.add_argument("--only", default="",
+                    help="comma-separated target names to drive (e.g. 'haproxy,iuid-router'); "
+                         "all by default")
     args = ap.parse_args()
 
     work = tempfile.mkdtemp(prefix="iuid-bench-")
@@ -742,13 +762,19 @@ def main():
             return
         plain = [] if TLS else [(name, PORTS[name], procs[name], "http") for name in procs]
         targets = [("upstream direct", UPSTREAMS["eu"], None, "http")] + plain + extra
+        if args.only:
+            wanted = {n.strip() for n in args.only.split(",")}
+            targets = [t for t in targets if t[0] in wanted]
         results = {name: [] for name, _, _, _ in targets}
         for r in range(1, args.rounds + 1):
             for name, port, proc, scheme in targets:
                 before = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
                 workers_before = worker_seconds(proc.pid) if proc else []
+                switches_before = context_switches(proc.pid) if proc else (0, 0)
                 run = drive(port, work, args, scheme)
                 after = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
+                switches = [a - b for a, b in zip(context_switches(proc.pid) if proc else (0, 0),
+                                                  switches_before)]
                 workers = [a - b for a, b in zip(worker_seconds(proc.pid) if proc else [], workers_before)]
                 # The busiest worker's CPU over the mean: 1.00 is an even split.
                 run["split"] = max(workers) / (sum(workers) / len(workers)) if sum(workers) > 0 else None
@@ -762,8 +788,15 @@ def main():
                 cpu = f"{run['cpu100k']:.2f} CPU-s/100k" if proc else ""
                 errs = f"  socket errors: {run['sockerr']}" if run["sockerr"] else ""
                 errs += f"  busiest worker {run['split']:.2f}x the mean" if run["split"] else ""
+                if proc:
+                    errs += (f"  switches/req {switches[0] / run['total']:.2f} voluntary"
+                             f" {switches[1] / run['total']:.2f} involuntary")
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
-                      f"  p99 {run['p99']:.2f} ms  {cpu}{errs}")
+                      f"  p90 {run['p90']:.2f}  p99 {run['p99']:.2f} ms  {cpu}{errs}")
+        if args.only:
+            # A partial run (diagnosis): the rounds above are its output; the report
+            # compares against every peer.
+            return
         medians = {}
         if not args.no_criterion:
             print("== criterion: extract+resolve, GraphQL 2 KiB on a plan-cache hit")
