@@ -414,7 +414,9 @@ pub async fn write_all<W: AsyncWrite + Unpin>(
     written(tokio::time::timeout(within, write).await)
 }
 
-fn read_failed(error: io::Error) -> RelayError {
+/// A failed read of a body as a [`RelayError::Read`]: `timed_out` for
+/// [`io::ErrorKind::TimedOut`] (the idle timeout), the error kept otherwise.
+pub fn read_failed(error: io::Error) -> RelayError {
     let timed_out = error.kind() == io::ErrorKind::TimedOut;
     RelayError::Read {
         error: (!timed_out).then_some(error),

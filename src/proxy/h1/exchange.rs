@@ -46,13 +46,24 @@ fn upstream(kind: ErrorKind, detail: impl Into<String>) -> Failed {
     Failed::Upstream(Error::new(kind, detail))
 }
 
+/// A request body the client stopped sending (`e` a [`RelayError::Read`]): 408
+/// `request-body-timeout` when it went silent for the idle timeout, `aborted` when its
+/// connection failed or closed midway. The client's fault either way, whether the body was
+/// streamed or held (read whole first).
+pub(super) fn client_body_failed(e: &RelayError) -> Error {
+    let kind = match e {
+        RelayError::Read {
+            timed_out: true, ..
+        } => ErrorKind::BodyTimeout,
+        _ => ErrorKind::Aborted,
+    };
+    Error::new(kind, e.to_string())
+}
+
 /// The request body's relay failure, blamed on the side that failed.
 fn upload_failed(e: RelayError) -> Failed {
     match e {
-        RelayError::Read {
-            timed_out: true, ..
-        } => Failed::Client(Error::new(ErrorKind::BodyTimeout, e.to_string())),
-        RelayError::Read { .. } => Failed::Client(Error::new(ErrorKind::Aborted, e.to_string())),
+        RelayError::Read { .. } => Failed::Client(client_body_failed(&e)),
         RelayError::Framing(_) => Failed::Client(Error::new(ErrorKind::BadFraming, e.to_string())),
         RelayError::Write {
             timed_out: true, ..

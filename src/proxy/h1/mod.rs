@@ -31,7 +31,7 @@ use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
-use crate::relay::Buffered;
+use crate::relay::{Buffered, RelayError};
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
 
@@ -209,19 +209,15 @@ impl Proxy {
         if let Some(n) = read_whole {
             let total = head.len + n;
             let idle = self.config.timeouts.idle();
-            // The client's fault, as when a streamed body fails: 408, or closed midway.
             let failed = match client.read_to(total, idle).await {
                 Ok(true) => None,
-                Ok(false) => Some(Error::new(ErrorKind::Aborted, "the body was cut short")),
-                Err(e) if e.kind() == std::io::ErrorKind::TimedOut => Some(Error::new(
-                    ErrorKind::BodyTimeout,
-                    "the client sent nothing of its body within the idle timeout",
-                )),
-                Err(e) => Some(Error::new(
-                    ErrorKind::Aborted,
-                    format!("reading the body: {e}"),
-                )),
-            };
+                Ok(false) => Some(RelayError::Read {
+                    error: None,
+                    timed_out: false,
+                }),
+                Err(e) => Some(crate::relay::read_failed(e)),
+            }
+            .map(|e| exchange::client_body_failed(&e));
             match (failed, &mut planned) {
                 (Some(error), _) => {
                     metrics::client_error(error.kind);
