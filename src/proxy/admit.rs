@@ -1,13 +1,15 @@
 //! Phase 0: requests a proxy must refuse before reading anything else of them.
 //!
 //! hyper parses HTTP/1.1 framing strictly (smuggling attempts never reach here), but it leaves
-//! three checks to the application:
+//! these checks to the application:
 //! - `CONNECT` asks for a tunnel, which this router does not offer: 405, nothing forwarded
 //!   (forwarded, the client got no status line at all);
 //! - a transfer coding other than `chunked` (`gzip, chunked`): hyper decodes the chunked
 //!   framing and would let the other coding be dropped silently; RFC 9112 §6.1 asks for 501;
 //! - `chunked` applied more than once (two `Transfer-Encoding` lines of it): 400, RFC 9112
 //!   §6.1, since a later hop may frame the body otherwise;
+//! - a request target in authority-form (`GET host:80`, `GET !`) for another method than
+//!   `CONNECT`: 400, RFC 9112 §3.2 (hyper would send it upstream as `/`);
 //! - a request target with raw bytes outside US-ASCII: 400 (they must be percent-encoded);
 //! - `Host`: RFC 9112 §3.2 requires 400 for an HTTP/1.1 request with none, more than one, or
 //!   an invalid one; its value reaches `X-Forwarded-Host` and `Forwarded: host=`.
@@ -49,6 +51,14 @@ pub fn admit(parts: &Parts) -> Result<(), Problem> {
             kind,
             "Transfer-Encoding names chunked more than once",
         )));
+    }
+    // RFC 9112 §3.2: authority-form is for CONNECT alone. hyper's parser takes `GET !` or
+    // `GET host:80` as one, and its client would send it as `/`: another resource than
+    // the one asked for. The own engine refuses it as this.
+    if parts.uri.scheme().is_none() && parts.uri.authority().is_some() {
+        return Err(Problem::BadHead(
+            "a request target in none of the forms of RFC 9112 §3.2",
+        ));
     }
     // Bytes outside US-ASCII in the target must be percent-encoded (a word-at-a-time scan).
     if !parts
@@ -137,6 +147,28 @@ fn reg_name_byte(b: u8) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parts(target: &str) -> Parts {
+        let (parts, ()) = http::Request::get(target)
+            .header(HOST, "t")
+            .body(())
+            .expect("request")
+            .into_parts();
+        parts
+    }
+
+    #[test]
+    fn targets_in_no_form_are_refused() {
+        for bad in ["!", "t:80"] {
+            assert!(
+                matches!(admit(&parts(bad)), Err(Problem::BadHead(_))),
+                "{bad}"
+            );
+        }
+        for ok in ["/", "/a?b", "*", "http://t/a"] {
+            assert!(admit(&parts(ok)).is_ok(), "{ok}");
+        }
+    }
 
     #[test]
     fn hosts() {

@@ -15,8 +15,8 @@
 use std::net::{IpAddr, SocketAddr};
 
 use http::header::{
-    HeaderMap, HeaderName, HeaderValue, CONNECTION, FORWARDED, HOST, TRANSFER_ENCODING, UPGRADE,
-    VIA,
+    HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, FORWARDED, HOST,
+    TRANSFER_ENCODING, UPGRADE, VIA,
 };
 use http::{uri::Authority, Version};
 
@@ -448,6 +448,7 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         // request the client never finished. Admission allowed `chunked` alone, once.
         headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
+    canonical_length(headers);
     append_forwarded_for(headers, f.client.xff());
     let (proto, proto_pair) = if f.client.tls {
         ("https", ";proto=https")
@@ -494,6 +495,27 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
             headers.insert(HOST, host);
         }
     }
+}
+
+/// `Content-Length` as a plain decimal (`010` as `10`), as the own engine writes it: a
+/// next hop that reads leading zeros as octal (HTTP Garden found such servers) would
+/// frame the body otherwise. RFC 9110 §8.6 allows the zeros; hyper's parser read the value
+/// already, so a value starting with `0` is all that needs looking at.
+fn canonical_length(headers: &mut HeaderMap) {
+    let Some(value) = headers.get(CONTENT_LENGTH) else {
+        return;
+    };
+    let bytes = value.as_bytes();
+    if bytes.len() < 2 || bytes[0] != b'0' {
+        return;
+    }
+    let Some(n) = std::str::from_utf8(bytes)
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok())
+    else {
+        return;
+    };
+    headers.insert(CONTENT_LENGTH, HeaderValue::from(n));
 }
 
 /// Appends `ip` to `X-Forwarded-For`, folding earlier lines into one (the usual case, no

@@ -121,3 +121,13 @@ fn forwarded_fields() {
     rewrite_request(&mut h, &f);
     assert_eq!(h["forwarded"], "for=192.0.2.1;proto=http");
 }
+
+#[test]
+fn content_length_goes_on_as_a_plain_decimal() {
+    for (sent, want) in [("010", "10"), ("005", "5"), ("0", "0"), ("12", "12")] {
+        let mut h = map(&[("content-length", sent)]);
+        canonical_length(&mut h);
+        assert_eq!(h["content-length"], want, "{sent}");
+        assert_eq!(h.len(), 1);
+    }
+}
