@@ -153,6 +153,22 @@ fn check_rejects_an_undefined_region_pointing_at_it() {
 }
 
 #[test]
+fn check_rejects_region_names_that_metrics_reserve() {
+    let (code, err) = check_table(
+        "version: x\nregions:\n  eu: { upstreams: [\"http://a:1\"] }\n  none: { upstreams: [\"http://b:1\"] }\n  all: { upstreams: [\"http://c:1\"] }\ncountries:\n  3: eu\ndefault_region: eu\n",
+    );
+    assert_eq!(code, Some(1));
+    assert!(
+        err.contains("table.yaml:4:3: region name `none` is reserved"),
+        "{err}"
+    );
+    assert!(
+        err.contains("table.yaml:5:3: region name `all` is reserved"),
+        "{err}"
+    );
+}
+
+#[test]
 fn check_reports_every_kind_of_table_error() {
     let (code, err) = check_table(
         "version: x\nregions:\n  eu: { upstreams: [\"ftp://a:1\", \"http://b:2/path\"] }\ncountries:\n  3: eu\n  3: eu\n  300: eu\nservices:\n  1: A\n  2: A\noverrides:\n  - { created_before: \"yesterday\", region: eu }\n  - { service: Nope, region: eu }\ndefault_region: eu\n",
@@ -187,6 +203,29 @@ fn check_rejects_a_typod_config_key() {
         "{}",
         stderr(&o)
     );
+}
+
+#[test]
+fn check_rejects_a_health_check_interval_below_10_ms() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nhealth_check:\n  path: /healthz\n  interval_ms: 0\n  timeout_ms: 0\n",
+    )
+    .expect("write");
+    let o = run(&["check", "--config", path.to_str().expect("utf8")]);
+    assert_eq!(o.status.code(), Some(1));
+    for want in [
+        "router.yaml:6:16: interval_ms must be at least 10 ms",
+        "router.yaml:7:15: timeout_ms must be above 0 ms",
+    ] {
+        assert!(
+            stderr(&o).contains(want),
+            "missing {want:?} in:\n{}",
+            stderr(&o)
+        );
+    }
 }
 
 /// A route's keys belong to its kind: an unknown key is named with where it is, a key of

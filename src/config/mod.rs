@@ -384,6 +384,22 @@ impl RouterConfig {
                 "header_read_timeout_ms must be above 0 ms",
             ));
         }
+        if let Some(check) = &file.health_check {
+            // Checks run off the data path, but more often than every 10 ms they would be
+            // load on the upstreams, not a check of them; 0 was taken as 10 without a word.
+            if check.interval_ms < 10 {
+                errors.push(source.error_at(
+                    &[key("health_check"), key("interval_ms")],
+                    "interval_ms must be at least 10 ms",
+                ));
+            }
+            if check.timeout_ms == 0 {
+                errors.push(source.error_at(
+                    &[key("health_check"), key("timeout_ms")],
+                    "timeout_ms must be above 0 ms",
+                ));
+            }
+        }
         if file.health.max_ejected_percent > 100 {
             errors.push(source.error_at(
                 &[key("health"), key("max_ejected_percent")],

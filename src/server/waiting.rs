@@ -74,13 +74,14 @@ impl Wake for Flag {
     }
 
     fn wake_by_ref(self: &Arc<Self>) {
-        self.woken.store(true, Ordering::Release);
-        self.task.woken.store(true, Ordering::Release);
+        self.raise();
         self.task.waker.wake();
     }
 }
 
 impl Flag {
+    /// Marks the bucket and the accept loop to be polled, without waking the loop (for a
+    /// connection pushed from the loop itself).
     fn raise(&self) {
         self.woken.store(true, Ordering::Release);
         self.task.woken.store(true, Ordering::Release);

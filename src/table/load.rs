@@ -263,6 +263,13 @@ impl Validator<'_> {
                     &key_path,
                     format!("region name `{name}` may only hold letters, digits, `-`, `_`, `.`"),
                 );
+            } else if matches!(name.as_str(), "none" | "all") {
+                // Metrics label requests refused before a region was chosen `region="none"`
+                // and fan-outs `region="all"`: a region of that name would be counted with them.
+                self.error(
+                    &key_path,
+                    format!("region name `{name}` is reserved: metrics label requests with no region `none` and fan-outs `all`"),
+                );
             }
             let up_path = [key("regions"), key(name.clone()), key("upstreams")];
             if spec.upstreams.is_empty() {
