@@ -486,6 +486,48 @@ async fn every_workers_listening_socket_has_the_configured_backlog() {
     assert_eq!(send_q, vec!["777"; workers], "ss -ltn: {text}");
 }
 
+/// Each worker asks for a 100 µs time slice (src/workers.rs: EEVDF's custom slices, Linux
+/// 6.12 and later; an older kernel keeps its default, and the check is skipped there).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_run_with_a_short_time_slice() {
+    let release = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let mut parts = release.trim().split(['.', '-']);
+    let major: u32 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|v| v.parse().ok()).unwrap_or(0);
+    if (major, minor) < (6, 12) {
+        eprintln!("kernel {release}: no custom slices, nothing to check");
+        return;
+    }
+    let up = Upstream::start("eu").await;
+    let p = Process::start(&up).await;
+    let pid = p.child.id();
+    let mut slices = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let dir = task.expect("task").path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        // `iuid-worker-N`, not its runtime's blocking threads (`iuid-worker-N-b…`).
+        let is_worker = comm
+            .trim()
+            .strip_prefix("iuid-worker-")
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+        if !is_worker {
+            continue;
+        }
+        let sched = std::fs::read_to_string(dir.join("sched")).expect("sched");
+        let slice = sched
+            .lines()
+            .find(|l| l.starts_with("se.slice"))
+            .and_then(|l| l.rsplit(':').next())
+            .map(|v| v.trim().to_owned());
+        slices.push((comm.trim().to_owned(), slice));
+    }
+    let workers = std::thread::available_parallelism().map_or(1, |n| n.get());
+    assert_eq!(slices.len(), workers, "{slices:?}");
+    for (worker, slice) in &slices {
+        assert_eq!(slice.as_deref(), Some("100000"), "{worker}: {slices:?}");
+    }
+}
+
 /// On the real binary (each worker accepting on its own socket; on the own engine a
 /// connection that has sent nothing waits in the accept loop, its timeout kept coarsely):
 /// a connection that sends nothing is closed after the header read timeout, a sixteenth of
