@@ -319,14 +319,13 @@ impl Buffered<tokio::net::TcpStream> {
     }
 }
 
-impl Buffered<tokio::net::TcpStream> {
+impl<S: AsyncRead + AsyncWrite + Unpin + std::os::fd::AsRawFd> Buffered<S> {
     /// Reads what a connection just accepted has sent already, into a [`SMALL`] buffer,
     /// without waiting. Straight from the socket: tokio knows nothing of a new socket's
     /// readiness until its worker next asks the OS, and waiting for that would cost the
     /// connection a task (or a turn of the event loop) first. `WouldBlock`: nothing yet;
     /// `Ok(0)`: closed. Holds no buffer unless bytes came.
     pub fn read_accepted(&mut self) -> io::Result<usize> {
-        use std::os::fd::AsRawFd;
         if self.buf.capacity() == 0 {
             self.buf = take_small();
             self.start = 0;

@@ -27,6 +27,7 @@ mod accept;
 mod announce;
 mod h1;
 mod h2;
+mod plain;
 mod waiting;
 
 use std::convert::Infallible;
@@ -109,7 +110,7 @@ pub async fn serve(
             let shared = shared.clone();
             workers.spawn(async move {
                 match TcpStream::from_std(stream) {
-                    Ok(stream) => connection(&shared, stream, client).await,
+                    Ok(stream) => connection(&shared, stream, client, false).await,
                     Err(e) => {
                         tracing::debug!(%client, error = %e, "cannot register the connection")
                     }
@@ -162,12 +163,16 @@ impl Shared {
 }
 
 /// Serves one accepted connection on the worker it was accepted on (or handed to).
-async fn connection(shared: &Arc<Shared>, stream: TcpStream, client: SocketAddr) {
-    let _ = stream.set_nodelay(true);
+/// `nodelay`: it has `TCP_NODELAY` from its listener already (`accept::nodelay`).
+async fn connection(shared: &Arc<Shared>, stream: TcpStream, client: SocketAddr, nodelay: bool) {
+    if !nodelay {
+        let _ = stream.set_nodelay(true);
+    }
     if shared.tls.is_none() && shared.settings.own_http1 {
         // The own engine tells HTTP/2's preface from its first read itself (no peek) and
         // hands such a connection to hyper's HTTP/2. It counts itself open.
         let start = h1::Start::Plain(shared.clone(), client);
+        let stream = plain::PlainClient::from(stream);
         return h1::serve(start, crate::relay::Buffered::new(stream), true).await;
     }
     let _open = shared.open.clone();
@@ -386,6 +391,9 @@ where
 /// `SO_REUSEPORT` is set too, so that each worker accepts on a socket of its own in the
 /// same group (`accept`), as nginx's `reuseport`; another process of the same user could
 /// join the group, as with nginx.
+///
+/// `TCP_NODELAY` is set on the listener: Linux (and the BSDs) give it to every connection
+/// accepted from it, which saves a `setsockopt` per connection (`accept::nodelay`).
 pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     bind_reuseport(addr, backlog)
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
@@ -400,6 +408,7 @@ fn bind_reuseport(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
     };
     socket.set_reuseaddr(true)?;
     socket.set_reuseport(true)?;
+    socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)
 }

@@ -12,8 +12,11 @@
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
 
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::net::TcpListener;
 
+use super::plain::{self, PlainClient};
 use super::waiting::Waiting;
 use super::{connection, Shared};
 use crate::relay::Buffered;
@@ -55,9 +58,13 @@ pub(super) fn per_worker(
     for (worker, socket) in std::iter::once(first).chain(sockets).enumerate() {
         let shared = shared.clone();
         workers.spawn_on(worker, async move {
-            match TcpListener::from_std(socket) {
+            // SAFETY: the std listener owns its fd, open until it is dropped with the
+            // `AsyncFd`, which hands out no way to replace it.
+            match unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE) } {
                 Ok(listener) => accept_loop(listener, shared).await,
-                Err(e) => tracing::error!(error = %e, "a worker's listener could not register"),
+                Err(e) => {
+                    tracing::error!(error = %e, "a worker's listener could not register")
+                }
             }
         });
     }
@@ -65,17 +72,19 @@ pub(super) fn per_worker(
 }
 
 /// Accepts until the drain begins, then closes this worker's socket.
-async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
+async fn accept_loop(listener: AsyncFd<std::net::TcpListener>, shared: Arc<Shared>) {
     let mut draining = shared.draining.clone();
     let own = shared.tls.is_none() && shared.settings.own_http1;
+    let nodelay = nodelay(listener.get_ref());
     // The own engine's connections that sent nothing yet wait here, without a task.
     let mut waiting = Waiting::new(shared.settings.header_timeout);
     loop {
         let accepted = tokio::select! {
-            accepted = listener.accept() => accepted,
+            accepted = plain::accept(&listener) => accepted,
             (stream, client, bytes) = waiting.ready() => {
                 let start = super::h1::Start::Plain(shared.clone(), client);
-                tokio::spawn(super::h1::serve(start, Buffered::with_bytes(stream, bytes), true));
+                let conn = Buffered::with_bytes(PlainClient::from(stream), bytes);
+                tokio::spawn(super::h1::serve(start, conn, true));
                 continue;
             }
             _ = draining.wait_for(|d| *d) => return,
@@ -83,9 +92,12 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
         match accepted {
             // A plain connection on the own engine: its request read at once if it came
             // with the connection, its task (that engine's loop alone, not sized for the
-            // TLS and hyper paths too) spawned when there is something to serve.
+            // TLS and hyper paths too) spawned when there is something to serve. Its
+            // socket joins the event loop only when it has to wait (`plain`).
             Ok((stream, client)) if own => {
-                let _ = stream.set_nodelay(true);
+                if !nodelay {
+                    let _ = stream.set_nodelay();
+                }
                 let mut conn = Buffered::new(stream);
                 match conn.read_accepted() {
                     Ok(0) => {}
@@ -94,15 +106,23 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
                         tokio::spawn(super::h1::serve(start, conn, true));
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                        waiting.push(conn.io, client)
+                        match conn.io.into_registered() {
+                            Ok(stream) => waiting.push(stream, client),
+                            Err(e) => {
+                                tracing::debug!(%client, error = %e, "registering a new connection")
+                            }
+                        }
                     }
                     Err(e) => tracing::debug!(%client, error = %e, "reading a new connection"),
                 }
             }
-            Ok((stream, client)) => {
-                let shared = shared.clone();
-                tokio::spawn(async move { connection(&shared, stream, client).await });
-            }
+            Ok((stream, client)) => match stream.into_registered() {
+                Ok(stream) => {
+                    let shared = shared.clone();
+                    tokio::spawn(async move { connection(&shared, stream, client, nodelay).await });
+                }
+                Err(e) => tracing::debug!(%client, error = %e, "registering a new connection"),
+            },
             Err(e) => {
                 // Out of file descriptors and the like: back off instead of spinning.
                 tracing::warn!(error = %e, "accept failed");
@@ -113,7 +133,23 @@ async fn accept_loop(listener: TcpListener, shared: Arc<Shared>) {
 }
 
 /// Whether the socket has `SO_REUSEPORT` set.
-fn reuseport(listener: &TcpListener) -> bool {
+fn reuseport(listener: &impl AsRawFd) -> bool {
+    flag(listener, libc::SOL_SOCKET, libc::SO_REUSEPORT)
+}
+
+/// Whether connections accepted from `listener` come with `TCP_NODELAY` (`server::bind`
+/// sets it on the listener). Linux and the BSDs copy it to each accepted socket; elsewhere
+/// each connection sets it itself.
+pub(super) fn nodelay(listener: &impl AsRawFd) -> bool {
+    cfg!(any(
+        target_os = "linux",
+        target_os = "freebsd",
+        target_os = "macos"
+    )) && flag(listener, libc::IPPROTO_TCP, libc::TCP_NODELAY)
+}
+
+/// Whether the int-valued socket option `level`/`name` is set (non-zero) on `listener`.
+fn flag(listener: &impl AsRawFd, level: libc::c_int, name: libc::c_int) -> bool {
     let mut value: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
     // SAFETY: getsockopt writes at most `len` bytes into `value`, an int it owns; the fd is
@@ -121,11 +157,30 @@ fn reuseport(listener: &TcpListener) -> bool {
     let rc = unsafe {
         libc::getsockopt(
             listener.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_REUSEPORT,
+            level,
+            name,
             (&mut value as *mut libc::c_int).cast(),
             &mut len,
         )
     };
     rc == 0 && value != 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The listener's `TCP_NODELAY` reaches what it accepts, so the accept loops set none.
+    #[tokio::test]
+    async fn accepted_connections_inherit_nodelay_from_the_listener() {
+        let listener = crate::server::bind("127.0.0.1:0".parse().unwrap(), 16)
+            .await
+            .unwrap();
+        assert!(reuseport(&listener));
+        assert!(nodelay(&listener));
+        let addr = listener.local_addr().unwrap();
+        let _client = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 }

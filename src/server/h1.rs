@@ -30,17 +30,19 @@ pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'stati
     /// Polls until the connection has bytes to read, without holding a buffer and without
     /// state of its own (the socket keeps the waker): `Ready(Ok(true))`. `Ready(Ok(false))`:
     /// it cannot tell (TLS may hold decrypted bytes already), the caller reads.
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>>;
-}
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>>;
 
-impl ClientIo for TcpStream {
-    fn poll_readable(&self, cx: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
-        self.poll_read_ready(cx).map_ok(|()| true)
-    }
+    /// Whether closing takes a message first (TLS's `close_notify`, RFC 8446 §6.1), so the
+    /// connection is shut down before it is dropped. A plain socket is just closed: the
+    /// kernel sends its FIN after what was written, and a `shutdown` before the `close`
+    /// would be one more system call per connection for nothing.
+    const CLOSE_NOTIFY: bool;
 }
 
 impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
-    fn poll_readable(&self, _: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
+    const CLOSE_NOTIFY: bool = true;
+
+    fn poll_readable(&mut self, _: &mut Context<'_>) -> Poll<std::io::Result<bool>> {
         Poll::Ready(Ok(false))
     }
 }
@@ -166,7 +168,9 @@ pub(super) fn serve<S: ClientIo>(
             match outcome {
                 Outcome::KeepAlive if !draining => kept_alive = true,
                 Outcome::KeepAlive | Outcome::Close => {
-                    let _ = Box::pin(tokio::io::AsyncWriteExt::shutdown(&mut client.io)).await;
+                    if S::CLOSE_NOTIFY {
+                        let _ = Box::pin(tokio::io::AsyncWriteExt::shutdown(&mut client.io)).await;
+                    }
                     return;
                 }
                 Outcome::Handoff => return Box::pin(handoff(conn, client, Protocol::Http1)).await,
