@@ -574,3 +574,68 @@ async fn a_silent_connection_is_closed_at_the_header_timeout_and_a_late_one_serv
         "closed after {took:?}: want the 800 ms header timeout, up to 50 ms late (and the test's slack)"
     );
 }
+
+/// A config that names no `http1_engine` gets the own engine (the default since issue 29):
+/// a refused head is problem+json there, a bare status on hyper's. Through the real binary,
+/// so through each worker's own listening socket: a `Connection: close` exchange (served
+/// without its socket ever joining the event loop) ends whole with the server's FIN, and a
+/// kept-alive connection that waits between its requests (and so registers) is served on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_default_engine_is_the_own_one_on_every_workers_socket() {
+    if std::env::var("IUID_ROUTER_TEST_ENGINE").is_ok_and(|e| e != "own") {
+        return; // That pass names another engine; the default pass runs this.
+    }
+    let up = Upstream::start("eu").await;
+    let p = Process::start(&up).await;
+    let public = p.public;
+    let path = format!("/o/{}", iuid_for(3));
+    let answers = tokio::task::spawn_blocking(move || {
+        let exchange = |request: String| {
+            let mut conn = TcpStream::connect(public).expect("connect");
+            conn.set_read_timeout(Some(Duration::from_secs(5)))
+                .expect("timeout");
+            conn.write_all(request.as_bytes()).expect("write");
+            let mut answer = Vec::new();
+            conn.read_to_end(&mut answer).expect("read to the FIN");
+            String::from_utf8_lossy(&answer).into_owned()
+        };
+        let refused = exchange(format!("GET {path} HTTP/1.1\r\nHost: x\r\nA : b\r\n\r\n"));
+        let closed: Vec<String> = (0..20)
+            .map(|_| {
+                exchange(format!(
+                    "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+                ))
+            })
+            .collect();
+        let mut kept = TcpStream::connect(public).expect("connect");
+        kept.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut second = String::new();
+        for close in ["", "Connection: close\r\n"] {
+            std::thread::sleep(Duration::from_millis(100));
+            let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{close}\r\n");
+            kept.write_all(head.as_bytes()).expect("write");
+            let mut buf = [0u8; 4096];
+            let n = kept.read(&mut buf).expect("read");
+            second = String::from_utf8_lossy(&buf[..n]).into_owned();
+        }
+        (refused, closed, second)
+    })
+    .await
+    .expect("clients");
+    let (refused, closed, second) = answers;
+    assert!(refused.starts_with("HTTP/1.1 400 "), "{refused}");
+    assert!(
+        refused.contains("urn:iuid-router:problem:invalid-head"),
+        "the default engine answered a refused head as hyper's does: {refused}"
+    );
+    for answer in &closed {
+        assert!(answer.starts_with("HTTP/1.1 200 "), "{answer}");
+        assert!(
+            answer.ends_with("eu"),
+            "the whole body, then the FIN: {answer}"
+        );
+    }
+    assert!(second.starts_with("HTTP/1.1 200 "), "{second}");
+    assert_eq!(up.count(), 22);
+}

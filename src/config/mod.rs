@@ -140,10 +140,11 @@ pub enum Unrouted {
 #[serde(rename_all = "snake_case")]
 pub enum Http1Engine {
     /// hyper's HTTP/1.1 server and client.
-    #[default]
     Hyper,
-    /// The router's own engine (`crate::http1`, `crate::proxy::h1`) for plain connections;
-    /// what it does not carry itself goes on under hyper's.
+    /// The router's own engine (`crate::http1`, `crate::proxy::h1`), plain and TLS
+    /// `http/1.1`; what it does not carry itself goes on under hyper's. The default: it
+    /// met issue 29's measurements (bench/RESULTS.md).
+    #[default]
     Own,
 }
 
