@@ -330,27 +330,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin + std::os::fd::AsRawFd> Buffered<S> {
             self.buf = take_small();
             self.start = 0;
         }
-        let spare = self.buf.spare_capacity_mut();
-        // SAFETY: `recv` writes at most `spare.len()` bytes into the spare capacity, whose
-        // pointer is valid for that many; the fd is the live socket `self.io` owns.
-        let n = unsafe {
-            libc::recv(
-                self.io.as_raw_fd(),
-                spare.as_mut_ptr().cast(),
-                spare.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        let Ok(n) = usize::try_from(n) else {
-            let error = io::Error::last_os_error();
-            self.release();
-            return Err(error);
+        let n = match recv_now(self.io.as_raw_fd(), self.buf.spare_capacity_mut()) {
+            Ok(n) => n,
+            Err(error) => {
+                self.release();
+                return Err(error);
+            }
         };
         // SAFETY: the kernel initialized the `n` bytes after `len`.
         unsafe { self.buf.set_len(self.buf.len() + n) };
         self.release();
         Ok(n)
     }
+}
+
+/// One `recv` on the socket `fd` into `into`, without waiting (`MSG_DONTWAIT`): how many
+/// bytes came, each of `into[..n]` then initialized; `Ok(0)`: the peer closed;
+/// `WouldBlock`: nothing yet. The caller vouches that `fd` is an open socket.
+pub(crate) fn recv_now(
+    fd: std::os::fd::RawFd,
+    into: &mut [std::mem::MaybeUninit<u8>],
+) -> io::Result<usize> {
+    // SAFETY: `recv` writes at most `into.len()` bytes into `into`, valid for that many.
+    let n = unsafe { libc::recv(fd, into.as_mut_ptr().cast(), into.len(), libc::MSG_DONTWAIT) };
+    usize::try_from(n).map_err(|_| io::Error::last_os_error())
 }
 
 /// Writes `first` then `second` to `to` as [`write_all`] does, in one vectored write when

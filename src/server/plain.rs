@@ -46,11 +46,10 @@ impl PlainClient {
     /// runtime), registering it first if it is not yet. Errors: registration failed, and the
     /// socket is closed.
     pub(crate) fn registered(&mut self) -> io::Result<&mut TcpStream> {
-        if let Socket::Fresh(_) = self.socket {
-            let Socket::Fresh(std) = std::mem::replace(&mut self.socket, Socket::Gone) else {
-                unreachable!("matched above")
-            };
-            self.socket = Socket::Registered(TcpStream::from_std(std)?);
+        if matches!(self.socket, Socket::Fresh(_)) {
+            if let Socket::Fresh(std) = std::mem::replace(&mut self.socket, Socket::Gone) {
+                self.socket = Socket::Registered(TcpStream::from_std(std)?);
+            }
         }
         match &mut self.socket {
             Socket::Registered(stream) => Ok(stream),
@@ -78,18 +77,8 @@ impl PlainClient {
 
     /// A fresh socket's `recv` into `buf`'s unfilled part, without waiting.
     fn recv(std: &std::net::TcpStream, buf: &mut ReadBuf<'_>) -> io::Result<()> {
-        // SAFETY: `recv` writes at most `unfilled.len()` bytes into memory valid for that
-        // many (the unfilled part); the fd is the live socket `std` owns.
-        let unfilled = unsafe { buf.unfilled_mut() };
-        let n = unsafe {
-            libc::recv(
-                std.as_raw_fd(),
-                unfilled.as_mut_ptr().cast(),
-                unfilled.len(),
-                libc::MSG_DONTWAIT,
-            )
-        };
-        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        // SAFETY: `recv_now` only writes bytes into the unfilled part, never de-initializes.
+        let n = crate::relay::recv_now(std.as_raw_fd(), unsafe { buf.unfilled_mut() })?;
         // SAFETY: the kernel initialized the `n` bytes it wrote.
         unsafe { buf.assume_init(n) };
         buf.advance(n);
