@@ -133,7 +133,11 @@ impl Router {
         let config = with_test_engine(config);
         let config_path = write(&dir, "router.yaml", &config);
         let config = RouterConfig::load(&config_path).unwrap_or_else(|e| panic!("config: {e}"));
-        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind router");
+        // Bound as the binary binds (`SO_REUSEPORT`), so each worker accepts on a socket of
+        // its own and the own engine's connections take the production path (`plain.rs`).
+        let listener = iuid_router::server::bind("127.0.0.1:0".parse().expect("addr"), 1024)
+            .await
+            .expect("bind router");
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let (addr, admin_addr) = (
             listener.local_addr().expect("addr"),
