@@ -146,3 +146,44 @@ async fn the_data_path_runs_on_the_configured_worker_threads() {
         "one thread per configured worker"
     );
 }
+
+/// A listener handed in without `SO_REUSEPORT` is accepted on one thread, each connection
+/// handed to a worker: served the same, kept alive and closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_without_reuseport_is_served_through_the_hand_off() {
+    let up = Upstream::start("up").await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    common::write(&dir, "routing-table.yaml", &table(&up.url()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let router = Router::start_on(dir, &config(), listener).await;
+    let addr = router.addr;
+    let path = format!("/o/{}", iuid_for(1));
+    let answers = tokio::task::spawn_blocking(move || {
+        let mut conn = TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut answers = Vec::new();
+        for close in ["", "Connection: close\r\n"] {
+            let head = format!("GET {path} HTTP/1.1\r\nHost: x\r\n{close}\r\n");
+            conn.write_all(head.as_bytes()).expect("write");
+            std::thread::sleep(Duration::from_millis(100));
+            let mut buf = [0u8; 4096];
+            let n = conn.read(&mut buf).expect("read");
+            answers.push(String::from_utf8_lossy(&buf[..n]).into_owned());
+        }
+        let mut rest = [0u8; 16];
+        answers.push(format!("{:?}", conn.read(&mut rest).ok()));
+        answers
+    })
+    .await
+    .expect("client");
+    assert!(answers[0].starts_with("HTTP/1.1 200 "), "{}", answers[0]);
+    assert!(answers[1].starts_with("HTTP/1.1 200 "), "{}", answers[1]);
+    assert_eq!(
+        answers[2], "Some(0)",
+        "closed after the Connection: close answer"
+    );
+    assert_eq!(up.count(), 2);
+}

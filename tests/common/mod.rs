@@ -130,14 +130,20 @@ impl Router {
     /// (`http1_engine`), unless the config names one: `.ci/run` runs the red-team tests on
     /// both.
     pub async fn start_in(dir: tempfile::TempDir, config: &str) -> Router {
-        let config = with_test_engine(config);
-        let config_path = write(&dir, "router.yaml", &config);
-        let config = RouterConfig::load(&config_path).unwrap_or_else(|e| panic!("config: {e}"));
         // Bound as the binary binds (`SO_REUSEPORT`), so each worker accepts on a socket of
         // its own and the own engine's connections take the production path (`plain.rs`).
         let listener = iuid_router::server::bind("127.0.0.1:0".parse().expect("addr"), 1024)
             .await
             .expect("bind router");
+        Router::start_on(dir, config, listener).await
+    }
+
+    /// [`Router::start_in`] on `listener`: one bound without `SO_REUSEPORT` is accepted on
+    /// one thread, each connection handed to a worker (`server::serve`).
+    pub async fn start_on(dir: tempfile::TempDir, config: &str, listener: TcpListener) -> Router {
+        let config = with_test_engine(config);
+        let config_path = write(&dir, "router.yaml", &config);
+        let config = RouterConfig::load(&config_path).unwrap_or_else(|e| panic!("config: {e}"));
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let (addr, admin_addr) = (
             listener.local_addr().expect("addr"),
