@@ -93,11 +93,24 @@ fn gone() -> io::Error {
     )
 }
 
-/// A fresh socket's result, or `None` when the call would block: register and poll then.
-fn ready<T>(result: io::Result<T>) -> Option<Poll<io::Result<T>>> {
-    match result {
-        Err(e) if e.kind() == io::ErrorKind::WouldBlock => None,
-        other => Some(Poll::Ready(other)),
+impl PlainClient {
+    /// One I/O call: `fresh` straight on a socket not yet registered; when that would block,
+    /// or the socket is registered already, `registered` on the registered socket (which
+    /// then waits for readiness). `arg` is the buffer both take.
+    fn poll_io<A: ?Sized, T>(
+        &mut self,
+        cx: &mut Context<'_>,
+        arg: &mut A,
+        fresh: impl FnOnce(&std::net::TcpStream, &mut A) -> io::Result<T>,
+        registered: impl FnOnce(Pin<&mut TcpStream>, &mut Context<'_>, &mut A) -> Poll<io::Result<T>>,
+    ) -> Poll<io::Result<T>> {
+        if let Socket::Fresh(std) = &self.socket {
+            match fresh(std, arg) {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                done => return Poll::Ready(done),
+            }
+        }
+        registered(Pin::new(self.registered()?), cx, arg)
     }
 }
 
@@ -107,13 +120,10 @@ impl AsyncRead for PlainClient {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if let Socket::Fresh(std) = &this.socket {
-            if let Some(done) = ready(PlainClient::recv(std, buf)) {
-                return done;
-            }
-        }
-        Pin::new(this.registered()?).poll_read(cx, buf)
+        self.get_mut()
+            .poll_io(cx, buf, PlainClient::recv, |s, cx, buf| {
+                s.poll_read(cx, buf)
+            })
     }
 }
 
@@ -123,13 +133,12 @@ impl AsyncWrite for PlainClient {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Socket::Fresh(std) = &this.socket {
-            if let Some(done) = ready(io::Write::write(&mut &*std, buf)) {
-                return done;
-            }
-        }
-        Pin::new(this.registered()?).poll_write(cx, buf)
+        self.get_mut().poll_io(
+            cx,
+            &mut { buf },
+            |std, buf| io::Write::write(&mut &*std, buf),
+            |s, cx, buf| s.poll_write(cx, buf),
+        )
     }
 
     fn poll_write_vectored(
@@ -137,13 +146,12 @@ impl AsyncWrite for PlainClient {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if let Socket::Fresh(std) = &this.socket {
-            if let Some(done) = ready(io::Write::write_vectored(&mut &*std, bufs)) {
-                return done;
-            }
-        }
-        Pin::new(this.registered()?).poll_write_vectored(cx, bufs)
+        self.get_mut().poll_io(
+            cx,
+            &mut { bufs },
+            |std, bufs| io::Write::write_vectored(&mut &*std, bufs),
+            |s, cx, bufs| s.poll_write_vectored(cx, bufs),
+        )
     }
 
     fn is_write_vectored(&self) -> bool {
