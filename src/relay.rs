@@ -483,8 +483,15 @@ where
                 return Ok(());
             }
             more(from, idle).await?;
+            // A request's trailer section is checked and dropped (`Chunked::request`): only
+            // the body's final CRLF goes on, once the whole section has come and is valid.
+            let dropped = chunked.in_trailers();
             let progress = chunked.scan(from.pending()).map_err(RelayError::Framing)?;
-            write_all(to, &from.pending()[..progress.used], idle).await?;
+            match dropped {
+                false => write_all(to, &from.pending()[..progress.used], idle).await?,
+                true if progress.done => write_all(to, b"\r\n", idle).await?,
+                true => {}
+            }
             from.consume(progress.used);
         },
         Framing::Close => {

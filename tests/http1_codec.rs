@@ -63,19 +63,56 @@ fn is_tchar(c: u8) -> bool {
     c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c)
 }
 
-/// `1*16HEXDIG [ BWS ";" *text ]`: the size.
+/// `1*16HEXDIG chunk-ext`: the size.
 fn chunk_size(line: &[u8]) -> Option<u64> {
-    let (size, ext) = match line.iter().position(|&c| c == b';') {
-        Some(i) => (
-            line[..i].trim_ascii_end(),
-            line[i + 1..].iter().all(|&c| is_text(c)),
-        ),
-        None => (line, true),
-    };
-    if !ext || size.is_empty() || size.len() > 16 || !size.iter().all(u8::is_ascii_hexdigit) {
+    let digits = line.iter().take_while(|c| c.is_ascii_hexdigit()).count();
+    let size = &line[..digits];
+    if !ext_ok(&line[digits..]) || size.is_empty() || size.len() > 16 {
         return None;
     }
     u64::from_str_radix(std::str::from_utf8(size).ok()?, 16).ok()
+}
+
+/// `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )`, RFC 9112 §7.1.1.
+fn ext_ok(mut e: &[u8]) -> bool {
+    let ws = |e: &[u8]| e.iter().take_while(|&&c| c == b' ' || c == b'\t').count();
+    let token = |e: &[u8]| e.iter().take_while(|&&c| is_tchar(c)).count();
+    while !e.is_empty() {
+        e = &e[ws(e)..];
+        let Some(rest) = e.strip_prefix(b";") else {
+            return false;
+        };
+        e = &rest[ws(rest)..];
+        let name = token(e);
+        if name == 0 {
+            return false;
+        }
+        e = &e[name..];
+        let w = ws(e);
+        let Some(rest) = e[w..].strip_prefix(b"=") else {
+            continue;
+        };
+        e = &rest[ws(rest)..];
+        if let Some(quoted) = e.strip_prefix(b"\"") {
+            let mut i = 0;
+            loop {
+                match quoted.get(i) {
+                    Some(b'"') => break,
+                    Some(b'\\') if quoted.get(i + 1).is_some_and(|&c| is_text(c)) => i += 2,
+                    Some(&c) if c != b'\\' && is_text(c) => i += 1,
+                    _ => return false,
+                }
+            }
+            e = &quoted[i + 1..];
+        } else {
+            let value = token(e);
+            if value == 0 {
+                return false;
+            }
+            e = &e[value..];
+        }
+    }
+    true
 }
 
 /// `token ":" *text`.

@@ -419,15 +419,9 @@ fn size_line(l: &[u8], complete: bool) -> Option<Option<u64>> {
     if digits == 0 {
         return Some(None);
     }
-    let rest = &l[digits..];
-    let space = rest
-        .iter()
-        .take_while(|&&b| b == b' ' || b == b'\t')
-        .count();
-    let ok = match rest[space..].split_first() {
-        None => space == 0 || !complete,
-        Some((b';', ext)) => ext.iter().all(|&b| text(b)),
-        Some(_) => false,
+    let ok = match chunk_ext(&l[digits..]) {
+        None => false,
+        Some(whole) => whole || !complete,
     };
     let size = std::str::from_utf8(&l[..digits])
         .ok()
@@ -436,6 +430,82 @@ fn size_line(l: &[u8], complete: bool) -> Option<Option<u64>> {
         (false, _) => None,
         (true, true) => Some(size),
         (true, false) => Some(None),
+    }
+}
+
+/// The extensions after a chunk size, `*( BWS ";" BWS token [ BWS "=" BWS ( token /
+/// quoted-string ) ] )` (RFC 9112 §7.1.1), read token by token: `Some(true)` valid as it is,
+/// `Some(false)` a valid start that cannot end here (whitespace, `;` or `=` last, an open
+/// quote), `None` invalid.
+fn chunk_ext(e: &[u8]) -> Option<bool> {
+    let skip = |mut i: usize| {
+        while e.get(i).is_some_and(|&b| b == b' ' || b == b'\t') {
+            i += 1;
+        }
+        i
+    };
+    let token = |mut i: usize| {
+        while e.get(i).is_some_and(|&b| tchar(b)) {
+            i += 1;
+        }
+        i
+    };
+    let mut i = 0;
+    loop {
+        let semi = skip(i);
+        if semi == e.len() {
+            return Some(semi == i);
+        }
+        if e[semi] != b';' {
+            return None;
+        }
+        let name = skip(semi + 1);
+        let name_end = token(name);
+        if name_end == e.len() {
+            return Some(name_end > name);
+        }
+        if name_end == name {
+            return None;
+        }
+        let eq = skip(name_end);
+        if eq == e.len() {
+            return Some(false);
+        }
+        match e[eq] {
+            b';' => {
+                i = name_end;
+                continue;
+            }
+            b'=' => {}
+            _ => return None,
+        }
+        let value = skip(eq + 1);
+        if value == e.len() {
+            return Some(false);
+        }
+        if e[value] != b'"' {
+            let end = token(value);
+            if end == value {
+                return None;
+            }
+            i = end;
+            continue;
+        }
+        let mut j = value + 1;
+        loop {
+            match e.get(j) {
+                None => return Some(false),
+                Some(b'"') => break,
+                Some(b'\\') => match e.get(j + 1) {
+                    None => return Some(false),
+                    Some(&b) if text(b) => j += 2,
+                    Some(_) => return None,
+                },
+                Some(&b) if text(b) => j += 1,
+                Some(_) => return None,
+            }
+        }
+        i = j + 1;
     }
 }
 
@@ -530,6 +600,10 @@ mod tests {
             b"0\r\nT : v\r\n\r\n",
             b"\r\n",
             b"11111111111111111\r\n",
+            b"2;\r\nhi\r\n0\r\n\r\n",
+            b"2;a=\"x\r\nhi\r\n0\r\n\r\n",
+            b"2;a=b \r\nhi\r\n0\r\n\r\n",
+            b"2;a=\r\nhi\r\n0\r\n\r\n",
         ] {
             assert!(
                 matches!(reference(bad), Reference::Bad),

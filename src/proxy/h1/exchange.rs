@@ -315,7 +315,7 @@ impl Proxy {
             written.map_err(upload_failed)?;
             if out.held.is_none() {
                 client.consume(body);
-                relay(client, &mut up.io, rest, Chunked::new(), idle)
+                relay(client, &mut up.io, rest, Chunked::request(), idle)
                     .await
                     .map_err(upload_failed)?;
             }

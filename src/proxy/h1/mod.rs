@@ -366,15 +366,22 @@ impl Proxy {
         let held = match framing {
             Framing::Empty => Some(0),
             Framing::Length(n) if n as usize <= limit && body.len() as u64 >= n => Some(n as usize),
-            Framing::Chunked => match Chunked::new().scan(body) {
-                Ok(p) if p.done && p.used <= limit => Some(p.used),
-                Ok(_) => None,
-                Err(e) => {
-                    metrics::client_error(ErrorKind::BadFraming);
-                    let error = Error::new(ErrorKind::BadFraming, format!("body framing: {e}"));
-                    return Err(Stop::Refuse(Problem::Client(error), true));
+            Framing::Chunked => {
+                let mut scanner = Chunked::new();
+                match scanner.scan(body) {
+                    // A body with trailer fields streams: they are dropped as it is relayed
+                    // (`Chunked::request`), which a held body, sent as it came, is not.
+                    Ok(p) if p.done && p.used <= limit && !scanner.has_trailer_fields() => {
+                        Some(p.used)
+                    }
+                    Ok(_) => None,
+                    Err(e) => {
+                        metrics::client_error(ErrorKind::BadFraming);
+                        let error = Error::new(ErrorKind::BadFraming, format!("body framing: {e}"));
+                        return Err(Stop::Refuse(Problem::Client(error), true));
+                    }
                 }
-            },
+            }
             _ => None,
         };
         // Small: it is held while the answer is awaited (for a retry); a large head or held
