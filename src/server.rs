@@ -342,8 +342,10 @@ impl Conn {
                             None => {
                                 tracing::debug!(%client, "HTTP/2 connection idle; GOAWAY");
                                 conn.as_mut().graceful_shutdown();
-                                // A client that never acknowledges gets `idle` more, then is cut.
-                                break tokio::time::timeout(settings.idle, conn)
+                                // hyper sends GOAWAY with a PING and closes once the PING is
+                                // answered; a client that never answers is cut after the
+                                // grace (docs/config.md `timeouts.idle_ms`).
+                                break tokio::time::timeout(h2::goaway_grace(settings.idle), conn)
                                     .await
                                     .unwrap_or(Ok(()));
                             }

@@ -206,6 +206,45 @@ async fn an_h2c_connection_with_no_stream_gets_goaway_after_idle() {
     );
 }
 
+/// Issue 37: a client that never answers the GOAWAY's PING is cut a second after it (the
+/// grace, docs/config.md `timeouts.idle_ms`), over h2c and over TLS alike; main waited
+/// `idle_ms` more, and over TLS the red-team run saw one open after 3.5 × `idle_ms`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_answers_the_goaway_ping_is_cut_after_the_grace() {
+    let up = Upstream::start("eu").await;
+    for tls in [false, true] {
+        let idle_ms = 3000;
+        let (router, dir) = router(&up.url(), tls, 1000, idle_ms).await;
+        let tcp = TcpStream::connect(router.addr).await.expect("connect");
+        let mut io: Box<dyn AsyncReadWrite> = match tls {
+            false => Box::new(tcp),
+            true => {
+                drop(tcp);
+                Box::new(tls_connect(router.addr, dir.path(), &[b"h2"]).await)
+            }
+        };
+        io.write_all(PREFACE).await.expect("preface");
+        io.write_all(SETTINGS).await.expect("settings");
+        io.flush().await.expect("flush");
+        let started = Instant::now();
+        // It acknowledges nothing, PING included.
+        let seen = read_to_close(&mut io, Duration::from_secs(10))
+            .await
+            .unwrap_or_else(|| panic!("tls {tls}: still open after 10 s"));
+        let took = started.elapsed();
+        assert!(frame_types(&seen).contains(&GOAWAY), "tls {tls}: {seen:?}");
+        assert!(
+            took >= Duration::from_millis(idle_ms - 100)
+                && took < Duration::from_millis(idle_ms + 1000 + 900),
+            "tls {tls}: closed after {took:?}, idle_ms {idle_ms} and a 1 s grace"
+        );
+    }
+}
+
+/// A client's byte stream, plain or TLS.
+trait AsyncReadWrite: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> AsyncReadWrite for T {}
+
 /// Issue 25 item 2, over TLS with a real h2 client: idle-closed after its last stream ends,
 /// never while a stream is open (a slow answer takes longer than `idle_ms`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

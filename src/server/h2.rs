@@ -3,7 +3,9 @@
 //! - **Connection idle** (nginx `keepalive_timeout`, Envoy `idle_timeout`): with no stream
 //!   open for `idle_ms` the connection is closed with GOAWAY. hyper's HTTP/2 server has
 //!   keep-alive pings but no idle timeout. One timer per connection, re-armed when it fires,
-//!   not per request.
+//!   not per request. hyper's graceful close waits for the client to answer the PING it
+//!   sends with its first GOAWAY; a client that never does is cut after [`goaway_grace`]
+//!   (it was `idle_ms` more: twice the idle timeout in all).
 //! - **Stream progress** (nginx `send_timeout`, Envoy `stream_idle_timeout`): a response whose
 //!   body the client takes nothing of for `idle_ms` is reset (RST_STREAM), which drops its
 //!   body and with it the upstream connection and in-flight counts. hyper stops polling a
@@ -24,6 +26,12 @@ use http_body::{Body, Frame, SizeHint};
 use tokio::time::Instant;
 
 use crate::error::ErrorKind;
+
+/// Longest wait for a client to answer the GOAWAY's PING: one second, or `idle` when
+/// shorter (a round trip across regions is well under a second).
+pub fn goaway_grace(idle: Duration) -> Duration {
+    idle.min(Duration::from_secs(1))
+}
 
 tokio::task_local! {
     /// The stream whose task is running, for the service to hand to its response body.
