@@ -284,3 +284,52 @@ async fn probes_of_unknown_ids_are_a_bounded_share_of_the_requests() {
     // The owner learned before is asked directly, whatever the budget.
     assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
 }
+
+/// Issue 37: what a calm spell saves is bounded. 500 requests for an id whose owner is known
+/// save 20 % of a probe each (100 probes, before the budget had a depth); a flood of 100
+/// unknown ids right after may then probe at most `min_per_second` saved plus the floor of
+/// each second it spans, not 100.
+#[tokio::test]
+async fn a_calm_spell_does_not_save_a_burst_of_probes() {
+    let ([_eu, us, ap], router) = world(
+        "legacy: probe\nlegacy_cache: { entries: 1000, ttl_s: 60, negative_ttl_ms: 0 }\n\
+         legacy_probe: { budget_percent: 20, min_per_second: 5 }",
+    )
+    .await;
+    ap.hold(OLD);
+    assert_eq!(get(&router, OLD).await, (200, "ap".to_owned()));
+    let calm: Vec<_> = (0..500)
+        .map(|_| {
+            let url = router.url(&format!("/v1/orders/{OLD}"));
+            tokio::spawn(async move { client().get(url).send().await.expect("get").status() })
+        })
+        .collect();
+    for r in calm {
+        assert_eq!(r.await.expect("join"), 200);
+    }
+    let (us_before, ap_before) = (us.seen(), ap.seen());
+    let started = Instant::now();
+    let flood: Vec<_> = (0..100u64)
+        .map(|n| {
+            let url = router.url(&format!("/v1/orders/{}", unknown(500 + n)));
+            tokio::spawn(async move { client().get(url).send().await.expect("get").status() })
+        })
+        .collect();
+    for r in flood {
+        assert_eq!(r.await.expect("join"), 404);
+    }
+    let seconds = started.elapsed().as_secs_f64().ceil();
+    let probes = us.seen() - us_before;
+    println!("100 unknown ids after 500 known in {seconds} s: {probes} probes of us");
+    assert_eq!(
+        ap.seen() - ap_before,
+        probes,
+        "each probe asks both other regions"
+    );
+    // 5 saved, 5 a second of the floor, 20 % of the flood's own 100 requests.
+    let most = 5.0 + 5.0 * (seconds + 1.0) + 20.0;
+    assert!(
+        (probes as f64) <= most,
+        "{probes} probes in {seconds} s, at most {most}"
+    );
+}

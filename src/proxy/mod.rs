@@ -141,6 +141,7 @@ impl Proxy {
         )
         .with_negative_ttl(Duration::from_millis(config.legacy_cache.negative_ttl_ms));
         let fanouts = FanoutBudget::new(&config.limits);
+        let legacy_probe = config.legacy_probe;
         Proxy {
             config,
             routes,
@@ -150,7 +151,8 @@ impl Proxy {
             all_regions: Arc::new(metrics::RegionMetrics::new("all")),
             owners,
             fanouts,
-            probes: RetryBudget::default(),
+            // A calm spell saves at most a second's floor of probes (docs/data-path.md).
+            probes: RetryBudget::with_depth(legacy_probe.min_per_second),
         }
     }
 

@@ -4,6 +4,11 @@
 //! refills at `min_per_second` lets a quiet region still retry. When an upstream fails for
 //! everyone, retries stop at that share instead of multiplying the load on the survivors
 //! (the design of Finagle's and Linkerd's retry budgets). Lock-free: two atomics.
+//!
+//! What a calm spell saves is bounded by the budget's depth: 1,000 tokens for a region's
+//! retries, `min_per_second` for legacy probes ([`RetryBudget::with_depth`]), so that the
+//! share saved over thousands of answered requests cannot burst into every other region at
+//! once when a flood of unknown ids comes.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -17,21 +22,44 @@ const UNIT: u64 = 1000;
 const MAX_SAVED: u64 = 1000 * UNIT;
 
 /// One region's retry budget.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct RetryBudget {
     saved: AtomicU64,
+    /// Most tokens saved, in thousandths.
+    depth: u64,
     /// `(refill second stamp << 32) | reserve tokens left in that second`.
     reserve: AtomicU64,
 }
 
+impl Default for RetryBudget {
+    /// A region's retry budget: up to 1,000 retries saved.
+    fn default() -> Self {
+        RetryBudget {
+            saved: AtomicU64::new(0),
+            depth: MAX_SAVED,
+            reserve: AtomicU64::new(0),
+        }
+    }
+}
+
 impl RetryBudget {
+    /// A budget that saves at most `tokens` withdrawals (at least one): a burst after a
+    /// calm spell is at most `tokens` plus the second's floor.
+    pub fn with_depth(tokens: u32) -> RetryBudget {
+        RetryBudget {
+            depth: u64::from(tokens.max(1)) * UNIT,
+            ..RetryBudget::default()
+        }
+    }
+
     /// Called once per request.
     pub fn deposit(&self, policy: &RetryPolicy) {
         let add = u64::from(policy.budget_percent) * UNIT / 100;
+        let depth = self.depth;
         let _ = self
             .saved
             .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| {
-                (t < MAX_SAVED).then(|| (t + add).min(MAX_SAVED))
+                (t < depth).then(|| (t + add).min(depth))
             });
     }
 
@@ -79,5 +107,27 @@ mod tests {
         let granted = (0..1000).filter(|_| budget.withdraw(&policy)).count();
         // 20 from the share; the floor adds 3 (or 6 if the second turned meanwhile).
         assert!((23..=26).contains(&granted), "{granted}");
+    }
+
+    #[test]
+    fn a_calm_spell_saves_no_more_than_the_depth() {
+        let policy = RetryPolicy {
+            budget_percent: 20,
+            min_per_second: 5,
+            ..RetryPolicy::default()
+        };
+        let budget = RetryBudget::with_depth(policy.min_per_second);
+        for _ in 0..10_000 {
+            budget.deposit(&policy);
+        }
+        let granted = (0..1000).filter(|_| budget.withdraw(&policy)).count();
+        // 5 saved, 5 of the floor (10 if the second turned meanwhile); a region's budget
+        // would have saved 1,000.
+        assert!((10..=15).contains(&granted), "{granted}");
+        // Afterwards the share still holds: 5 requests save one more.
+        for _ in 0..5 {
+            budget.deposit(&policy);
+        }
+        assert!(budget.withdraw(&policy));
     }
 }
