@@ -298,7 +298,24 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     }
 }
 
-impl Buffered<tokio::net::TcpStream> {
+/// A transport that can say when it has bytes to read without a buffer to read them into:
+/// a socket's readiness (and, over TLS, what the TLS layer holds already).
+pub trait Readiness {
+    /// Ready when a read may find bytes (or the end); registers `cx` to be woken otherwise.
+    fn poll_readable(&mut self, cx: &mut std::task::Context<'_>)
+        -> std::task::Poll<io::Result<()>>;
+}
+
+impl Readiness for tokio::net::TcpStream {
+    fn poll_readable(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        self.poll_read_ready(cx)
+    }
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin + Readiness> Buffered<S> {
     /// [`Buffered::fill`] for a connection with nothing pending, holding no buffer while it
     /// waits: one is taken when the socket is readable, and given back if the read finds
     /// nothing (tokio takes a new socket for readable until a read says otherwise). Errors
@@ -306,7 +323,7 @@ impl Buffered<tokio::net::TcpStream> {
     pub async fn fill_when_readable(&mut self, within: Duration) -> io::Result<usize> {
         let read = async {
             loop {
-                self.io.readable().await?;
+                std::future::poll_fn(|cx| self.io.poll_readable(cx)).await?;
                 if let Some(read) = self.read_now(false).await {
                     return read;
                 }

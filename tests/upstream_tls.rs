@@ -27,6 +27,11 @@ struct Seen {
     /// Requests being answered now, and the most at once.
     in_flight: AtomicUsize,
     most_in_flight: AtomicUsize,
+    /// TLS handshakes completed: full ones and resumed ones.
+    full_handshakes: AtomicUsize,
+    resumed_handshakes: AtomicUsize,
+    /// Answer `Connection: close` (each request then needs a new connection).
+    close_each: std::sync::atomic::AtomicBool,
 }
 
 /// An upstream serving HTTP/1.1 and HTTP/2 (by ALPN over TLS, or prior knowledge without) on
@@ -76,6 +81,7 @@ async fn upstream(
         while let Ok((stream, _)) = listener.accept().await {
             counter.connections.fetch_add(1, Ordering::SeqCst);
             let seen = counter.clone();
+            let counted = counter.clone();
             let acceptor = acceptor.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
@@ -87,9 +93,16 @@ async fn upstream(
                         tokio::time::sleep(delay).await;
                         seen.in_flight.fetch_sub(1, Ordering::SeqCst);
                         let body = format!("{:?} {}", req.version(), req.uri().path());
-                        Ok::<_, std::convert::Infallible>(hyper::Response::new(
-                            http_body_util::Full::new(bytes::Bytes::from(body)),
-                        ))
+                        let mut resp = hyper::Response::new(http_body_util::Full::new(
+                            bytes::Bytes::from(body),
+                        ));
+                        if seen.close_each.load(Ordering::SeqCst) {
+                            resp.headers_mut().insert(
+                                http::header::CONNECTION,
+                                http::HeaderValue::from_static("close"),
+                            );
+                        }
+                        Ok::<_, std::convert::Infallible>(resp)
                     }
                 });
                 let mut builder =
@@ -104,6 +117,11 @@ async fn upstream(
                     }
                     Some(acceptor) => {
                         if let Ok(tls) = acceptor.accept(stream).await {
+                            let handshakes = match tls.get_ref().1.handshake_kind() {
+                                Some(rustls::HandshakeKind::Resumed) => &counted.resumed_handshakes,
+                                _ => &counted.full_handshakes,
+                            };
+                            handshakes.fetch_add(1, Ordering::SeqCst);
                             let _ = builder.serve_connection(TokioIo::new(tls), service).await;
                         }
                     }
@@ -346,4 +364,64 @@ async fn an_h2_goaway_moves_requests_to_a_new_connection() {
     }
     let n = connections.load(Ordering::SeqCst);
     assert!(n >= 4, "a new connection after each GOAWAY: {n}");
+}
+
+/// Issue 37: the own engine reaches an `https://` upstream over each worker's pool of
+/// kept-alive TLS connections (main handed such requests to hyper's engine, whose pool
+/// churned them under load). Under steady load from 16 keep-alive clients (480 requests)
+/// the upstream sees about one TLS handshake per request in flight, not one per request; and
+/// once the upstream closes every connection after its answer, each new connection resumes
+/// its TLS session instead of a full handshake.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_upstream_connections_are_kept_under_load_and_new_ones_resume() {
+    let (_keep, certs) = certs_dir();
+    let (url, seen) = upstream(Some(&certs), None, Duration::ZERO).await;
+    let router = router(
+        &certs,
+        &url,
+        ", tls: { ca: DIR/ca.pem, server_name: localhost }",
+    )
+    .await;
+    let target = router.url(&format!("/v1/orders/{}", iuid_for(1)));
+    let want = format!("HTTP/1.1 /v1/orders/{}", iuid_for(1));
+    let clients: Vec<_> = (0..16)
+        .map(|_| {
+            let (target, want) = (target.clone(), want.clone());
+            tokio::spawn(async move {
+                let client = client();
+                for _ in 0..30 {
+                    let resp = client.get(&target).send().await.expect("request");
+                    assert_eq!(resp.status(), 200);
+                    assert_eq!(resp.text().await.expect("body"), want);
+                }
+            })
+        })
+        .collect();
+    for c in clients {
+        c.await.expect("client");
+    }
+    let full = seen.full_handshakes.load(Ordering::SeqCst);
+    let resumed = seen.resumed_handshakes.load(Ordering::SeqCst);
+    println!("480 requests: {full} full and {resumed} resumed TLS handshakes upstream");
+    assert_eq!(seen.versions.lock().expect("versions").len(), 480);
+    assert!(
+        full + resumed <= 16 + 4,
+        "{full} full and {resumed} resumed handshakes for 16 clients' 480 requests"
+    );
+
+    // Every answer now closes its connection: once the pooled ones are used up, each
+    // request takes a new one, which resumes a session cached from the ones before.
+    seen.close_each.store(true, Ordering::SeqCst);
+    let client = client();
+    for _ in 0..(full + resumed + 8) {
+        let resp = client.get(&target).send().await.expect("request");
+        assert_eq!(resp.status(), 200);
+    }
+    let new_full = seen.full_handshakes.load(Ordering::SeqCst) - full;
+    let new_resumed = seen.resumed_handshakes.load(Ordering::SeqCst) - resumed;
+    println!(
+        "each answer closing its connection: {new_full} full, {new_resumed} resumed handshakes"
+    );
+    assert_eq!(new_full, 0, "a new connection resumes its session");
+    assert!(new_resumed >= 8, "{new_resumed} resumed");
 }

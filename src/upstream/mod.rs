@@ -21,6 +21,7 @@ pub mod budget;
 pub mod check;
 pub mod forward;
 pub mod health;
+pub mod io;
 mod pool;
 pub mod raw;
 pub mod regions;
@@ -42,6 +43,7 @@ use crate::table::{UpstreamProtocol, UpstreamSpec};
 /// upstream's response head (then 502).
 const UPSTREAM_READ_BUFFER: usize = 64 << 10;
 use crate::tls::client::UpstreamTls;
+use io::UpstreamIo;
 use tokio::net::TcpStream;
 
 use crate::config::{CheckPolicy, Timeouts};
@@ -108,33 +110,53 @@ impl UpstreamState {
             .unwrap_or(&self.raw[0])
     }
 
-    /// Whether the own HTTP/1.1 engine can talk to this upstream itself (plain HTTP/1.1; TLS
-    /// and HTTP/2 upstreams are hyper's).
+    /// Whether the own HTTP/1.1 engine can talk to this upstream itself: an HTTP/1.1 one,
+    /// plain or TLS (HTTP/2 upstreams are hyper's client's).
     pub fn raw_capable(&self) -> bool {
-        self.tls.is_none() && self.protocol == UpstreamProtocol::Http1
+        self.protocol == UpstreamProtocol::Http1
     }
 
-    /// A new plain connection for the own engine, within `connect_ms`.
+    /// A new connection for the own engine, within `connect_ms` for TCP and TLS together:
+    /// plain, or TLS for an `https://` upstream (the region's CA, `server_name` and client
+    /// certificate, ALPN `http/1.1`; a session resumed from the upstream's config's cache
+    /// when it has one, as nginx's `proxy_ssl_session_reuse`).
     ///
-    /// Errors: `Connect` (refused, unreachable, or over `connect_ms`).
+    /// Errors: `Connect` (refused, unreachable, over `connect_ms`, a certificate that does
+    /// not verify, or a failed handshake).
     pub async fn raw_connect(&self) -> Result<raw::RawConn, Error> {
-        let connect = TcpStream::connect(self.authority.as_str());
-        match tokio::time::timeout(self.timeouts.connect(), connect).await {
-            Ok(Ok(stream)) => {
-                let _ = stream.set_nodelay(true);
-                Ok(crate::relay::Buffered::new(stream))
+        self.transport().await.map(crate::relay::Buffered::new)
+    }
+
+    /// TCP, then TLS for an `https://` upstream, within `connect_ms`.
+    async fn transport(&self) -> Result<UpstreamIo, Error> {
+        let connect_failed = |e: &dyn std::fmt::Display| {
+            Error::new(ErrorKind::Connect, format!("connect failed: {e}"))
+        };
+        let connected = tokio::time::timeout(self.timeouts.connect(), async {
+            let stream = TcpStream::connect(self.authority.as_str())
+                .await
+                .map_err(|e| connect_failed(&e))?;
+            // A proxy writes whole messages; Nagle would only add latency.
+            let _ = stream.set_nodelay(true);
+            match &self.tls {
+                None => Ok(UpstreamIo::Plain(stream)),
+                Some(tls) => {
+                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+                    let stream = connector
+                        .connect(tls.server_name.clone(), stream)
+                        .await
+                        .map_err(|e| connect_failed(&format_args!("TLS: {e}")))?;
+                    Ok(UpstreamIo::Tls(Box::new(stream)))
+                }
             }
-            Ok(Err(e)) => Err(Error::new(
-                ErrorKind::Connect,
-                format!("connect failed: {e}"),
-            )),
-            Err(_) => Err(Error::new(
-                ErrorKind::Connect,
-                format!(
-                    "connect failed: no connection within {} ms",
-                    self.timeouts.connect_ms
-                ),
-            )),
+        })
+        .await;
+        match connected {
+            Ok(io) => io,
+            Err(_) => Err(connect_failed(&format_args!(
+                "no connection within {} ms",
+                self.timeouts.connect_ms
+            ))),
         }
     }
 
@@ -152,34 +174,7 @@ impl UpstreamState {
         let connect_failed = |e: &dyn std::fmt::Display| {
             Error::new(ErrorKind::Connect, format!("connect failed: {e}"))
         };
-        let connected = tokio::time::timeout(self.timeouts.connect(), async {
-            let stream = TcpStream::connect(self.authority.as_str())
-                .await
-                .map_err(|e| connect_failed(&e))?;
-            // A proxy writes whole messages; Nagle would only add latency.
-            let _ = stream.set_nodelay(true);
-            match &self.tls {
-                None => Ok(Io::Plain(stream)),
-                Some(tls) => {
-                    let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
-                    let stream = connector
-                        .connect(tls.server_name.clone(), stream)
-                        .await
-                        .map_err(|e| connect_failed(&format_args!("TLS: {e}")))?;
-                    Ok(Io::Tls(Box::new(stream)))
-                }
-            }
-        })
-        .await;
-        let io = match connected {
-            Ok(io) => io?,
-            Err(_) => {
-                return Err(connect_failed(&format_args!(
-                    "no connection within {} ms",
-                    self.timeouts.connect_ms
-                )))
-            }
-        };
+        let io = self.transport().await?;
         let authority = self.authority.clone();
         let io = TokioIo::new(io);
         match self.protocol {
@@ -500,75 +495,5 @@ impl Registry {
 impl Default for Registry {
     fn default() -> Self {
         Registry::new(Timeouts::default(), None, 1)
-    }
-}
-
-/// An upstream connection's transport: plain TCP or TLS over it.
-enum Io {
-    Plain(TcpStream),
-    Tls(Box<tokio_rustls::client::TlsStream<TcpStream>>),
-}
-
-impl tokio::io::AsyncRead for Io {
-    fn poll_read(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &mut tokio::io::ReadBuf<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => std::pin::Pin::new(s).poll_read(cx, buf),
-            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_read(cx, buf),
-        }
-    }
-}
-
-impl tokio::io::AsyncWrite for Io {
-    fn poll_write(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        buf: &[u8],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => std::pin::Pin::new(s).poll_write(cx, buf),
-            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write(cx, buf),
-        }
-    }
-
-    fn poll_flush(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => std::pin::Pin::new(s).poll_flush(cx),
-            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<std::io::Result<()>> {
-        match self.get_mut() {
-            Io::Plain(s) => std::pin::Pin::new(s).poll_shutdown(cx),
-            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_shutdown(cx),
-        }
-    }
-
-    fn poll_write_vectored(
-        self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> std::task::Poll<std::io::Result<usize>> {
-        match self.get_mut() {
-            Io::Plain(s) => std::pin::Pin::new(s).poll_write_vectored(cx, bufs),
-            Io::Tls(s) => std::pin::Pin::new(s.as_mut()).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            Io::Plain(s) => s.is_write_vectored(),
-            Io::Tls(s) => s.is_write_vectored(),
-        }
     }
 }

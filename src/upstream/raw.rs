@@ -1,25 +1,24 @@
 //! One worker's idle HTTP/1.1 connections to one upstream, for the own engine (`proxy::h1`):
-//! plain sockets, no connection task. A request checks one out, drives it from its own task
-//! (write the head and body, read the answer) and checks it back in when the exchange was
-//! framed exactly; anything else closes it.
+//! plain or TLS sockets ([`UpstreamIo`]), no connection task. A request checks one out,
+//! drives it from its own task (write the head and body, read the answer) and checks it
+//! back in when the exchange was framed exactly; anything else closes it.
 //!
 //! A connection the upstream closed while it sat idle is found without a syscall: the event
 //! loop has marked its socket readable (an idle HTTP/1.1 connection has nothing to say but
 //! its close), so a checkout skips it, as nginx's keepalive cache does with its read event.
+//! Over TLS, decrypted bytes rustls holds count as readable too.
 
 use std::sync::Mutex;
-use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use tokio::net::TcpStream;
-
+use super::io::UpstreamIo;
 use crate::relay::Buffered;
 
 /// Idle connections kept per pool; more are closed.
 const MAX_IDLE: usize = 256;
 
 /// A pooled upstream connection.
-pub type RawConn = Buffered<TcpStream>;
+pub type RawConn = Buffered<UpstreamIo>;
 
 /// One worker's idle connections to one upstream (the lock is only ever taken by that
 /// worker's thread: never contended).
@@ -34,8 +33,8 @@ impl RawPool {
     /// The most recently used idle connection still open and idle for less than `max_idle`.
     pub fn checkout(&self, max_idle: Duration) -> Option<RawConn> {
         let mut idle = self.idle.lock().unwrap_or_else(|p| p.into_inner());
-        while let Some((conn, since)) = idle.pop() {
-            if since.elapsed() < max_idle && !readable(&conn.io) {
+        while let Some((mut conn, since)) = idle.pop() {
+            if since.elapsed() < max_idle && !conn.io.has_unread() {
                 return Some(conn);
             }
         }
@@ -78,10 +77,4 @@ impl RawPool {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
-}
-
-/// Whether the event loop has seen the socket readable (closed, or bytes nobody asked for).
-fn readable(stream: &TcpStream) -> bool {
-    let mut cx = Context::from_waker(Waker::noop());
-    matches!(stream.poll_read_ready(&mut cx), Poll::Ready(_))
 }

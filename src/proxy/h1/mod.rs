@@ -11,8 +11,8 @@
 //! What this engine does not carry itself it hands back whole, before reading anything of
 //! the request's body: the connection goes on under hyper's engine, the head read again
 //! there ([`Outcome::Handoff`]). That is: HTTP/1.0, `Expect`, upgrades, targets not in
-//! origin form, GraphQL, gRPC and fan-out routes, legacy ids to probe, and regions with a TLS
-//! or HTTP/2 upstream. The REST path (an id in the path or a header, one region) is this
+//! origin form, GraphQL, gRPC and fan-out routes, legacy ids to probe, and regions with an
+//! HTTP/2 upstream. The REST path (an id in the path or a header, one region) is this
 //! engine's.
 
 mod exchange;
