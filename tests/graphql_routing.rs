@@ -518,3 +518,137 @@ async fn large_documents_are_parsed_off_the_workers_and_still_routed() {
     assert!(batch.len() > 4 << 10 && ops.iter().all(|o| o.len() < 4 << 10));
     w.post_reaches("application/json", &batch, "ap").await;
 }
+
+/// A raw upstream that records each request's head and body as they came (one connection
+/// after another, kept alive) and answers `200 ok`.
+async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let url = format!("http://{}", listener.local_addr().expect("addr"));
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                let mut got = Vec::new();
+                let mut buf = vec![0u8; 16384];
+                loop {
+                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                        continue;
+                    };
+                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    while got.len() < end + 4 + length {
+                        match stream.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let rest = got.split_off(end + 4 + length);
+                    log.lock()
+                        .expect("log")
+                        .push(std::mem::replace(&mut got, rest));
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (url, seen)
+}
+
+/// Issue 37: a GraphQL `node(id:)` request is served by the own HTTP/1.1 engine itself (main
+/// handed its connection to hyper's): the body is read whole, its id routed, and the request
+/// goes upstream with its fields in the case and order they came (hyper's engine lowercases
+/// them) and its body byte-exact; the connection then serves the next request, and a body
+/// that is not GraphQL is refused 400 without closing it.
+#[tokio::test]
+async fn graphql_requests_are_carried_by_the_own_engine() {
+    use std::io::{Read, Write};
+    let (eu, eu_seen) = recording_upstream().await;
+    let (ap, ap_seen) = recording_upstream().await;
+    let table = TABLE
+        .replace("EU", &eu)
+        .replace("US", &eu)
+        .replace("AP", &ap);
+    let config = config(GRAPHQL, "default_region")
+        .extra("http1_engine: own")
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let addr = router.addr;
+    let ap_id = id(1);
+    let eu_id = id(3);
+    let exchange = move |bodies: Vec<String>| {
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .expect("timeout");
+        let mut answers = Vec::new();
+        for body in bodies {
+            let request = format!(
+                "POST /graphql HTTP/1.1\r\nHost: edge\r\nContent-Type: application/json\r\nX-Case-Kept: Yes\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            );
+            conn.write_all(request.as_bytes()).expect("write");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 4096];
+            // Every answer here has a Content-Length; read up to the end of its body.
+            loop {
+                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .unwrap_or(0);
+                    if got.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                let n = conn.read(&mut buf).expect("read");
+                assert!(n > 0, "closed after {} answers", answers.len());
+                got.extend_from_slice(&buf[..n]);
+            }
+            answers.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        answers
+    };
+    let ap_body = json!({ "query": format!("{{ node(id: \"{ap_id}\") {{ id }} }}") }).to_string();
+    let eu_body = json!({ "query": "query($id: ID!) { node(id: $id) { id } }", "variables": { "id": eu_id } })
+        .to_string();
+    let bodies = vec![ap_body.clone(), "not json".to_owned(), eu_body.clone()];
+    let answers = tokio::task::spawn_blocking(move || exchange(bodies))
+        .await
+        .expect("client");
+    assert!(answers[0].starts_with("HTTP/1.1 200"), "{}", answers[0]);
+    assert!(answers[1].starts_with("HTTP/1.1 400"), "{}", answers[1]);
+    assert!(
+        answers[1].contains("application/problem+json"),
+        "{}",
+        answers[1]
+    );
+    assert!(answers[2].starts_with("HTTP/1.1 200"), "{}", answers[2]);
+    for (seen, body) in [(&ap_seen, &ap_body), (&eu_seen, &eu_body)] {
+        let seen = seen.lock().expect("seen");
+        assert_eq!(seen.len(), 1, "one request each");
+        let text = String::from_utf8_lossy(&seen[0]);
+        assert!(text.starts_with("POST /graphql HTTP/1.1\r\n"), "{text}");
+        assert!(
+            text.contains("\r\nContent-Type: application/json\r\nX-Case-Kept: Yes\r\n"),
+            "{text}"
+        );
+        assert!(text.ends_with(&format!("\r\n\r\n{body}")), "{text}");
+    }
+}

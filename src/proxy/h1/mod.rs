@@ -16,6 +16,7 @@
 //! engine's.
 
 mod exchange;
+mod graphql;
 
 use std::time::Instant;
 
@@ -76,15 +77,18 @@ struct Planned {
 }
 
 /// Why the head stops here.
-enum Stop {
+enum Stop<'r> {
     /// Hyper's engine serves it (see the module docs).
     Handoff,
     /// A refusal; `close`: the body's framing is unknown, so the connection cannot go on.
     Refuse(Problem, bool),
+    /// A `graphql:` route: its ids are in the body (or the query string), read next
+    /// (`graphql.rs`).
+    Graphql(&'r std::sync::Arc<crate::extract::graphql::GraphqlRoute>),
 }
 
-impl From<Problem> for Stop {
-    fn from(problem: Problem) -> Stop {
+impl From<Problem> for Stop<'_> {
+    fn from(problem: Problem) -> Self {
         Stop::Refuse(problem, false)
     }
 }
@@ -195,6 +199,19 @@ impl Proxy {
                 })?;
                 Ok((planned, framing))
             });
+        // A GraphQL request's ids are in its body: read whole first (bounded), then resolved.
+        let planned = match planned {
+            Err(Stop::Graphql(route)) => {
+                let framing = framing.unwrap_or(Framing::Empty);
+                let route = route.clone();
+                self.h1_graphql(client, head, &route, framing, &span)
+                    .await
+                    .map(|planned| (planned, framing))
+            }
+            Err(Stop::Handoff) => Err(Stop::Handoff),
+            Err(Stop::Refuse(p, close)) => Err(Stop::Refuse(p, close)),
+            Ok(planned) => Ok(planned),
+        };
         // A body small enough to hold for a retry (`retries.buffer_bytes`) is read whole
         // first, as hyper's engine and nginx (`proxy_request_buffering`) read it: it can be
         // sent again, and it goes upstream with its head in one write. A refused request's
@@ -237,7 +254,8 @@ impl Proxy {
         });
         let (planned, outbound) = match planned {
             Ok(ready) => ready,
-            Err(Stop::Handoff) => return Outcome::Handoff,
+            // (A GraphQL stop was resolved above.)
+            Err(Stop::Handoff | Stop::Graphql(_)) => return Outcome::Handoff,
             Err(Stop::Refuse(problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
@@ -293,7 +311,7 @@ impl Proxy {
         buf: &[u8],
         head: &RequestHead,
         span: &tracing::Span,
-    ) -> Result<Planned, Stop> {
+    ) -> Result<Planned, Stop<'_>> {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
@@ -327,8 +345,13 @@ impl Proxy {
                 .map(|f| f.value.of(buf))
         });
         let route = found.route_kind();
-        if !matches!(found, Extraction::Id(..) | Extraction::NoId) {
-            return Err(Stop::Handoff);
+        match &found {
+            Extraction::Id(..) | Extraction::NoId => {}
+            Extraction::Pending(pending) => match pending.graphql() {
+                Some(graphql) => return Err(Stop::Graphql(graphql)),
+                None => return Err(Stop::Handoff),
+            },
+            Extraction::Ids(..) | Extraction::Fanout(_) => return Err(Stop::Handoff),
         }
         let routing = self.regions.current();
         let (decision, legacy_id) = self.resolve(&routing.table, found, span)?;
@@ -359,7 +382,7 @@ impl Proxy {
         addr: &ClientAddr,
         id: &RequestId,
         framing: Framing,
-    ) -> Result<Outbound, Stop> {
+    ) -> Result<Outbound, Stop<'static>> {
         let method = head.method.of(buf);
         let body = &buf[head.len..];
         let limit = self.config.retries.buffer_bytes;

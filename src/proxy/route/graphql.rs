@@ -96,22 +96,14 @@ pub(super) async fn read_ids(
     limit: usize,
     idle: Duration,
 ) -> Result<(Vec<Vec<u8>>, Either<Incoming, Bytes>), Problem> {
-    let mut ids = Vec::new();
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
-        match route.ids_from_query(query, ColdParse::SmallOnly, &mut ids) {
-            Err(GraphqlError::ParseElsewhere) => {
-                let (route, query) = (route.clone(), query.to_owned());
-                ids = off_worker(move |ids| route.ids_from_query(&query, ColdParse::Here, ids))
-                    .await?;
-            }
-            done => done.map_err(problem)?,
-        }
+        let ids = ids_in(route, Read::Query(query)).await?;
         return Ok((ids, Either::Left(body)));
     }
     if parts.method != Method::POST {
         // OPTIONS (CORS preflight) and the like carry no ids.
-        return Ok((ids, Either::Left(body)));
+        return Ok((Vec::new(), Either::Left(body)));
     }
     let declared = parts
         .headers
@@ -139,25 +131,46 @@ pub(super) async fn read_ids(
         }
         Err(e) => return Err(crate::proxy::client_body_problem(&*e)),
     };
-    let content_type = parts.headers.get(CONTENT_TYPE).cloned();
-    let ct = content_type.as_ref().map(|v| v.as_bytes());
-    let inline = if bytes.len() <= BLOCKING_ABOVE {
-        route.ids_from_body(ct, &bytes, ColdParse::SmallOnly, &mut ids)
-    } else {
-        Err(GraphqlError::ParseElsewhere)
-    };
-    match inline {
-        Err(GraphqlError::ParseElsewhere) => {
-            let (route, body) = (route.clone(), bytes.clone());
-            ids = off_worker(move |ids| {
-                let ct = content_type.as_ref().map(|v| v.as_bytes());
-                route.ids_from_body(ct, &body, ColdParse::Here, ids)
-            })
-            .await?;
-        }
-        done => done.map_err(problem)?,
-    }
+    let content_type = parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes());
+    let ids = ids_in(route, Read::Body(content_type, &bytes)).await?;
     Ok((ids, Either::Right(bytes)))
+}
+
+/// Where a GraphQL request's ids are read from: a `GET`'s query string, or a `POST`'s body
+/// (read whole) with its `Content-Type`.
+#[derive(Clone, Copy)]
+pub(in crate::proxy) enum Read<'a> {
+    Query(&'a str),
+    Body(Option<&'a [u8]>, &'a [u8]),
+}
+
+/// The ids of a GraphQL request, for both engines: on the worker when the plan cache has
+/// the document or it is small, else (a cold parse of more than 4 KiB, or a body over
+/// [`BLOCKING_ABOVE`]) on the blocking pool, from a copy. Errors: 400 `graphql-invalid`.
+pub(in crate::proxy) async fn ids_in(
+    route: &Arc<GraphqlRoute>,
+    read: Read<'_>,
+) -> Result<Vec<Vec<u8>>, Problem> {
+    let mut ids = Vec::new();
+    let inline = match read {
+        Read::Query(query) => route.ids_from_query(query, ColdParse::SmallOnly, &mut ids),
+        Read::Body(ct, body) if body.len() <= BLOCKING_ABOVE => {
+            route.ids_from_body(ct, body, ColdParse::SmallOnly, &mut ids)
+        }
+        Read::Body(..) => Err(GraphqlError::ParseElsewhere),
+    };
+    match (inline, read) {
+        (Err(GraphqlError::ParseElsewhere), Read::Query(query)) => {
+            let (route, query) = (route.clone(), query.to_owned());
+            off_worker(move |ids| route.ids_from_query(&query, ColdParse::Here, ids)).await
+        }
+        (Err(GraphqlError::ParseElsewhere), Read::Body(ct, body)) => {
+            let (route, ct, body) = (route.clone(), ct.map(<[u8]>::to_vec), body.to_vec());
+            off_worker(move |ids| route.ids_from_body(ct.as_deref(), &body, ColdParse::Here, ids))
+                .await
+        }
+        (done, _) => done.map(|()| ids).map_err(problem),
+    }
 }
 
 /// Runs an extraction on the blocking pool.

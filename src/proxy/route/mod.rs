@@ -18,7 +18,7 @@
 //! position, so errors say `router.yaml:6:12: routes[0].field: …`.
 
 mod fanout;
-mod graphql;
+pub(super) mod graphql;
 mod grpc;
 mod header;
 mod keys;
@@ -155,6 +155,17 @@ impl PartialEq for Pending<'_> {
 }
 
 impl Eq for Pending<'_> {}
+
+impl<'r> Pending<'r> {
+    /// The `graphql:` route, when the pending route is one (the own engine reads its body
+    /// itself; other kinds' it hands on).
+    pub fn graphql(&self) -> Option<&'r Arc<GraphqlRoute>> {
+        match self.0 {
+            Route::Graphql(route) => Some(route),
+            _ => None,
+        }
+    }
+}
 
 impl Route {
     /// The kind's name.
