@@ -242,9 +242,9 @@ async fn a_broken_chunked_answer_is_502_before_anything_is_sent() {
     }
 }
 
-/// What the own engine does not carry (here `Expect: 100-continue`, and a request to a
-/// GraphQL route) goes to hyper's engine with its connection, and is served there, as is
-/// the connection's next request.
+/// What the own engine does not carry (here an expectation other than `100-continue`, and
+/// a GraphQL body sent chunked) goes to hyper's engine with its connection, and is served
+/// there, as is the connection's next request.
 #[tokio::test]
 async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
     let up = Upstream::start("a").await;
@@ -258,7 +258,7 @@ async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
     .await;
     let path = format!("/v1/orders/{}", iuid_for(1));
     let expect = format!(
-        "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\nhello"
+        "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\nContent-Length: 5\r\n\r\nhello"
     );
     let next = format!("GET {path} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let answer = raw(router.addr, format!("{expect}{next}").into_bytes()).await;
@@ -267,7 +267,7 @@ async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
     assert_eq!(&up.last().body[..], b"");
     let query = r#"{"query":"{ node(id: \"x\") { id } }"}"#;
     let graphql = format!(
-        "POST /graphql HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{query}",
+        "POST /graphql HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{:x}\r\n{query}\r\n0\r\n\r\n",
         query.len()
     );
     let answer = raw(router.addr, graphql.into_bytes()).await;
@@ -456,4 +456,61 @@ async fn a_refused_requests_small_body_is_dropped_and_the_connection_goes_on() {
         !seen.contains("xxxx"),
         "the refused body never went upstream"
     );
+}
+
+/// `Expect: 100-continue` on the own engine (issue 37; main handed it to hyper's): the
+/// client that waits for `100 Continue` gets it, sends its body, gets the answer; the
+/// upstream gets the body without the hop-by-hop `Expect`; and a request refused from its
+/// head gets its final status at once and its connection closed, its body never asked for.
+#[tokio::test]
+async fn expect_100_continue_is_answered_before_the_body_is_read() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok").await;
+    let router = router_to(&url(up.addr), "expect").await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let mut conn = tokio::net::TcpStream::connect(router.addr)
+        .await
+        .expect("connect");
+    let head = format!(
+        "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n"
+    );
+    conn.write_all(head.as_bytes()).await.expect("head");
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let continue_line = b"HTTP/1.1 100 Continue\r\n\r\n";
+    while got.len() < continue_line.len() {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("100 Continue before the body")
+            .expect("read");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&got));
+        got.extend_from_slice(&buf[..n]);
+    }
+    assert_eq!(&got[..], continue_line);
+    conn.write_all(b"hello").await.expect("body");
+    let mut answer = Vec::new();
+    while !answer.ends_with(b"\r\n\r\nok") {
+        let n = tokio::time::timeout(Duration::from_secs(5), conn.read(&mut buf))
+            .await
+            .expect("answer")
+            .expect("read");
+        assert!(n > 0, "closed: {}", String::from_utf8_lossy(&answer));
+        answer.extend_from_slice(&buf[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200 OK\r\n"));
+    let seen = String::from_utf8(up.seen.lock().expect("seen").clone()).expect("ascii");
+    assert!(seen.ends_with("\r\n\r\nhello"), "{seen}");
+    assert!(!seen.to_lowercase().contains("expect:"), "{seen}");
+    // Refused from its head (no `Host`): 400 at once, no `100 Continue`, then closed.
+    let refused =
+        format!("POST {path} HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 5\r\n\r\n");
+    conn.write_all(refused.as_bytes()).await.expect("head");
+    let mut rest = Vec::new();
+    tokio::time::timeout(Duration::from_secs(5), conn.read_to_end(&mut rest))
+        .await
+        .expect("closed without waiting for a body")
+        .expect("read");
+    let rest = String::from_utf8_lossy(&rest);
+    assert!(rest.starts_with("HTTP/1.1 400 "), "{rest}");
+    assert!(!rest.contains("100 Continue"), "{rest}");
+    assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }

@@ -580,6 +580,24 @@ fn reason(status: u16) -> &'static [u8] {
         .as_bytes()
 }
 
+/// Writes `100 Continue` to a client that waits for it (`*expect`), once; false if the
+/// client was gone.
+pub(super) async fn send_continue<S>(
+    client: &mut Buffered<S>,
+    expect: &mut bool,
+    idle: Duration,
+) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    if !std::mem::take(expect) {
+        return true;
+    }
+    write_all(&mut client.io, b"HTTP/1.1 100 Continue\r\n\r\n", idle)
+        .await
+        .is_ok()
+}
+
 /// Writes a problem+json answer to the client; false if the client was gone.
 pub(super) async fn write_problem<S>(
     client: &mut Buffered<S>,

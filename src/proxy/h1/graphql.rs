@@ -32,6 +32,7 @@ impl Proxy {
         head: &RequestHead,
         route: &Arc<GraphqlRoute>,
         framing: Framing,
+        expect: &mut bool,
         span: &tracing::Span,
     ) -> Result<Planned, Stop<'static>>
     where
@@ -57,7 +58,15 @@ impl Proxy {
         }
         let total = head.len + length as usize;
         if post && length > 0 {
-            let failed = match client.read_to(total, self.config.timeouts.idle()).await {
+            let idle = self.config.timeouts.idle();
+            if !super::exchange::send_continue(client, expect, idle).await {
+                let error = crate::error::Error::new(
+                    crate::error::ErrorKind::Aborted,
+                    "the client closed its connection before sending its body",
+                );
+                return Err(Stop::Refuse(Problem::Client(error), true));
+            }
+            let failed = match client.read_to(total, idle).await {
                 Ok(true) => None,
                 Ok(false) => Some(RelayError::Read {
                     error: None,

@@ -8,11 +8,13 @@
 //! upstream connection, from a per-worker pool of plain sockets) → respond (the response head
 //! rewritten the same way, the body relayed by its framing).
 //!
-//! What this engine does not carry itself it hands back whole, before reading anything of
-//! the request's body: the connection goes on under hyper's engine, the head read again
-//! there ([`Outcome::Handoff`]). That is: HTTP/1.0, `Expect`, upgrades, targets not in
-//! origin form, GraphQL, gRPC and fan-out routes, legacy ids to probe, and regions with an
-//! HTTP/2 upstream. The REST path (an id in the path or a header, one region) is this
+//! What this engine does not carry itself it hands back whole, before anything of the
+//! request is used: the connection goes on under hyper's engine, the head (and a GraphQL
+//! body read so far) read again there ([`Outcome::Handoff`]). That is: HTTP/1.0, an
+//! expectation other than `100-continue`, upgrades, targets not in origin form, gRPC and
+//! fan-out routes, a chunked GraphQL body or a `nodes` split over several regions, legacy
+//! ids to probe, and regions with an HTTP/2 upstream. The REST path (an id in the path or a
+//! header, one region), GraphQL (`graphql.rs`) and `Expect: 100-continue` are this
 //! engine's.
 
 mod exchange;
@@ -199,12 +201,17 @@ impl Proxy {
                 })?;
                 Ok((planned, framing))
             });
+        // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
+        // for `100 Continue` before its body, which is answered here when the body is about
+        // to be read, as Envoy and nginx do; the field is hop-by-hop (docs/data-path.md).
+        let mut expect = head.seen.has(Seen::EXPECT)
+            && matches!(framing, Ok(Framing::Length(1..) | Framing::Chunked));
         // A GraphQL request's ids are in its body: read whole first (bounded), then resolved.
         let planned = match planned {
             Err(Stop::Graphql(route)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
                 let route = route.clone();
-                self.h1_graphql(client, head, &route, framing, &span)
+                self.h1_graphql(client, head, &route, framing, &mut expect, &span)
                     .await
                     .map(|planned| (planned, framing))
             }
@@ -212,6 +219,12 @@ impl Proxy {
             Err(Stop::Refuse(p, close)) => Err(Stop::Refuse(p, close)),
             Ok(planned) => Ok(planned),
         };
+        if expect
+            && planned.is_ok()
+            && !exchange::send_continue(client, &mut expect, self.config.timeouts.idle()).await
+        {
+            return Outcome::Close;
+        }
         // A body small enough to hold for a retry (`retries.buffer_bytes`) is read whole
         // first, as hyper's engine and nginx (`proxy_request_buffering`) read it: it can be
         // sent again, and it goes upstream with its head in one write. A refused request's
@@ -219,8 +232,11 @@ impl Proxy {
         // discards a body it answers without).
         let mut planned = planned;
         let mut dropped_body = 0;
+        // A refused request whose client still waits for `100 Continue` sends no body: its
+        // connection closes after the answer instead.
         let read_whole = match &planned {
-            Ok(_) | Err(Stop::Refuse(_, true)) => small_body,
+            Ok(_) => small_body,
+            Err(Stop::Refuse(_, true)) if !expect => small_body,
             Err(_) => None,
         };
         if let Some(n) = read_whole {
@@ -315,7 +331,7 @@ impl Proxy {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
-            || seen.has(Seen::EXPECT)
+            || seen.has(Seen::EXPECT) && !expects_continue(buf, head)
             || seen.has(Seen::CONTENT_TYPE)
                 && crate::extract::grpc::is_grpc_content_type(
                     head::all(buf, fields, b"content-type").next(),
@@ -473,6 +489,13 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     exchange::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
+}
+
+/// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1); another is
+/// hyper's engine's to answer.
+fn expects_continue(buf: &[u8], head: &RequestHead) -> bool {
+    let mut all = head::all(buf, &head.fields, b"expect");
+    all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// The problem for a request whose framing the codec refused.

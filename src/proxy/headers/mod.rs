@@ -25,17 +25,19 @@ pub use crate::problem::LoopReason;
 /// Hop-by-hop fields of RFC 9110 §7.6.1, plus the pre-standard `Keep-Alive` and
 /// `Proxy-Connection` that clients still send.
 /// `Connection` comes first and `Upgrade` last: [`may_upgrade`] and [`strip_present`] rely on it.
-const HOP_BY_HOP_NAMES: [&str; 7] = [
+const HOP_BY_HOP_NAMES: [&str; 8] = [
     "connection",
     "keep-alive",
     "proxy-connection",
     "te",
     "trailer",
     "transfer-encoding",
+    // Answered by the router itself (`100 Continue`), as Envoy and nginx answer it.
+    "expect",
     "upgrade",
 ];
 
-static HOP_BY_HOP: [HeaderName; 7] = {
+static HOP_BY_HOP: [HeaderName; 8] = {
     let n = HOP_BY_HOP_NAMES;
     [
         HeaderName::from_static(n[0]),
@@ -45,6 +47,7 @@ static HOP_BY_HOP: [HeaderName; 7] = {
         HeaderName::from_static(n[4]),
         HeaderName::from_static(n[5]),
         HeaderName::from_static(n[6]),
+        HeaderName::from_static(n[7]),
     ]
 };
 
@@ -113,14 +116,14 @@ const CLIENT_CERT_LENGTHS: u32 = {
 };
 
 /// In the bits of [`hop_by_hop_present`]: some client-certificate field is present.
-const CLIENT_CERT_BIT: u8 = 1 << 7;
+const CLIENT_CERT_BIT: u16 = 1 << 8;
 
 /// Bit `i` set when `HOP_BY_HOP[i]` is in `headers`; with `requests`, [`CLIENT_CERT_BIT`]
 /// set when a client-certificate field is. The same pass over the names finds both.
-fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u8 {
+fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u16 {
     let lengths = HOP_BY_HOP_LENGTHS;
     let certs = if requests { CLIENT_CERT_LENGTHS } else { 0 };
-    let mut present = 0u8;
+    let mut present = 0u16;
     for name in headers.keys() {
         let len = name.as_str().len();
         if len >= 32 || (lengths | certs) & (1 << len) == 0 {
@@ -160,15 +163,15 @@ fn owned_by_proxies(token: &[u8]) -> bool {
 }
 
 /// `present` (from [`hop_by_hop_present`]) has `Transfer-Encoding`.
-fn has_transfer_encoding(present: u8) -> bool {
+fn has_transfer_encoding(present: u16) -> bool {
     // HOP_BY_HOP[5] is `Transfer-Encoding`.
     present & (1 << 5) != 0
 }
 
 /// `present` (from [`hop_by_hop_present`]) has both `Connection` and `Upgrade`.
-fn may_upgrade(present: u8) -> bool {
-    // HOP_BY_HOP[0] is `Connection`, HOP_BY_HOP[6] `Upgrade`.
-    present & 1 != 0 && present & (1 << 6) != 0
+fn may_upgrade(present: u16) -> bool {
+    // HOP_BY_HOP[0] is `Connection`, HOP_BY_HOP[7] `Upgrade`.
+    present & 1 != 0 && present & (1 << 7) != 0
 }
 
 /// `X-Forwarded-For`: client addresses, appended by each proxy.
@@ -190,7 +193,7 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// [`strip_hop_by_hop`] with the fields present already known.
-fn strip_present(headers: &mut HeaderMap, present: u8) {
+fn strip_present(headers: &mut HeaderMap, present: u16) {
     if present == 0 {
         return;
     }
