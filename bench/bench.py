@@ -8,12 +8,27 @@ the proxy), peak RSS from VmHWM. The report goes to bench/RESULTS.md.
 
 Modes, from the environment; each applies to every proxy of the run, and they combine:
   TLS=1          the proxies terminate HTTPS (one certificate for all) and their TLS listeners
-                 are the measured targets; the upstreams stay plain HTTP
+                 are the measured targets; the upstreams stay plain HTTP (unless UPSTREAM_TLS=1)
   CONNCLOSE=1    a new connection per request (`Connection: close` on every request)
   RESP_BYTES=N   the upstreams answer N-byte bodies (a static file of N bytes)
   REQ_BYTES=N    POST requests with N-byte bodies
+  UPSTREAM_TLS=1 the upstreams serve TLS 1.3 only (a leaf for localhost and 127.0.0.1 signed by
+                 the throwaway CA, session cache and tickets on, keep-alive); every proxy
+                 verifies it against that CA (name localhost), keeps its upstream connections
+                 alive and resumes sessions
+  GRAPHQL=1      POST /graphql with `{"query":"query { node(id: \\"<id>\\") { id } }"}` (JSON, a
+                 different id per request); iuid-router routes it by the id, nginx and HAProxy
+                 read no id and proxy every such POST to one fixed region (eu): a floor, not the
+                 same work. iuid-router's REST path (GET /v1/orders/<id>) is driven in the same
+                 rounds as one more target. Not with REQ_BYTES.
 Unset, the run is the default one: GET over plain HTTP/1.1 keep-alive, answers of 3 bytes.
-The callgrind counts honour CONNCLOSE, RESP_BYTES and REQ_BYTES, and are plain HTTP always.
+The callgrind counts honour CONNCLOSE, RESP_BYTES, REQ_BYTES, UPSTREAM_TLS and GRAPHQL, and the
+client side of them is plain HTTP always.
+
+Each round also reads the upstream nginx's CPU (its own process tree, apart from the routing
+nginx) and the connections it accepted (its stub_status), and counts the TCP connections to or
+from the upstream ports that entered TIME-WAIT during the round: a proxy that churns its
+upstream connections opens and leaves thousands.
 """
 
 import argparse
@@ -37,6 +52,8 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # IUID_ROUTER_BIN compares another build (say, main's before a change) under the same job.
 BIN = os.environ.get("IUID_ROUTER_BIN", os.path.join(ROOT, "target", "release", "iuid-router"))
 UPSTREAMS = {"eu": 18081, "us": 18082, "ap": 18083}
+# The upstream nginx's stub_status (plain HTTP): connections it accepted, read per round.
+UPSTREAM_STATUS = 18084
 PORTS = {"nginx": 18090, "haproxy": 18091, "iuid-router": 18092}
 ADMIN = 18093
 # TLS termination (nginx `listen ssl`, HAProxy `bind ... ssl`, iuid-router `tls:`), and a
@@ -54,19 +71,35 @@ TLS = os.environ.get("TLS", "") == "1"
 CONNCLOSE = os.environ.get("CONNCLOSE", "") == "1"
 RESP_BYTES = int(os.environ.get("RESP_BYTES") or 0)
 REQ_BYTES = int(os.environ.get("REQ_BYTES") or 0)
+UPSTREAM_TLS = os.environ.get("UPSTREAM_TLS", "") == "1"
+GRAPHQL = os.environ.get("GRAPHQL", "") == "1"
+if GRAPHQL and REQ_BYTES:
+    sys.exit("GRAPHQL=1 sends its own body: unset REQ_BYTES")
+# GRAPHQL=1: iuid-router's GraphQL endpoint, and the region nginx and HAProxy send every
+# GraphQL request to (they read no id from the body).
+GRAPHQL_PATH, FLOOR_REGION = "/graphql", "eu"
 
 
 def mode_text():
     """The modes of this run, for the report's header line."""
     parts = []
     if TLS:
-        parts.append("TLS=1 (HTTPS to every proxy, one certificate; upstreams plain HTTP)")
+        parts.append("TLS=1 (HTTPS to every proxy, one certificate"
+                     + ("" if UPSTREAM_TLS else "; upstreams plain HTTP") + ")")
     if CONNCLOSE:
         parts.append("CONNCLOSE=1 (a new connection per request, `Connection: close`)")
     if RESP_BYTES:
         parts.append(f"RESP_BYTES={RESP_BYTES} (upstream answers of {RESP_BYTES} bytes, a static file)")
     if REQ_BYTES:
         parts.append(f"REQ_BYTES={REQ_BYTES} (POST bodies of {REQ_BYTES} bytes)")
+    if UPSTREAM_TLS:
+        parts.append("UPSTREAM_TLS=1 (the upstreams serve TLS 1.3 only; every proxy verifies "
+                     "their certificate against the throwaway CA, keeps upstream connections alive "
+                     "and resumes sessions; the callgrind runs use the same TLS upstreams)")
+    if GRAPHQL:
+        parts.append(f"GRAPHQL=1 (POST {GRAPHQL_PATH}, `node(id:)` in a JSON body; iuid-router routes "
+                     f"by the id, nginx and HAProxy read no id and proxy to one fixed region, "
+                     f"{FLOOR_REGION}: a floor; iuid-router's REST path driven beside it)")
     return "; ".join(parts) or "default (GET, plain HTTP/1.1 keep-alive, answers of 3 bytes)"
 
 
@@ -197,6 +230,60 @@ def peak_rss_mib(pid):
     return total / 1024
 
 
+def time_wait():
+    """The TCP connections in TIME-WAIT (what `ss -tan state time-wait` lists, read from
+    /proc/net/tcp) to an upstream port, closed first by the proxy side, and from one, closed
+    first by the upstream: two sets of (local, peer) address pairs. Those new after a round
+    are the upstream connections the round's proxy closed (or had closed)."""
+    ports = {f"{port:04X}" for port in UPSTREAMS.values()}
+    to_upstream, at_upstream = set(), set()
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if fields[3] != "06":  # TCP_TIME_WAIT
+                continue
+            local, peer = fields[1], fields[2]
+            if peer.rsplit(":", 1)[1] in ports:
+                to_upstream.add((local, peer))
+            elif local.rsplit(":", 1)[1] in ports:
+                at_upstream.add((local, peer))
+    return to_upstream, at_upstream
+
+
+def upstream_accepts():
+    """Connections the upstream nginx has accepted (stub_status), this one included."""
+    conn = http.client.HTTPConnection("127.0.0.1", UPSTREAM_STATUS, timeout=5)
+    conn.request("GET", "/")
+    text = conn.getresponse().read().decode()
+    conn.close()
+    # "Active connections: 1\nserver accepts handled requests\n 12 12 40\n..."
+    return int(text.splitlines()[2].split()[0])
+
+
+def check_upstream_tls(work):
+    """UPSTREAM_TLS: each upstream answers its region over TLS 1.3 with a certificate that
+    verifies against the throwaway CA as localhost, and refuses TLS 1.2."""
+    for region, port in UPSTREAMS.items():
+        ctx = ssl.create_default_context(cafile=f"{work}/certs/ca.pem")
+        conn = ctx.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                               server_hostname="localhost")
+        version = conn.version()
+        status, headers, _, _ = exchange(conn, "GET", "/", b"", "Connection: close\r\n")
+        conn.close()
+        if (version, status, headers.get("x-region")) != ("TLSv1.3", 200, region):
+            sys.exit(f"upstream {region} (port {port}): {version}, {status} {headers.get('x-region')}")
+        old = ssl.create_default_context(cafile=f"{work}/certs/ca.pem")
+        old.maximum_version = ssl.TLSVersion.TLSv1_2
+        try:
+            old.wrap_socket(socket.create_connection(("127.0.0.1", port), timeout=5),
+                            server_hostname="localhost").close()
+            sys.exit(f"upstream {region} (port {port}) accepts TLS 1.2")
+        except ssl.SSLError:
+            pass
+    print("   upstreams: TLS 1.3 only, certificate verified as localhost against the CA")
+
+
 def mint(country, count):
     out = subprocess.run([BIN, "mint", "--country", str(country), "--service", "1",
                           "--count", str(count)], check=True, capture_output=True, text=True)
@@ -230,8 +317,17 @@ def configs(work, ids_path):
             if REQ_BYTES else "")
     if RESP_BYTES:
         extra_http += "  proxy_max_temp_file_size 0;\n"
+    # UPSTREAM_TLS: TLS 1.3 only, the localhost leaf of the throwaway CA, one session cache
+    # and tickets for the three servers, connections kept (the plain run's keep-alive too).
+    ssl = " ssl" if UPSTREAM_TLS else ""
+    upstream_tls = (f"  ssl_certificate {work}/certs/localhost.pem;\n"
+                    f"  ssl_certificate_key {work}/certs/localhost-key.pem;\n"
+                    "  ssl_protocols TLSv1.3;\n"
+                    "  ssl_session_cache shared:up:10m;\n"
+                    "  ssl_session_tickets on;\n"
+                    "  keepalive_timeout 60s;\n" if UPSTREAM_TLS else "")
     upstream_servers = "\n".join(
-        f"""  server {{ listen 127.0.0.1:{port}; location / {{ {upstream_location(work, region)} }} }}"""
+        f"""  server {{ listen 127.0.0.1:{port}{ssl}; location / {{ {upstream_location(work, region)} }} }}"""
         for region, port in UPSTREAMS.items())
     write(f"{work}/upstreams.conf", f"""worker_processes 1;
 daemon off;
@@ -241,7 +337,8 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
-{extra_http}{upstream_servers}
+{upstream_tls}{extra_http}{upstream_servers}
+  server {{ listen 127.0.0.1:{UPSTREAM_STATUS}; location / {{ stub_status; }} }}
 }}
 """)
     # nginx routing by the id's country: hex chars 16-17 of the hyphenated id, after "8" + ver1.
@@ -251,6 +348,22 @@ http {{
     cases = "\n".join(
         f'    "~^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F]{country:02x}" {region};'
         for country, region in COUNTRIES.items())
+    # UPSTREAM_TLS: verify against the throwaway CA under the name localhost (sent as SNI),
+    # TLS 1.3 named (nginx before 1.23.4 leaves it out of proxy_ssl_protocols' default), and
+    # the session kept for the next connection; the `keepalive 64` pools above hold the
+    # connections themselves.
+    up = "https" if UPSTREAM_TLS else "http"
+    if UPSTREAM_TLS:
+        extra_http += (f"  proxy_ssl_verify on;\n  proxy_ssl_trusted_certificate {work}/certs/ca.pem;\n"
+                       "  proxy_ssl_name localhost;\n  proxy_ssl_server_name on;\n"
+                       "  proxy_ssl_protocols TLSv1.3;\n  proxy_ssl_session_reuse on;\n")
+    # GRAPHQL: nginx reads no id from a body; every GraphQL request goes to one region.
+    graphql_location = (f"""
+    location = {GRAPHQL_PATH} {{
+      proxy_pass {up}://{FLOOR_REGION};
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}""" if GRAPHQL else "")
     write(f"{work}/nginx.conf", f"""worker_processes 2;
 daemon off;
 pid {work}/nginx.pid;
@@ -268,10 +381,10 @@ http {{
     listen 127.0.0.1:{PORTS["nginx"]};
     location /v1/orders/ {{
       if ($region = "") {{ return 404; }}
-      proxy_pass http://$region;
+      proxy_pass {up}://$region;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-    }}
+    }}{graphql_location}
   }}
   server {{
     listen 127.0.0.1:{TLS_PORTS["nginx TLS"]} ssl;
@@ -280,17 +393,24 @@ http {{
     ssl_protocols TLSv1.2 TLSv1.3;
     location /v1/orders/ {{
       if ($region = "") {{ return 404; }}
-      proxy_pass http://$region;
+      proxy_pass {up}://$region;
       proxy_http_version 1.1;
       proxy_set_header Connection "";
-    }}
+    }}{graphql_location}
   }}
 }}
 """)
     write(f"{work}/countries.map", "".join(f"{c:02x} {r}\n" for c, r in COUNTRIES.items()))
+    # UPSTREAM_TLS: verified against the CA, SNI and the verified name localhost; HAProxy
+    # keeps a server's TLS session for its next connection by default (`ssl-reuse`).
+    server_tls = (f" ssl verify required ca-file {work}/certs/ca.pem sni str(localhost) verifyhost localhost"
+                  if UPSTREAM_TLS else "")
     backends = "\n".join(
-        f"backend {region}\n  http-reuse always\n  server {region}1 127.0.0.1:{port}\n"
+        f"backend {region}\n  http-reuse always\n  server {region}1 127.0.0.1:{port}{server_tls}\n"
         for region, port in UPSTREAMS.items())
+    # GRAPHQL: HAProxy reads no id from a body; every GraphQL request goes to one region.
+    graphql_rule = (f"  http-request set-var(txn.region) str({FLOOR_REGION}) if {{ path {GRAPHQL_PATH} }}\n"
+                    if GRAPHQL else "")
     # HAProxy wants the certificate and its key in one PEM.
     with open(f"{work}/certs/localhost.pem") as a, open(f"{work}/certs/localhost-key.pem") as b:
         write(f"{work}/certs/localhost-haproxy.pem", a.read() + b.read())
@@ -308,27 +428,30 @@ defaults
 frontend fe
   bind 127.0.0.1:{PORTS["haproxy"]}
 {tls_bind}  http-request set-var(txn.region) path,regsub(^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F],),regsub(-.*$,),lower,map({work}/countries.map)
-  http-request return status 404 unless {{ var(txn.region) -m found }}
+{graphql_rule}  http-request return status 404 unless {{ var(txn.region) -m found }}
   # HAProxy's argument parser ends regsub at the first ')', so no capture group: strip the
   # prefix up to the country's hex pair, then everything from the next '-'.
   use_backend %[var(txn.region)]
 {backends}""")
-    table = "".join(f"  {region}: {{ upstreams: [\"http://127.0.0.1:{port}\"] }}\n"
+    region_tls = f", tls: {{ ca: {work}/certs/ca.pem, server_name: localhost }}" if UPSTREAM_TLS else ""
+    table = "".join(f"  {region}: {{ upstreams: [\"{up}://127.0.0.1:{port}\"]{region_tls} }}\n"
                     for region, port in UPSTREAMS.items())
     countries = "".join(f"  {c}: {r}\n" for c, r in COUNTRIES.items())
     write(f"{work}/routing-table.yaml",
           f"version: bench\nregions:\n{table}countries:\n{countries}default_region: eu\n")
+    graphql_route = f"  - graphql: {GRAPHQL_PATH}\n" if GRAPHQL else ""
     write(f"{work}/router.yaml", f"""listen: 127.0.0.1:{PORTS["iuid-router"]}
 admin_listen: 127.0.0.1:{ADMIN}
 region: edge
 routing_table: routing-table.yaml
 routes:
   - path: /v1/orders/{{id}}
-reload: {{ watch: false }}
+{graphql_route}reload: {{ watch: false }}
 """ + ENGINE_LINE)
     # The same router with HTTPS on its listener (the certificate nginx TLS uses), and the
     # same router again for the binary compared against (IUID_ROUTER_BEFORE_BIN).
-    base = f"region: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /v1/orders/{{id}}\nreload: {{ watch: false }}\n"
+    base = (f"region: edge\nrouting_table: routing-table.yaml\nroutes:\n  - path: /v1/orders/{{id}}\n"
+            f"{graphql_route}reload: {{ watch: false }}\n")
     tls = f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, key: {work}/certs/localhost-key.pem }}\n"
     write(f"{work}/router-tls.yaml",
           f"listen: 127.0.0.1:{TLS_PORTS['iuid-router TLS']}\nadmin_listen: 127.0.0.1:{TLS_ADMIN}\n" + base + tls
@@ -339,22 +462,40 @@ reload: {{ watch: false }}
     # iuid-router needs no limit raised for REQ_BYTES: a path route finds its id without
     # reading the body, and there is no body size limit; a body up to retries.buffer_bytes
     # (64 KiB) is kept for a retry, a larger one streams upstream and is not retried.
-    if CONNCLOSE or REQ_BYTES:
-        headers = '{ ["Connection"] = "close" }' if CONNCLOSE else "{}"
-        body = f'string.rep("x", {REQ_BYTES})' if REQ_BYTES else "nil"
-        method = "POST" if REQ_BYTES else "GET"
-        request_args = f'"{method}", "/v1/orders/" .. ids[i], headers, body'
-        prelude = f"local headers = {headers}\nlocal body = {body}\n"
+    write(f"{work}/ids.lua", wrk_script(ids_path, GRAPHQL))
+    if GRAPHQL:
+        write(f"{work}/ids-rest.lua", wrk_script(ids_path, False))
+
+
+def wrk_script(ids_path, graphql):
+    """wrk's Lua: one request per id of the file in turn, in this run's mode (the REST path,
+    or with `graphql` a POST of a `node(id:)` query carrying the id)."""
+    headers = {}
+    if CONNCLOSE:
+        headers["Connection"] = "close"
+    if graphql:
+        headers["Content-Type"] = "application/json"
+        # The JSON {"query":"query { node(id: \"<id>\") { id } }"}, in a Lua '…' string.
+        body = r"""'{"query":"query { node(id: \\"' .. ids[i] .. '\\") { id } }"}'"""
+        request_args = f'"POST", "{GRAPHQL_PATH}", headers, {body}'
+    elif REQ_BYTES:
+        request_args = '"POST", "/v1/orders/" .. ids[i], headers, body'
+    elif CONNCLOSE:
+        request_args = '"GET", "/v1/orders/" .. ids[i], headers'
     else:
-        request_args, prelude = '"GET", "/v1/orders/" .. ids[i]', ""
-    write(f"{work}/ids.lua", prelude + f"""local ids = {{}}
+        request_args = '"GET", "/v1/orders/" .. ids[i]'
+    lua_headers = "{ " + ", ".join(f'["{k}"] = "{v}"' for k, v in headers.items()) + " }"
+    prelude = f"local headers = {lua_headers}\n" if headers or REQ_BYTES else ""
+    if REQ_BYTES and not graphql:
+        prelude += f'local body = string.rep("x", {REQ_BYTES})\n'
+    return prelude + f"""local ids = {{}}
 for line in io.lines("{ids_path}") do ids[#ids + 1] = line end
 local i = 0
 request = function()
   i = i % #ids + 1
   return wrk.format({request_args})
 end
-""")
+"""
 
 
 def client(port, scheme="http", certs=None, alpn=None):
@@ -437,17 +578,26 @@ def exchange(conn, method, path, body=b"", extra_headers=""):
     return status, headers, data, reusable
 
 
-def verify(name, port, samples, scheme="http", work=None):
+def verify(name, port, samples, scheme="http", work=None, graphql=False, floor=None):
     """Every sample id reaches its region (the upstream's X-Region), with this run's mode:
-    its method and body, `Connection: close`, the size of the answer, HTTPS."""
+    its method and body, `Connection: close`, the size of the answer, HTTPS. `graphql`: the
+    id in a GraphQL POST (GRAPHQL=1); `floor`: a peer that reads no id and must send every
+    request to that one region."""
     method, body = ("POST", b"x" * REQ_BYTES) if REQ_BYTES else ("GET", b"")
     extra = "Connection: close\r\n" if CONNCLOSE else ""
+    if graphql:
+        extra += "Content-Type: application/json\r\n"
     wrong, conn = [], None
     for uid, want in samples:
+        path = f"/v1/orders/{uid}"
+        if graphql:
+            method, path = "POST", GRAPHQL_PATH
+            body = json.dumps({"query": f'query {{ node(id: "{uid}") {{ id }} }}'}).encode()
+        want = floor or want
         reused = conn is not None
         conn = conn or client(port, scheme, f"{work}/certs")
         try:
-            status, headers, data, reusable = exchange(conn, method, f"/v1/orders/{uid}", body, extra)
+            status, headers, data, reusable = exchange(conn, method, path, body, extra)
         except (ConnectionError, ssl.SSLError):
             if not reused:
                 raise
@@ -456,7 +606,7 @@ def verify(name, port, samples, scheme="http", work=None):
             # client does, send again on a new connection.
             conn.close()
             conn = client(port, scheme, f"{work}/certs")
-            status, headers, data, reusable = exchange(conn, method, f"/v1/orders/{uid}", body, extra)
+            status, headers, data, reusable = exchange(conn, method, path, body, extra)
         if not reusable:
             conn.close()
             conn = None
@@ -469,7 +619,9 @@ def verify(name, port, samples, scheme="http", work=None):
         conn.close()
     if wrong:
         sys.exit(f"{name} misroutes {len(wrong)} of {len(samples)} ids, e.g. {wrong[:3]}")
-    print(f"   {name}: all {len(samples)} sample ids routed correctly")
+    how = (f" (GraphQL POSTs, every one to {floor}: no id read)" if floor else
+           " (GraphQL POSTs)" if graphql else "")
+    print(f"   {name}: all {len(samples)} sample ids routed correctly{how}")
 
 
 def ms(text):
@@ -478,9 +630,9 @@ def ms(text):
     return value / 1000 if unit == "us" else value * 1000 if unit == "s" else value
 
 
-def drive(port, work, args, scheme="http"):
+def drive(port, work, args, scheme="http", lua="ids.lua"):
     out = subprocess.run(["wrk", "-t1", f"-c{args.connections}", f"-d{args.duration}s",
-                          "--latency", "-s", f"{work}/ids.lua", f"{scheme}://127.0.0.1:{port}"],
+                          "--latency", "-s", f"{work}/{lua}", f"{scheme}://127.0.0.1:{port}"],
                          check=True, capture_output=True, text=True).stdout
     rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))
     total = int(re.search(r"(\d+) requests in", out).group(1))
@@ -717,9 +869,12 @@ def main():
 
     try:
         print("== starting peers")
-        start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work])
+        # Its own process tree, apart from the routing nginx's: its CPU is read per round.
+        upstream = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work])
         for port in UPSTREAMS.values():
-            wait_port(port)
+            wait_tcp(port) if UPSTREAM_TLS else wait_port(port)
+        if UPSTREAM_TLS:
+            check_upstream_tls(work)
         procs = {
             "nginx": start(["nginx", "-c", f"{work}/nginx.conf", "-p", work]),
             "haproxy": start(["haproxy", "-f", f"{work}/haproxy.cfg"]),
@@ -730,8 +885,11 @@ def main():
         for port in PORTS.values():
             wait_port(port)
         print("== verifying routing")
+        def floor(name):
+            """GRAPHQL: nginx and HAProxy send every GraphQL request to one region."""
+            return FLOOR_REGION if GRAPHQL and not name.startswith("iuid-router") else None
         for name in procs:
-            verify(name, PORTS[name], samples)
+            verify(name, PORTS[name], samples, graphql=GRAPHQL, floor=floor(name))
         env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
         # Extra targets: TLS termination, and the binary compared against. With TLS=1 the
         # TLS listeners of all three proxies are the measured targets, in place of the plain
@@ -745,13 +903,13 @@ def main():
             tls_targets.append(("iuid-router TLS", TLS_PORTS["iuid-router TLS"], tls_router, "https"))
             for name, port, _, scheme in tls_targets:
                 wait_tcp(port)
-                verify(name, port, samples, scheme, work)
+                verify(name, port, samples, scheme, work, GRAPHQL, floor(name))
             extra += tls_targets
             if BEFORE_BIN:
                 before = start([BEFORE_BIN, "serve", "--config", f"{work}/router-before.yaml"], env=env)
                 scheme = "https" if TLS else "http"
                 wait_tcp(BEFORE_PORT) if TLS else wait_port(BEFORE_PORT)
-                verify("iuid-router (before)", BEFORE_PORT, samples, scheme, work)
+                verify("iuid-router (before)", BEFORE_PORT, samples, scheme, work, GRAPHQL)
                 extra.append(("iuid-router (before)", BEFORE_PORT, before, scheme))
 
         if args.profile_only:
@@ -761,7 +919,18 @@ def main():
             print(text)
             return
         plain = [] if TLS else [(name, PORTS[name], procs[name], "http") for name in procs]
-        targets = [("upstream direct", UPSTREAMS["eu"], None, "http")] + plain + extra
+        targets = [("upstream direct", UPSTREAMS["eu"], None, "https" if UPSTREAM_TLS else "http")]
+        targets += plain + extra
+        # GRAPHQL: the measured iuid-router's REST path too, on the same listener and process,
+        # right after it in every round (wrk's REST script).
+        lua = {}
+        if GRAPHQL:
+            at = [t[0] for t in targets].index("iuid-router TLS" if TLS else "iuid-router")
+            name, port, proc, scheme = targets[at]
+            rest = f"{name} REST"
+            verify(rest, port, samples, scheme, work)
+            targets.insert(at + 1, (rest, port, proc, scheme))
+            lua[rest] = "ids-rest.lua"
         if args.only:
             wanted = {n.strip() for n in args.only.split(",")}
             targets = [t for t in targets if t[0] in wanted]
@@ -771,8 +940,17 @@ def main():
                 before = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
                 workers_before = worker_seconds(proc.pid) if proc else []
                 switches_before = context_switches(proc.pid) if proc else (0, 0)
-                run = drive(port, work, args, scheme)
+                upstream_before, tw_before = sum(cpu_seconds(upstream.pid)), time_wait()
+                accepts_before = upstream_accepts()
+                run = drive(port, work, args, scheme, lua.get(name, "ids.lua"))
                 after = cpu_seconds(proc.pid) if proc else (0.0, 0.0)
+                # The upstream nginx's CPU (for "upstream direct", the measured peer itself),
+                # the connections it accepted in this round (less the status request's own),
+                # and the upstream connections that entered TIME-WAIT in it.
+                run["up100k"] = (sum(cpu_seconds(upstream.pid)) - upstream_before) / run["total"] * 1e5
+                run["up_conns"] = upstream_accepts() - accepts_before - 1
+                tw_after = time_wait()
+                run["tw_to"], run["tw_at"] = (len(a - b) for a, b in zip(tw_after, tw_before))
                 switches = [a - b for a, b in zip(context_switches(proc.pid) if proc else (0, 0),
                                                   switches_before)]
                 workers = [a - b for a, b in zip(worker_seconds(proc.pid) if proc else [], workers_before)]
@@ -791,6 +969,8 @@ def main():
                 if proc:
                     errs += (f"  switches/req {switches[0] / run['total']:.2f} voluntary"
                              f" {switches[1] / run['total']:.2f} involuntary")
+                errs += (f"  upstream {run['up100k']:.2f} CPU-s/100k, {run['up_conns']} connections"
+                         f" opened, TIME-WAIT +{run['tw_to']} to / +{run['tw_at']} at upstreams")
                 print(f"   round {r} {name:15} {run['rps']:>9.0f} req/s  p50 {run['p50']:.2f} ms"
                       f"  p90 {run['p90']:.2f}  p99 {run['p99']:.2f} ms  {cpu}{errs}")
         if args.only:
@@ -871,6 +1051,36 @@ def report(results, args, medians, profile):
     if gql is not None:
         checks.append((f"GraphQL extraction of a 2 KiB query on a plan-cache hit ≤ 5 µs "
                        f"(criterion median: {gql / 1000:.2f} µs)", gql <= 5000.0))
+    # The upstream side: the upstream nginx's CPU while each target is driven, the
+    # connections it accepted, and the upstream connections each round left in TIME-WAIT.
+    lines += ["", "## The upstream side", "",
+              "The upstream nginx's CPU while each target is driven (for `upstream direct` it is "
+              "the measured peer), the connections it accepted in a round (its stub_status), and "
+              "the TCP connections to or from the upstream ports that entered TIME-WAIT during a "
+              "round: closed first by the proxy (to) or by the upstream (at). A proxy that keeps "
+              "its upstream connections opens few (its pools filling) and leaves few; one that "
+              "churns them opens thousands (a connection reset rather than closed leaves no "
+              "TIME-WAIT, but was opened).", "",
+              "| target | upstream CPU-s per 100k | upstream connections opened per round | "
+              "TIME-WAIT per round, to / at the upstreams |",
+              "|---|---|---|---|"]
+    for name in results:
+        opened = "; ".join(str(r["up_conns"]) for r in results[name])
+        tw = "; ".join(f"{r['tw_to']} / {r['tw_at']}" for r in results[name])
+        lines.append(f"| {name} | {span(name, 'up100k', '{:.2f}')} | {opened} | {tw} |")
+    if GRAPHQL:
+        r_name = "iuid-router TLS" if TLS else "iuid-router"
+        g, rest = r_name, f"{r_name} REST"
+        lines += ["", "## GraphQL (GRAPHQL=1)", "",
+                  f"- nginx and HAProxy read no id from a GraphQL body: they proxy every `POST "
+                  f"{GRAPHQL_PATH}` to one fixed region ({FLOOR_REGION}), a floor that does less "
+                  "than routing by the id; iuid-router parses the query for `node(id:)` and routes it."]
+        if g in results and rest in results:
+            lines.append(
+                f"- iuid-router, GraphQL against its own REST path in the same rounds: "
+                f"{med(g, 'rps'):.0f} against {med(rest, 'rps'):.0f} req/s, "
+                f"{med(g, 'cpu100k'):.2f} against {med(rest, 'cpu100k'):.2f} CPU-s/100k, "
+                f"p99 {med(g, 'p99'):.2f} against {med(rest, 'p99'):.2f} ms.")
     lines += ["", "## Targets (issue 6)", ""] + \
              ([] if mode_text().startswith("default") else
               ["The targets are set for the default mode; in this mode they are for reference.", ""]) + \

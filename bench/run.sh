@@ -22,7 +22,25 @@
 #                 `client_body_buffer_size 1m` (kept in memory); HAProxy and iuid-router need
 #                 no setting (a body up to iuid-router's retries.buffer_bytes, 64 KiB, is kept
 #                 for a retry, a larger one streams)
+#   UPSTREAM_TLS=1  the upstreams serve TLS 1.3 only (nginx `ssl_protocols TLSv1.3`, a leaf for
+#                 localhost and 127.0.0.1 signed by the throwaway CA, `ssl_session_cache` and
+#                 tickets on, keep-alive); every proxy verifies it against that CA as localhost,
+#                 keeps upstream connections alive and resumes sessions (nginx `proxy_pass
+#                 https://` with `proxy_ssl_verify on`, `proxy_ssl_name localhost`, `keepalive 64`;
+#                 HAProxy `server ... ssl verify required ca-file sni str(localhost) verifyhost
+#                 localhost`, `http-reuse always`; iuid-router `https://` upstreams with the
+#                 region's `tls: { ca, server_name: localhost }`); callgrind uses them too
+#   GRAPHQL=1     POST /graphql, `{"query":"query { node(id: \"<id>\") { id } }"}` (JSON, a
+#                 different id per request): iuid-router routes by the id (a `graphql:` route);
+#                 nginx and HAProxy read no id and proxy every such POST to one fixed region (eu),
+#                 a floor, not the same work; iuid-router's REST path is driven in the same
+#                 rounds as one more target (`iuid-router REST`). Not with REQ_BYTES.
+#   Every run also reports, per target, the upstream nginx's CPU-s per 100k requests, the
+#   connections it accepted (its stub_status on 18084) and the upstream connections each round
+#   left in TIME-WAIT (a proxy that churns them opens and leaves thousands).
 #   e.g. TLS=1 CONNCLOSE=1 bash bench/run.sh --rounds 1 --duration 5 --no-criterion --no-profile
+#        UPSTREAM_TLS=1 CONNCLOSE=1 bash bench/run.sh --rounds 1 --duration 5 --no-criterion --no-profile
+#        GRAPHQL=1 bash bench/run.sh --rounds 1 --duration 5 --no-criterion --no-profile
 #        CONNCLOSE=1 bash bench/run.sh --profile-only --out /tmp/cg.md   # callgrind: all but TLS
 #
 # bench/idle.py (run it after this script has installed and built what it needs) measures
