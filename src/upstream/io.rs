@@ -44,15 +44,32 @@ impl UpstreamIo {
 
     /// Whether something waits to be read on a connection that expects nothing: the event
     /// loop saw its socket readable (the upstream closed it, or sent bytes), or rustls holds
-    /// decrypted bytes. Without a system call: from tokio's readiness and rustls's state.
+    /// decrypted bytes. A plain socket is judged without a system call, from tokio's
+    /// readiness. A readable TLS socket is read, without waiting: TLS 1.3 servers (OpenSSL's
+    /// among them) send their session tickets after the handshake, often after the first
+    /// answer, and those records leave the socket readable with nothing for the
+    /// application; rustls takes them (the tickets go to the session cache), and only
+    /// application bytes or the connection's end count. Taking them for a close made every
+    /// pooled TLS connection single-use (thousands of handshakes a second under load).
     pub fn has_unread(&mut self) -> bool {
-        if let UpstreamIo::Tls(s) = self {
-            if tls_plaintext(s) > 0 {
-                return true;
-            }
-        }
         let mut cx = Context::from_waker(Waker::noop());
-        matches!(self.tcp().poll_read_ready(&mut cx), Poll::Ready(_))
+        let readable = matches!(self.tcp().poll_read_ready(&mut cx), Poll::Ready(_));
+        let s = match self {
+            UpstreamIo::Plain(_) => return readable,
+            UpstreamIo::Tls(s) => s,
+        };
+        if tls_plaintext(s) > 0 {
+            return true;
+        }
+        if !readable {
+            return false;
+        }
+        let mut byte = [0u8; 1];
+        let mut buf = ReadBuf::new(&mut byte);
+        // Pending: what came was TLS's own (tickets, a key update), all taken.
+        !Pin::new(s.as_mut())
+            .poll_read(&mut cx, &mut buf)
+            .is_pending()
     }
 }
 
