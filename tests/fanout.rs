@@ -463,3 +463,68 @@ async fn a_failed_region_entry_gives_the_reason() {
     let why = problem["regions"]["c"]["error"].as_str().expect("named");
     assert!(why.contains("order-42"), "{why}");
 }
+
+/// Issue 37: a fan-out is served on the own HTTP/1.1 engine (main handed its connection to
+/// hyper's): pages, a refused `POST` (405, its body dropped, the connection kept) and pages
+/// again go over one kept-alive connection, and no connection is handed to hyper's engine
+/// (`iuid_router_http1_handoffs_total`, process-wide: no other test here hands one off).
+#[tokio::test]
+async fn a_fanout_is_carried_by_the_own_engine_without_a_handoff() {
+    use std::io::{Read, Write};
+    let regions = [
+        ListRegion::start("a").await,
+        ListRegion::start("b").await,
+        ListRegion::start("c").await,
+    ];
+    let config = format!("{}http1_engine: own\n", config(""));
+    let router = Router::start(
+        &config,
+        &table([regions[0].url(), regions[1].url(), regions[2].url()]),
+    )
+    .await;
+    let before = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    let addr = router.addr;
+    let answers = tokio::task::spawn_blocking(move || {
+        let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let requests = [
+            "GET /v1/orders?limit=3 HTTP/1.1\r\nHost: t\r\n\r\n",
+            "POST /v1/orders HTTP/1.1\r\nHost: t\r\nContent-Length: 2\r\n\r\n{}",
+            "GET /v1/orders-asc?limit=2 HTTP/1.1\r\nHost: t\r\n\r\n",
+        ];
+        let mut answers = Vec::new();
+        for request in requests {
+            conn.write_all(request.as_bytes()).expect("write");
+            let mut got = Vec::new();
+            let mut buf = [0u8; 8192];
+            loop {
+                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+                    let length: usize = head
+                        .lines()
+                        .find_map(|l| l.strip_prefix("content-length:"))
+                        .and_then(|v| v.trim().parse().ok())
+                        .expect("a length");
+                    if got.len() >= end + 4 + length {
+                        break;
+                    }
+                }
+                let n = conn.read(&mut buf).expect("read");
+                assert!(n > 0, "closed after {} answers", answers.len());
+                got.extend_from_slice(&buf[..n]);
+            }
+            answers.push(String::from_utf8_lossy(&got).into_owned());
+        }
+        answers
+    })
+    .await
+    .expect("client");
+    assert!(answers[0].starts_with("HTTP/1.1 200 "), "{}", answers[0]);
+    assert!(answers[0].contains("\"items\""), "{}", answers[0]);
+    assert!(answers[1].starts_with("HTTP/1.1 405 "), "{}", answers[1]);
+    assert!(answers[1].contains("allow: GET"), "{}", answers[1]);
+    assert!(answers[2].starts_with("HTTP/1.1 200 "), "{}", answers[2]);
+    let after = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    assert_eq!(after, before, "no connection handed to hyper's engine");
+}

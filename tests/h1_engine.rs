@@ -256,6 +256,7 @@ async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
         &lettered_table("h1", &[&[up.url()]]),
     )
     .await;
+    let handoffs = router.metric("iuid_router_http1_handoffs_total", &[]).await;
     let path = format!("/v1/orders/{}", iuid_for(1));
     let expect = format!(
         "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\nContent-Length: 5\r\n\r\nhello"
@@ -274,6 +275,9 @@ async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
     // Hyper's engine answers: its header names are lowercase.
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     assert!(answer.contains("x-request-id: "), "{answer}");
+    // Each connection handed on is counted (other tests here may add theirs).
+    let now = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    assert!(now >= handoffs + 2.0, "{handoffs} -> {now}");
 }
 
 /// A client that stops sending its body midway is the client's error: the upstream never

@@ -260,6 +260,9 @@ async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: 
 /// Serves the rest of the connection with hyper's engine (HTTP/1.1, or HTTP/2 for an h2c
 /// client), the pending bytes first.
 async fn handoff<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>, protocol: Protocol) {
+    if protocol == Protocol::Http1 {
+        crate::metrics::http1_handoff();
+    }
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
     conn.serve(protocol, rewind).await

@@ -609,9 +609,23 @@ pub(super) async fn write_problem<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
+    write_response(client, problem.into_response(), id, close, idle).await
+}
+
+/// Writes an answer the router made whole (a refusal, a merged fan-out page) to the
+/// client, with its length, the request id and `Date`; false if the client was gone.
+pub(super) async fn write_response<S>(
+    client: &mut Buffered<S>,
+    resp: http::Response<http_body_util::Full<bytes::Bytes>>,
+    id: &RequestId,
+    close: bool,
+    idle: Duration,
+) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
     use futures_util::FutureExt;
     use http_body_util::BodyExt;
-    let resp = problem.into_response();
     let status = resp.status();
     let mut wire = Vec::with_capacity(512);
     write::status_line(&mut wire, status.as_u16(), reason(status.as_u16()));

@@ -11,13 +11,14 @@
 //! What this engine does not carry itself it hands back whole, before anything of the
 //! request is used: the connection goes on under hyper's engine, the head (and a GraphQL
 //! body read so far) read again there ([`Outcome::Handoff`]). That is: HTTP/1.0, an
-//! expectation other than `100-continue`, upgrades, targets not in origin form, gRPC and
-//! fan-out routes, a chunked GraphQL body or a `nodes` split over several regions, legacy
-//! ids to probe, and regions with an HTTP/2 upstream. The REST path (an id in the path or a
-//! header, one region), GraphQL (`graphql.rs`) and `Expect: 100-continue` are this
-//! engine's.
+//! expectation other than `100-continue`, upgrades, targets not in origin form, gRPC
+//! routes, a fan-out `GET` with a body, a chunked GraphQL body or a `nodes` split over
+//! several regions, legacy ids to probe, and regions with an HTTP/2 upstream. The REST path
+//! (an id in the path or a header, one region), GraphQL (`graphql.rs`), fan-outs
+//! (`fanout.rs`) and `Expect: 100-continue` are this engine's.
 
 mod exchange;
+mod fanout;
 mod graphql;
 
 use std::time::Instant;
@@ -87,6 +88,8 @@ enum Stop<'r> {
     /// A `graphql:` route: its ids are in the body (or the query string), read next
     /// (`graphql.rs`).
     Graphql(&'r std::sync::Arc<crate::extract::graphql::GraphqlRoute>),
+    /// A `fanout:` route: every region asked (`fanout.rs`).
+    Fanout(&'r std::sync::Arc<crate::extract::fanout::FanoutRoute>),
 }
 
 impl From<Problem> for Stop<'_> {
@@ -179,6 +182,7 @@ impl Proxy {
                 path: text(head.target),
                 started,
                 route: None,
+                regions: None,
             }
         });
         let framing = match head.seen.has(Seen::FRAMING) {
@@ -214,6 +218,20 @@ impl Proxy {
                 self.h1_graphql(client, head, &route, framing, &mut expect, &span)
                     .await
                     .map(|planned| (planned, framing))
+            }
+            Err(Stop::Fanout(route)) => {
+                let route = route.clone();
+                let close = client_close;
+                let done = self.h1_fanout(client, head, &route, addr, &id, close).await;
+                let region = &self.all_regions;
+                region.request(Some(crate::extract::RouteKind::Fanout), done.status);
+                if let Some(log) = &mut log {
+                    log.route = Some(crate::extract::RouteKind::Fanout);
+                    log.regions = done.regions;
+                    log.write(&id, done.status, Some(&region.label), None);
+                }
+                drop(in_flight);
+                return done.outcome;
             }
             Err(Stop::Handoff) => Err(Stop::Handoff),
             Err(Stop::Refuse(p, close)) => Err(Stop::Refuse(p, close)),
@@ -270,8 +288,8 @@ impl Proxy {
         });
         let (planned, outbound) = match planned {
             Ok(ready) => ready,
-            // (A GraphQL stop was resolved above.)
-            Err(Stop::Handoff | Stop::Graphql(_)) => return Outcome::Handoff,
+            // (GraphQL and fan-out stops were taken above.)
+            Err(Stop::Handoff | Stop::Graphql(_) | Stop::Fanout(_)) => return Outcome::Handoff,
             Err(Stop::Refuse(problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
@@ -367,6 +385,14 @@ impl Proxy {
                 Some(graphql) => return Err(Stop::Graphql(graphql)),
                 None => return Err(Stop::Handoff),
             },
+            // A list is asked with GET (405 otherwise, its body dropped); a GET with a body
+            // is hyper's.
+            Extraction::Fanout(_) if head.method.of(buf) != b"GET" => {
+                return Err(Problem::GetOnly.into())
+            }
+            Extraction::Fanout(route) if !seen.has(Seen::FRAMING) => {
+                return Err(Stop::Fanout(route))
+            }
             Extraction::Ids(..) | Extraction::Fanout(_) => return Err(Stop::Handoff),
         }
         let routing = self.regions.current();
@@ -515,6 +541,8 @@ struct Logged {
     path: String,
     started: Instant,
     route: Option<crate::extract::RouteKind>,
+    /// The regions asked, when several were (a fan-out).
+    regions: Option<String>,
 }
 
 impl Logged {
@@ -526,7 +554,7 @@ impl Logged {
             status,
             route: self.route,
             region,
-            regions: None,
+            regions: self.regions.as_deref(),
             upstream,
             started: self.started,
         });
