@@ -7,6 +7,7 @@
 //! answer badly is the upstream's (502/504, counted, ejecting). A message whose framing
 //! breaks midway is never completed on the other side: its connection is closed.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use http::uri::Authority;
@@ -228,7 +229,7 @@ impl Proxy {
     async fn h1_attempt<S>(
         &self,
         client: &mut Buffered<S>,
-        state: &UpstreamState,
+        state: &Arc<UpstreamState>,
         out: &Outbound,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
@@ -260,7 +261,7 @@ impl Proxy {
     async fn h1_send<S>(
         &self,
         client: &mut Buffered<S>,
-        state: &UpstreamState,
+        state: &Arc<UpstreamState>,
         out: &Outbound,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
@@ -277,9 +278,14 @@ impl Proxy {
                 // Sent again after a stale pooled connection: a new one.
                 None if retried => (state.raw_connect().await.map_err(Failed::Upstream)?, false),
                 // A connection freed meanwhile is taken instead of waiting on a new one (under
-                // load, hundreds of connects at once would each risk `connect_ms`).
+                // load, hundreds of connects at once would each risk `connect_ms`). The new
+                // one is not dropped then: its task finishes it and pools it. Dropped
+                // midway, a TLS handshake was wasted on both sides and the connection
+                // reset, and under load most were (the bench's UPSTREAM_TLS mode saw
+                // thousands of upstream handshakes a round, as hyper-util's pool avoids by
+                // finishing every connect it starts).
                 None => {
-                    let connecting = state.raw_connect();
+                    let connecting = connect_in_background(state);
                     tokio::pin!(connecting);
                     tokio::select! {
                         biased;
@@ -543,6 +549,27 @@ impl Proxy {
             state.raw_pool().checkin(up);
         }
         Ok(responded)
+    }
+}
+
+/// A new connection to `state`'s upstream, made on a task of its own: awaited, it is the
+/// caller's; dropped before it is made (the caller took a freed connection), the task still
+/// makes it and checks it into the calling worker's pool. Errors: `Connect`.
+async fn connect_in_background(state: &Arc<UpstreamState>) -> Result<RawConn, Error> {
+    let (made, connected) = tokio::sync::oneshot::channel();
+    let upstream = Arc::clone(state);
+    tokio::spawn(async move {
+        let conn = upstream.raw_connect().await;
+        if let Err(Ok(unwanted)) = made.send(conn) {
+            upstream.raw_pool().checkin(unwanted);
+        }
+    });
+    match connected.await {
+        Ok(conn) => conn,
+        Err(_) => Err(Error::new(
+            ErrorKind::Connect,
+            "connect failed: its task ended before the connection was made",
+        )),
     }
 }
 
