@@ -136,6 +136,20 @@ fn the_named_seeds_come_to_what_rfc_9112_and_the_codec_say() {
         ("trailer-obs-fold", "Chunked: BadByte"),
         ("trailer-space-in-name", "Chunked: BadByte"),
         ("chunk-ext-control", "Chunked: BadByte"),
+        // RFC 9112 §7.1.1's extension grammar (issue 37: llhttp refuses these).
+        ("chunk-ext-bare-semicolon", "Chunked: BadByte"),
+        ("chunk-ext-open-quote", "Chunked: BadByte"),
+        ("chunk-ext-no-value", "Chunked: BadByte"),
+        ("chunk-ext-trailing-space", "Chunked: BadByte"),
+        (
+            "chunk-ext-quoted-pair",
+            "Chunked: ends 0 bytes before the end",
+        ),
+        // Trailers the router drops from a request (RFC 9110 §6.5.1) are valid framing.
+        (
+            "chunked-forbidden-trailers",
+            "Chunked: ends 0 bytes before the end",
+        ),
     ];
     let responses = [
         ("resp-length", "Length(3)"),
