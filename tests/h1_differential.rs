@@ -109,6 +109,12 @@ fn read_chunked(
         }
         let split = line.iter().position(|&b| b == b';').unwrap_or(line.len());
         let size = trim(&line[..split]);
+        // A strict parser's rule (llhttp refuses what is outside it), so that a forwarded
+        // extension the next hop would refuse fails the case (issue 37).
+        let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+        if !common::chunk_ext_ok(&line[digits..]) {
+            return Err("a chunk extension outside RFC 9112 §7.1.1's grammar");
+        }
         if size.is_empty() || size.len() > 16 || !size.iter().all(u8::is_ascii_hexdigit) {
             return Err("a chunk size that is not 1-16 hex digits");
         }
@@ -129,7 +135,21 @@ fn read_chunked(
                 if line.contains(&b'\n') || line.contains(&b'\r') {
                     return Err("a bare CR or LF in a trailer line");
                 }
-                trailers.push(field_line(line)?);
+                let (name, value) = field_line(line)?;
+                // RFC 9110 §6.5.1: framing, routing and forwarding fields are never trailers.
+                let forbidden = [
+                    &b"content-length"[..],
+                    b"transfer-encoding",
+                    b"host",
+                    b"x-forwarded-for",
+                    b"forwarded",
+                    b"via",
+                    b"x-request-id",
+                ];
+                if forbidden.iter().any(|f| name.eq_ignore_ascii_case(f)) {
+                    return Err("a trailer field RFC 9110 §6.5.1 forbids");
+                }
+                trailers.push((name, value));
             }
         }
         if buf.len() < pos + n + 2 {

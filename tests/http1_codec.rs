@@ -8,6 +8,8 @@
 //! - request heads with generated `Content-Length` and `Transfer-Encoding` lines:
 //!   `request_framing` says what a rule written from RFC 9112 §6 and the codec's docs says.
 
+mod common;
+
 use iuid_router::http1::chunked::Progress;
 use iuid_router::http1::{
     parse_request, request_framing, ChunkError, Chunked, Framing, FramingError, RequestHead,
@@ -67,52 +69,10 @@ fn is_tchar(c: u8) -> bool {
 fn chunk_size(line: &[u8]) -> Option<u64> {
     let digits = line.iter().take_while(|c| c.is_ascii_hexdigit()).count();
     let size = &line[..digits];
-    if !ext_ok(&line[digits..]) || size.is_empty() || size.len() > 16 {
+    if !common::chunk_ext_ok(&line[digits..]) || size.is_empty() || size.len() > 16 {
         return None;
     }
     u64::from_str_radix(std::str::from_utf8(size).ok()?, 16).ok()
-}
-
-/// `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )`, RFC 9112 §7.1.1.
-fn ext_ok(mut e: &[u8]) -> bool {
-    let ws = |e: &[u8]| e.iter().take_while(|&&c| c == b' ' || c == b'\t').count();
-    let token = |e: &[u8]| e.iter().take_while(|&&c| is_tchar(c)).count();
-    while !e.is_empty() {
-        e = &e[ws(e)..];
-        let Some(rest) = e.strip_prefix(b";") else {
-            return false;
-        };
-        e = &rest[ws(rest)..];
-        let name = token(e);
-        if name == 0 {
-            return false;
-        }
-        e = &e[name..];
-        let w = ws(e);
-        let Some(rest) = e[w..].strip_prefix(b"=") else {
-            continue;
-        };
-        e = &rest[ws(rest)..];
-        if let Some(quoted) = e.strip_prefix(b"\"") {
-            let mut i = 0;
-            loop {
-                match quoted.get(i) {
-                    Some(b'"') => break,
-                    Some(b'\\') if quoted.get(i + 1).is_some_and(|&c| is_text(c)) => i += 2,
-                    Some(&c) if c != b'\\' && is_text(c) => i += 1,
-                    _ => return false,
-                }
-            }
-            e = &quoted[i + 1..];
-        } else {
-            let value = token(e);
-            if value == 0 {
-                return false;
-            }
-            e = &e[value..];
-        }
-    }
-    true
 }
 
 /// `token ":" *text`.

@@ -692,3 +692,51 @@ pub async fn raw_http(addr: SocketAddr, request: Vec<u8>) -> String {
     .await
     .expect("join")
 }
+
+/// A strict reader's rule for chunk extensions (llhttp's, h11's):
+/// `*( BWS ";" BWS token [ BWS "=" BWS ( token / quoted-string ) ] )`, RFC 9112 §7.1.1.
+pub fn chunk_ext_ok(mut e: &[u8]) -> bool {
+    let text = |c: u8| c == b'\t' || (c >= 0x20 && c != 0x7f);
+    let ws = |e: &[u8]| e.iter().take_while(|&&c| c == b' ' || c == b'\t').count();
+    let token = |e: &[u8]| {
+        e.iter()
+            .take_while(|&&c| c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&c))
+            .count()
+    };
+    while !e.is_empty() {
+        e = &e[ws(e)..];
+        let Some(rest) = e.strip_prefix(b";") else {
+            return false;
+        };
+        e = &rest[ws(rest)..];
+        let name = token(e);
+        if name == 0 {
+            return false;
+        }
+        e = &e[name..];
+        let w = ws(e);
+        let Some(rest) = e[w..].strip_prefix(b"=") else {
+            continue;
+        };
+        e = &rest[ws(rest)..];
+        if let Some(quoted) = e.strip_prefix(b"\"") {
+            let mut i = 0;
+            loop {
+                match quoted.get(i) {
+                    Some(b'"') => break,
+                    Some(b'\\') if quoted.get(i + 1).is_some_and(|&c| text(c)) => i += 2,
+                    Some(&c) if c != b'\\' && text(c) => i += 1,
+                    _ => return false,
+                }
+            }
+            e = &quoted[i + 1..];
+        } else {
+            let value = token(e);
+            if value == 0 {
+                return false;
+            }
+            e = &e[value..];
+        }
+    }
+    true
+}
