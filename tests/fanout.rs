@@ -470,7 +470,7 @@ async fn a_failed_region_entry_gives_the_reason() {
 /// (`iuid_router_http1_handoffs_total`, process-wide: no other test here hands one off).
 #[tokio::test]
 async fn a_fanout_is_carried_by_the_own_engine_without_a_handoff() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let regions = [
         ListRegion::start("a").await,
         ListRegion::start("b").await,
@@ -496,25 +496,7 @@ async fn a_fanout_is_carried_by_the_own_engine_without_a_handoff() {
         let mut answers = Vec::new();
         for request in requests {
             conn.write_all(request.as_bytes()).expect("write");
-            let mut got = Vec::new();
-            let mut buf = [0u8; 8192];
-            loop {
-                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .expect("a length");
-                    if got.len() >= end + 4 + length {
-                        break;
-                    }
-                }
-                let n = conn.read(&mut buf).expect("read");
-                assert!(n > 0, "closed after {} answers", answers.len());
-                got.extend_from_slice(&buf[..n]);
-            }
-            answers.push(String::from_utf8_lossy(&got).into_owned());
+            answers.push(common::read_answer(&mut conn));
         }
         answers
     })

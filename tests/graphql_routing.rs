@@ -519,57 +519,6 @@ async fn large_documents_are_parsed_off_the_workers_and_still_routed() {
     w.post_reaches("application/json", &batch, "ap").await;
 }
 
-/// A raw upstream that records each request's head and body as they came (one connection
-/// after another, kept alive) and answers `200 ok`.
-async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let url = format!("http://{}", listener.local_addr().expect("addr"));
-    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let log = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let log = log.clone();
-            tokio::spawn(async move {
-                let mut got = Vec::new();
-                let mut buf = vec![0u8; 16384];
-                loop {
-                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
-                        continue;
-                    };
-                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while got.len() < end + 4 + length {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let rest = got.split_off(end + 4 + length);
-                    log.lock()
-                        .expect("log")
-                        .push(std::mem::replace(&mut got, rest));
-                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
-                    if stream.write_all(answer).await.is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-    });
-    (url, seen)
-}
-
 /// Issue 37: a GraphQL `node(id:)` request is served by the own HTTP/1.1 engine itself (main
 /// handed its connection to hyper's): the body is read whole, its id routed, and the request
 /// goes upstream with its fields in the case and order they came (hyper's engine lowercases
@@ -577,9 +526,9 @@ async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Vec<Ve
 /// that is not GraphQL is refused 400 without closing it.
 #[tokio::test]
 async fn graphql_requests_are_carried_by_the_own_engine() {
-    use std::io::{Read, Write};
-    let (eu, eu_seen) = recording_upstream().await;
-    let (ap, ap_seen) = recording_upstream().await;
+    use std::io::Write;
+    let (eu, eu_seen) = common::recording_upstream().await;
+    let (ap, ap_seen) = common::recording_upstream().await;
     let table = TABLE
         .replace("EU", &eu)
         .replace("US", &eu)
@@ -602,26 +551,7 @@ async fn graphql_requests_are_carried_by_the_own_engine() {
                 body.len()
             );
             conn.write_all(request.as_bytes()).expect("write");
-            let mut got = Vec::new();
-            let mut buf = [0u8; 4096];
-            // Every answer here has a Content-Length; read up to the end of its body.
-            loop {
-                if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    if got.len() >= end + 4 + length {
-                        break;
-                    }
-                }
-                let n = conn.read(&mut buf).expect("read");
-                assert!(n > 0, "closed after {} answers", answers.len());
-                got.extend_from_slice(&buf[..n]);
-            }
-            answers.push(String::from_utf8_lossy(&got).into_owned());
+            answers.push(common::read_answer(&mut conn));
         }
         answers
     };

@@ -109,17 +109,6 @@ impl Proxy {
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        let region = routing.region(decision.region);
-        if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
-            return Err(Stop::Handoff);
-        }
-        routing
-            .decisions(decision.scheme)
-            .count(decision.rule.label());
-        Ok(Planned {
-            region: decision.region,
-            routing,
-            route: Some(RouteKind::Graphql),
-        })
+        super::planned(routing, &decision, Some(RouteKind::Graphql))
     }
 }

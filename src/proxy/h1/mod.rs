@@ -401,18 +401,7 @@ impl Proxy {
             // A legacy id may be probed in the other regions: hyper's engine does that.
             return Err(Stop::Handoff);
         }
-        let region = routing.region(decision.region);
-        if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
-            return Err(Stop::Handoff);
-        }
-        routing
-            .decisions(decision.scheme)
-            .count(decision.rule.label());
-        Ok(Planned {
-            region: decision.region,
-            routing,
-            route,
-        })
+        planned(routing, &decision, route)
     }
 
     /// Phase 4: the request's head going upstream, written once (`Outbound`), and whether
@@ -506,6 +495,27 @@ impl Proxy {
             head_request: method == b"HEAD",
         })
     }
+}
+
+/// Where a resolved request goes, on this engine: a region whose upstreams it can reach
+/// itself (HTTP/1.1, plain or TLS), the decision counted; else hyper's engine.
+fn planned<'r>(
+    routing: std::sync::Arc<Routing>,
+    decision: &crate::table::Decision,
+    route: Option<crate::extract::RouteKind>,
+) -> Result<Planned, Stop<'r>> {
+    let region = routing.region(decision.region);
+    if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
+        return Err(Stop::Handoff);
+    }
+    routing
+        .decisions(decision.scheme)
+        .count(decision.rule.label());
+    Ok(Planned {
+        region: decision.region,
+        routing,
+        route,
+    })
 }
 
 /// Answers a request head the codec refused (with a fresh request id); the caller then
