@@ -313,6 +313,15 @@ fn tour(
         ),
     );
     line(
+        "us",
+        "a client that waits for 100 Continue before its body (curl asks for it past 1 KiB): \
+         the router answers it, then the region answers the POST",
+        format!(
+            "curl -s {base}/v1/orders/{} -H 'Expect: 100-continue' -d 'note=hello'",
+            order(2)
+        ),
+    );
+    line(
         "eu",
         "a UUIDv4 has no routing bits: default_region",
         format!("curl -s {base}/v1/orders/{}", LEGACY_ORDERS[0].0),
