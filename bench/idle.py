@@ -14,6 +14,17 @@ over its processes: nginx's master and worker) from /proc:
                  (HEADERS of HPACK literals without indexing), the answer read, idle
   TLS h2         the same over HTTPS, ALPN h2
   waiting        --waiting requests (5000) on as many connections, all to the silent upstream
+  GraphQL        N connections make one keep-alive `POST /graphql` each, a JSON body
+                 `{"query":"query { node(id: \\"<id>\\") { id } }"}`, the answer read; idle.
+                 iuid-router routes it by the id (a `graphql: /graphql` route); nginx reads no
+                 id and proxies every such POST to one fixed region (eu), as bench.py's GRAPHQL
+  TLS upstream   as HTTP/1.1 (plain to the proxy), the regions' upstreams serving TLS 1.3 only
+                 (the throwaway CA's localhost leaf, as bench.py's UPSTREAM_TLS), verified
+  HTTP/1.0       N connections send `GET ... HTTP/1.0` with `Connection: keep-alive`, read the
+                 answer (Content-Length) and stay open; those the proxy closed are counted
+  burst          N connections each connect and send a GET at once, none waiting for its
+                 answer; the answers are read after all N are sent; idle. iuid-router with its
+                 default `workers` (one per core), nginx still one worker
 
 and reports (RSS with them - RSS before) / count in KiB, and the RSS 2 s after they closed.
 Kernel socket buffers are not in a process's RSS, so they are not counted.
@@ -21,15 +32,18 @@ Kernel socket buffers are not in a process's RSS, so they are not counted.
   python3 bench/idle.py [--proxy router|nginx|both] [--n 3000] [--waiting 5000]
                         [--bin target/release/iuid-router] [--out bench/RESULTS.md]
 
-Uses loopback ports 18121-18134 and stops only the processes it started.
+Uses loopback ports 18121-18134 (18125-18127: the TLS upstreams) and stops only the processes
+it started.
 """
 
 import argparse
+import json
 import os
 import resource
 import select
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -43,6 +57,8 @@ ROOT = bench.ROOT
 UPSTREAMS = {"eu": 18121, "us": 18122, "ap": 18123}
 HOLE = 18124  # accepts, reads nothing, answers nothing
 HOLE_COUNTRY = 5
+UPSTREAMS_TLS = {"eu": 18125, "us": 18126, "ap": 18127}  # the same regions, TLS 1.3 only
+GRAPHQL_PATH = "/graphql"
 PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN = 18130, 18131, 18132, 18133, 18134
 WARMUP = 50
 
@@ -99,6 +115,13 @@ def configs(work, h2):
     servers = "\n".join(
         f'  server {{ listen 127.0.0.1:{port}; location / {{ add_header X-Region {region} always; '
         f'return 200 "{region}\\n"; }} }}' for region, port in UPSTREAMS.items())
+    # The TLS upstreams, as bench.py's UPSTREAM_TLS: TLS 1.3 only, the localhost leaf of the
+    # throwaway CA, session cache and tickets, keep-alive.
+    tls_servers = "\n".join(
+        f'  server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {work}/certs/localhost.pem; '
+        f'ssl_certificate_key {work}/certs/localhost-key.pem; ssl_protocols TLSv1.3; '
+        f'location / {{ add_header X-Region {region} always; return 200 "{region}\\n"; }} }}'
+        for region, port in UPSTREAMS_TLS.items())
     bench.write(f"{work}/upstreams.conf", f"""worker_processes 1;
 daemon off;
 pid {work}/upstreams.pid;
@@ -107,14 +130,19 @@ events {{ worker_connections 4096; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
+  ssl_session_cache shared:up:10m;
+  ssl_session_tickets on;
 {servers}
+{tls_servers}
 }}
 """)
     regions = dict(UPSTREAMS, hole=HOLE)
     countries = {**bench.COUNTRIES, HOLE_COUNTRY: "hole"}
-    groups = "\n".join(
-        f"  upstream {region} {{ server 127.0.0.1:{port}; keepalive 64; keepalive_requests 1000000; }}"
-        for region, port in regions.items())
+    def groups_of(ports):
+        return "\n".join(
+            f"  upstream {region} {{ server 127.0.0.1:{port}; keepalive 64; keepalive_requests 1000000; }}"
+            for region, port in ports.items())
+    groups = groups_of(regions)
     cases = "\n".join(
         f'    "~^/v1/orders/[0-9a-fA-F-]{{14}}8[0-9a-fA-F]{country:02x}" {region};'
         for country, region in countries.items())
@@ -124,6 +152,13 @@ http {{
       proxy_http_version 1.1;
       proxy_set_header Connection "";
     }"""
+    # GraphQL: nginx reads no id from a body; every POST /graphql goes to eu (bench.py's floor).
+    graphql_location = f"""
+    location = {GRAPHQL_PATH} {{
+      proxy_pass http://eu;
+      proxy_http_version 1.1;
+      proxy_set_header Connection "";
+    }}"""
     ssl = f"""    ssl_certificate {work}/certs/localhost.pem;
     ssl_certificate_key {work}/certs/localhost-key.pem;
     ssl_protocols TLSv1.2 TLSv1.3;"""
@@ -131,8 +166,9 @@ http {{
     if h2:
         listeners += [f"listen 127.0.0.1:{NGINX_H2C} http2;",
                       f"listen 127.0.0.1:{NGINX_TLS_H2} ssl http2;\n{ssl}"]
-    server_blocks = "\n".join(f"  server {{\n    {l}\n{location}\n  }}" for l in listeners)
-    bench.write(f"{work}/nginx.conf", f"""worker_processes 1;
+    def nginx_conf(name, groups, location, extra_http=""):
+        server_blocks = "\n".join(f"  server {{\n    {l}\n{location}\n  }}" for l in listeners)
+        bench.write(f"{work}/{name}", f"""worker_processes 1;
 worker_rlimit_nofile 20000;
 daemon off;
 pid {work}/nginx.pid;
@@ -141,7 +177,7 @@ events {{ worker_connections 16384; }}
 http {{
   access_log off;
   keepalive_requests 1000000;
-{groups}
+{extra_http}{groups}
   map $uri $region {{
     default "";
 {cases}
@@ -149,11 +185,27 @@ http {{
 {server_blocks}
 }}
 """)
+    nginx_conf("nginx.conf", groups, location)
+    nginx_conf("nginx-graphql.conf", groups, location + graphql_location)
+    # TLS upstreams as bench.py's UPSTREAM_TLS: verified against the CA as localhost (SNI),
+    # TLS 1.3, sessions reused; the silent upstream stays plain (no case uses it here).
+    nginx_conf("nginx-upstream-tls.conf", groups_of(dict(UPSTREAMS_TLS, hole=HOLE)),
+               location.replace("proxy_pass http://$region;", "proxy_pass https://$region;"),
+               f"  proxy_ssl_verify on;\n  proxy_ssl_trusted_certificate {work}/certs/ca.pem;\n"
+               "  proxy_ssl_name localhost;\n  proxy_ssl_server_name on;\n"
+               "  proxy_ssl_protocols TLSv1.3;\n  proxy_ssl_session_reuse on;\n")
     table = "".join(f"  {region}: {{ upstreams: [\"http://127.0.0.1:{port}\"] }}\n"
                     for region, port in regions.items())
     table_countries = "".join(f"  {c}: {r}\n" for c, r in countries.items())
     bench.write(f"{work}/routing-table.yaml",
                 f"version: idle\nregions:\n{table}countries:\n{table_countries}default_region: eu\n")
+    # The same table with the regions' upstreams over TLS (bench.py's UPSTREAM_TLS table).
+    region_tls = f", tls: {{ ca: {work}/certs/ca.pem, server_name: localhost }}"
+    table_tls = "".join(f"  {region}: {{ upstreams: [\"https://127.0.0.1:{port}\"]{region_tls} }}\n"
+                        for region, port in UPSTREAMS_TLS.items())
+    table_tls += f"  hole: {{ upstreams: [\"http://127.0.0.1:{HOLE}\"] }}\n"
+    bench.write(f"{work}/routing-table-tls.yaml",
+                f"version: idle-tls\nregions:\n{table_tls}countries:\n{table_countries}default_region: eu\n")
     # header_read_timeout_ms also bounds how long an HTTP/1.1 connection may sit idle between
     # requests (10 s by default): raised to nginx's client_header_timeout (60 s), so that the
     # connections opened first are still open when the last ones are.
@@ -161,6 +213,14 @@ http {{
             "routes:\n  - path: /v1/orders/{id}\nreload: { watch: false }\nworkers: 1\n"
             "limits: { header_read_timeout_ms: 60000 }\n" + bench.ENGINE_LINE)
     bench.write(f"{work}/router.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base)
+    # Variants for one case each: a GraphQL route; the TLS upstreams' table; the default
+    # `workers` (one per core).
+    bench.write(f"{work}/router-graphql.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base.replace(
+        "  - path: /v1/orders/{id}\n", f"  - path: /v1/orders/{{id}}\n  - graphql: {GRAPHQL_PATH}\n"))
+    bench.write(f"{work}/router-upstream-tls.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base.replace(
+        "routing_table: routing-table.yaml", "routing_table: routing-table-tls.yaml"))
+    bench.write(f"{work}/router-default-workers.yaml", f"listen: 127.0.0.1:{PLAIN}\n" +
+                base.replace("workers: 1\n", ""))
     bench.write(f"{work}/router-tls.yaml", f"listen: 127.0.0.1:{TLS}\n" + base +
                 f"tls:\n  certificates:\n    - {{ cert: {work}/certs/localhost.pem, "
                 f"key: {work}/certs/localhost-key.pem }}\n")
@@ -273,15 +333,22 @@ def close_all(conns):
 class Case:
     """One proxy, fresh for one case: start, warm up, read RSS at each step."""
 
-    def __init__(self, name, proxy, work, args, ids):
+    def __init__(self, name, proxy, work, args, ids, variant=None):
+        """`variant`: the config of one case (router-<variant>.yaml, nginx-<variant>.conf, the
+        latter where there is one)."""
         self.name, self.proxy, self.work, self.args, self.ids = name, proxy, work, args, ids
-        self.tls = name.startswith("TLS")
+        self.tls = name.startswith("TLS") and name != "TLS upstream"
         port = TLS if self.tls else PLAIN
         if proxy == "nginx":
-            self.p = start(["nginx", "-c", f"{work}/nginx.conf", "-p", work], f"{work}/nginx.log")
+            config = f"{work}/nginx-{variant}.conf" if variant else f"{work}/nginx.conf"
+            if not os.path.exists(config):
+                config = f"{work}/nginx.conf"
+            self.p = start(["nginx", "-c", config, "-p", work], f"{work}/nginx.log")
             self.port = {"h2c": NGINX_H2C, "TLS h2": NGINX_TLS_H2}.get(name, port)
         else:
             config = f"{work}/router-tls.yaml" if self.tls else f"{work}/router.yaml"
+            if variant:
+                config = f"{work}/router-{variant}.yaml"
             self.p = start([args.bin, "serve", "--config", config], f"{work}/router.log")
             self.port = port
         self.listen = self.port
@@ -313,15 +380,58 @@ class Case:
             raise SystemExit(f"{self.proxy} {self.name}: the HTTP/2 answer was {body!r}")
         return conn
 
-    def warm_up(self, make):
-        """WARMUP requests on one connection, as a proxy that has served traffic is measured."""
-        if make == self.h2:
+    def graphql(self):
+        """A connection that made one keep-alive POST /graphql (`node(id:)` of an eu id in a
+        JSON body), its answer read in full."""
+        conn = bench.client(self.port)
+        status, headers, _, reusable = self.graphql_request(conn)
+        if status != 200 or headers.get("x-region") != "eu" or not reusable:
+            conn.close()
+            raise SystemExit(f"{self.proxy} {self.name}: answered {status} {headers}")
+        return conn
+
+    def graphql_request(self, conn):
+        body = json.dumps({"query": f'query {{ node(id: "{self.ids["eu"]}") {{ id }} }}'},
+                          separators=(",", ":")).encode()
+        return bench.exchange(conn, "POST", GRAPHQL_PATH, body, "Content-Type: application/json\r\n")
+
+    def h10(self):
+        """A connection that sent one HTTP/1.0 GET with `Connection: keep-alive`, the answer
+        (it has Content-Length) read. The first answer's status line and Connection header
+        are kept for the report."""
+        conn = socket.create_connection(("127.0.0.1", self.port), timeout=5)
+        conn.sendall(f"GET /v1/orders/{self.ids['eu']} HTTP/1.0\r\nHost: x\r\n"
+                     "Connection: keep-alive\r\n\r\n".encode())
+        buf = b""
+        while b"\r\n" not in buf:
+            chunk = conn.recv(65536)
+            if not chunk:
+                conn.close()
+                raise SystemExit(f"{self.proxy} {self.name}: closed without an answer")
+            buf += chunk
+        status_line = buf.split(b"\r\n", 1)[0].decode("latin-1")
+        status, headers, body = bench.read_answer(conn, buf)
+        if status != 200 or headers.get("x-region") != "eu" or "content-length" not in headers:
+            conn.close()
+            raise SystemExit(f"{self.proxy} {self.name}: answered {status} {headers}")
+        if not hasattr(self, "h10_answer"):
+            self.h10_answer = f"`{status_line}`, Connection: `{headers.get('connection', '(none)')}`"
+        return conn
+
+    def warm_up(self, make, request=None):
+        """WARMUP requests on one connection, as a proxy that has served traffic is measured;
+        `request(conn)` makes one of this case's kind (a GET by default). The HTTP/2 and
+        HTTP/1.0 cases warm up with WARMUP connections of one request each."""
+        if make in (self.h2, self.h10):
             for _ in range(WARMUP):
                 make().close()
         else:
             conn = bench.client(self.port, "https" if self.tls else "http", f"{self.work}/certs")
             for _ in range(WARMUP):
-                bench.exchange(conn, "GET", f"/v1/orders/{self.ids['eu']}")
+                if request:
+                    request(conn)
+                else:
+                    bench.exchange(conn, "GET", f"/v1/orders/{self.ids['eu']}")
             conn.close()
         time.sleep(0.5)
         self.before = self.level = rss_kib(self.p.pid)
@@ -329,14 +439,19 @@ class Case:
     def add(self, what, count, make):
         """Opens `count` connections with `make`, reads RSS; a row against the last level."""
         conns, t0 = [], time.time()
-        for _ in range(count):
-            conns.append(make())
+        try:
+            for _ in range(count):
+                conns.append(make())
+        except BaseException:
+            close_all(conns)
+            raise
         took = time.time() - t0
         time.sleep(0.5)
         rss = rss_kib(self.p.pid)
         self.rows.append({"proxy": self.proxy, "case": what, "count": count,
                           "open": established(self.listen), "before": self.level, "with": rss,
-                          "per": (rss - self.level) / count, "took": took})
+                          "per": (rss - self.level) / count, "took": took,
+                          "closed": closed_by_peer(conns)})
         self.level = rss
         return conns
 
@@ -351,6 +466,59 @@ class Case:
             row["after"], row["start"] = after, self.before
         stop(self.p)
         return self.rows
+
+
+def closed_by_peer(conns):
+    """How many of the client connections the proxy has closed (readable, and at their end)."""
+    poll = select.poll()
+    by_fd = {}
+    for c in conns:
+        poll.register(c, select.POLLIN)
+        by_fd[c.fileno()] = c
+    closed = 0
+    for fd, events in poll.poll(0):
+        c = by_fd[fd]
+        if events & (select.POLLHUP | select.POLLERR):
+            closed += 1
+            continue
+        try:
+            if isinstance(c, ssl.SSLSocket):
+                continue  # TLS 1.3 session tickets make it readable; not peeked
+            if c.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b"":
+                closed += 1
+        except (BlockingIOError, OSError):
+            pass
+    return closed
+
+
+def burst(case, count):
+    """`count` connections, each connecting and sending its GET at once; the answers are read
+    only after all are sent, then the connections stay open, idle."""
+    conns, t0 = [], time.time()
+    request = f"GET /v1/orders/{case.ids['eu']} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
+    try:
+        for _ in range(count):
+            c = socket.create_connection(("127.0.0.1", case.port), timeout=10)
+            conns.append(c)
+            c.sendall(request)
+        for c in conns:
+            status, headers, _ = bench.read_answer(c)
+            if status != 200 or headers.get("x-region") != "eu" or \
+                    headers.get("connection", "").lower() == "close":
+                raise SystemExit(f"{case.proxy} {case.name}: answered {status} {headers}")
+    except BaseException:
+        close_all(conns)
+        raise
+    took = time.time() - t0
+    time.sleep(0.5)
+    rss = rss_kib(case.p.pid)
+    case.rows.append({"proxy": case.proxy, "case": f"burst: {count} connect + GET at once, "
+                      "answers read after all sent, then idle", "count": count,
+                      "open": established(case.listen), "before": case.level, "with": rss,
+                      "per": (rss - case.level) / count, "took": took,
+                      "closed": closed_by_peer(conns)})
+    case.level = rss
+    return conns
 
 
 def silent(port):
@@ -426,6 +594,49 @@ def run_proxy(proxy, work, args, ids, hole, notes):
     conns = waiting(case, hole, args.waiting, ids["hole"])
     rows += case.closed(conns, hole)
     print_rows(rows[-1:])
+
+    def graphql():
+        case = Case("GraphQL", proxy, work, args, ids, "graphql")
+        case.warm_up(case.graphql, lambda conn: case.graphql_request(conn))
+        what = ("GraphQL POST /graphql kept-alive (one POST, then idle)" if proxy == "iuid-router"
+                else "GraphQL POST /graphql kept-alive (proxied to eu, no id read)")
+        return case.closed(case.add(what, args.n, case.graphql))
+
+    def upstream_tls():
+        case = Case("TLS upstream", proxy, work, args, ids, "upstream-tls")
+        case.warm_up(case.h1)
+        return case.closed(case.add("HTTP/1.1 kept-alive, upstreams over TLS 1.3 (one GET)",
+                                    args.n, case.h1))
+
+    def h10():
+        case = Case("HTTP/1.0", proxy, work, args, ids)
+        case.warm_up(case.h10)
+        conns = case.add("HTTP/1.0 keep-alive (one GET, then idle)", args.n, case.h10)
+        notes.append(f"{proxy}, HTTP/1.0 keep-alive: the answer was {case.h10_answer}.")
+        return case.closed(conns)
+
+    def burst_case():
+        case = Case("burst", proxy, work, args, ids,
+                    "default-workers" if proxy == "iuid-router" else None)
+        case.warm_up(case.h1)
+        if proxy == "iuid-router":
+            workers = [t for t in os.listdir(f"/proc/{case.p.pid}/task")
+                       if open(f"/proc/{case.p.pid}/task/{t}/comm").read().startswith("iuid-worker-")]
+            notes.append(f"iuid-router, burst: default `workers`, {len(workers)} iuid-worker "
+                         f"threads on {os.cpu_count()} CPUs.")
+        return case.closed(burst(case, args.n))
+
+    for title, fn in [("GraphQL", graphql), ("TLS upstream", upstream_tls),
+                      ("HTTP/1.0 keep-alive", h10), ("burst", burst_case)]:
+        first = len(started)
+        try:
+            rows += fn()
+            print_rows(rows[-1:])
+        except (SystemExit, OSError) as e:
+            for p in started[first:]:
+                stop(p)
+            notes.append(f"{proxy}, {title}: failed ({e}); no row.")
+            print(f"   {proxy:12} {title}: failed ({e})")
     return rows
 
 
@@ -441,6 +652,8 @@ def table(rows):
         open_ = f"{r['open']}"
         if "upstream" in r:
             open_ += f"; {r['upstream']} upstream, {r['answered']} answered"
+        if r.get("closed"):
+            open_ += f"; {r['closed']} closed by the proxy"
         lines.append(f"| {r['proxy']} | {r['case']} | {r['count']} | {open_} | {mib(r['before'])} "
                      f"| {mib(r['with'])} | {r['per']:.1f} | {mib(r['after'])} ({mib(r['start'])}) |")
     return lines
@@ -471,7 +684,8 @@ def main():
         sys.exit(f"needs {need} file descriptors; the hard limit is {hard}")
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else need, hard))
 
-    busy = [p for p in list(UPSTREAMS.values()) + [HOLE, PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN]
+    busy = [p for p in list(UPSTREAMS.values()) + list(UPSTREAMS_TLS.values())
+            + [HOLE, PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN]
             if subprocess.run(["ss", "-Hltn", f"( sport = :{p} )"], capture_output=True,
                               text=True).stdout.strip()]
     if busy:
@@ -487,8 +701,10 @@ def main():
         configs(work, args.nginx_h2)
         ids = {"eu": bench.mint(3, 1)[0], "hole": bench.mint(HOLE_COUNTRY, 1)[0]}
         upstreams = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work], f"{work}/upstreams.log")
-        for port in UPSTREAMS.values():
+        for port in list(UPSTREAMS.values()) + list(UPSTREAMS_TLS.values()):
             bench.wait_tcp(port)
+        bench.UPSTREAMS = UPSTREAMS_TLS  # bench.py's check of its TLS upstreams, on these
+        bench.check_upstream_tls(work)
         hole = Hole()
         for proxy in proxies:
             print(f"== {proxy}")
@@ -519,7 +735,19 @@ def main():
              "kernel socket buffers are not in RSS. HTTP/2 requests are a real GET (HPACK "
              "literals without indexing), the answer read to its end. *Open at reading*: the "
              "proxy's established connections on its listener (`ss`), for the waiting case also "
-             "the silent upstream's, and the clients that had any answer.", ""] + table(rows)
+             "the silent upstream's, and the clients that had any answer; *closed by the proxy*: "
+             "client connections the proxy had closed at the reading. "
+             "GraphQL: one `POST /graphql` per connection, `{\"query\":\"query { node(id: "
+             "\\\"<id>\\\") { id } }\"}` as application/json; iuid-router with a "
+             "`graphql: /graphql` route routes it by the id, nginx reads no id and proxies it to "
+             "one fixed region (eu). TLS upstream: plain HTTP/1.1 to the proxy, its regions' "
+             "upstreams nginx serving TLS 1.3 only (the throwaway CA's leaf for localhost), "
+             "verified as localhost (iuid-router `https://` upstreams with `tls: { ca, "
+             "server_name: localhost }`, nginx `proxy_ssl_verify`, sessions reused). HTTP/1.0: "
+             "`GET … HTTP/1.0` with `Connection: keep-alive`. Burst: each connection connects "
+             "and sends its GET without waiting, the answers read after all are sent; "
+             "iuid-router here with its default `workers` (one per core), nginx still one "
+             "worker.", ""] + table(rows)
     lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
     text = "\n".join(lines)
     print()
