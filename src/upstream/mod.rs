@@ -217,7 +217,7 @@ impl UpstreamState {
     /// or sent an HTTP/2 GOAWAY) is sent again on a new connection: nothing of it reached the
     /// upstream.
     async fn exchange(
-        &self,
+        self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
     ) -> Result<Response<Incoming>, Exchange> {
         let mut refusals = 0;
@@ -239,8 +239,11 @@ impl UpstreamState {
                         }
                     }
                 }
+                // A connection freed meanwhile is taken instead of waiting on the new one,
+                // which its task still finishes and pools: dropped midway, a TLS handshake was
+                // begun and reset for nothing, and under load most were.
                 None => {
-                    let connecting = self.connect();
+                    let connecting = self.connect_in_background();
                     tokio::pin!(connecting);
                     tokio::select! {
                         biased;
@@ -285,11 +288,33 @@ impl UpstreamState {
         }
     }
 
+    /// A new HTTP/1.1 connection ([`UpstreamState::connect`]) made on a task of its own:
+    /// awaited, it is the caller's; dropped before it is made (a freed connection was taken
+    /// instead), the task still makes it and checks it into the calling worker's pool, as
+    /// hyper-util's pool finishes every connect it starts. Errors: `Connect`.
+    async fn connect_in_background(self: &Arc<Self>) -> Result<pool::Sender, Error> {
+        let (made, connected) = tokio::sync::oneshot::channel();
+        let upstream = Arc::clone(self);
+        tokio::spawn(async move {
+            let sender = upstream.connect().await;
+            if let Err(Ok(unwanted)) = made.send(sender) {
+                upstream.pool().checkin(unwanted);
+            }
+        });
+        match connected.await {
+            Ok(sender) => sender,
+            Err(_) => Err(Error::new(
+                ErrorKind::Connect,
+                "connect failed: its task ended before the connection was made",
+            )),
+        }
+    }
+
     /// An active health check: `GET path` on a pooled or new connection, its body read and
     /// dropped (so the connection can be used again); the answer's status.
     ///
     /// Errors: as [`UpstreamState::send`].
-    pub async fn probe(&self, path: &str) -> Result<http::StatusCode, Error> {
+    pub async fn probe(self: &Arc<Self>, path: &str) -> Result<http::StatusCode, Error> {
         /// The probe's own instance of `send` (see its `Caller`).
         struct Probe;
         let uri = format!("http://{}{}", self.authority, path);
@@ -325,7 +350,7 @@ impl UpstreamState {
     /// the proxied path's copy has one caller and is inlined into it (measured: shared with
     /// the fan-out paths, it was not, at +390 instructions per proxied request).
     pub async fn send<Caller>(
-        &self,
+        self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
         watch: Option<&BodyWatch>,
     ) -> Result<Response<Incoming>, Error> {
