@@ -62,7 +62,7 @@ pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_tot
 /// `host_not_allowed`: a tokenless admin asked for another `Host`, as DNS rebinding does;
 /// `throttled`: too many wrong tokens from the address). A rising count is someone guessing.
 pub const ADMIN_REFUSALS: &str = "iuid_router_admin_refusals_total";
-/// HTTP/1.1 client connections the own engine handed to hyper's for a request it does not
+/// HTTP/1.x client connections the own engine handed to hyper's for a request it does not
 /// carry itself (docs/data-path.md, "HTTP/1.1 engines"): what is left of the second engine.
 pub const HTTP1_HANDOFFS: &str = "iuid_router_http1_handoffs_total";
 

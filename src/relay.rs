@@ -463,6 +463,50 @@ where
     }
 }
 
+/// [`relay`] for an HTTP/1.0 receiver, which knows no chunked coding: a chunked body goes
+/// as its data alone, a close-delimited one as it came; the receiver reads either to the
+/// connection's close (its caller closes it after). Errors as `relay`'s.
+pub async fn relay_decoded<R, W>(
+    from: &mut Buffered<R>,
+    to: &mut W,
+    framing: Framing,
+    idle: Duration,
+) -> Result<(), RelayError>
+where
+    R: AsyncRead + AsyncWrite + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match framing {
+        Framing::Chunked => {
+            let mut chunked = Chunked::decoding();
+            while !chunked.is_done() {
+                more(from, idle).await?;
+                let data = chunked.in_data();
+                let progress = chunked.scan(from.pending()).map_err(RelayError::Framing)?;
+                if data {
+                    write_all(to, &from.pending()[..progress.used], idle).await?;
+                }
+                from.consume(progress.used);
+            }
+            Ok(())
+        }
+        Framing::Close => loop {
+            if from.pending().is_empty() {
+                from.large();
+                match from.fill(idle, LARGE).await {
+                    Ok(0) => return Ok(()),
+                    Ok(_) => {}
+                    Err(e) => return Err(read_failed(e)),
+                }
+            }
+            let n = from.pending().len();
+            write_all(to, from.pending(), idle).await?;
+            from.consume(n);
+        },
+        framing => relay(from, to, framing, Chunked::new(), idle).await,
+    }
+}
+
 /// Relays a body framed by `framing` from `from` (its pending bytes first) to `to`, as it
 /// came; a close-delimited body is written chunked (`to` is then told the framing by the
 /// caller's head). Each read and write waits at most `idle`. `chunked` is the scanner of a

@@ -1277,8 +1277,10 @@ fn corpus() -> Vec<Case> {
         case(
             "Transfer-Encoding in HTTP/1.0",
             b"POST {P} HTTP/1.0\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n1\r\nZ\r\n0\r\n\r\n",
-            Want { bare: true, ..R400 },
-        ),
+            R400,
+        )
+        // The own engine reads HTTP/1.0 itself since issue 37: its framing refusal.
+        .differs(Diff::RefusedHeadProblemJson("bad-body-framing")),
         case(
             "Content-Length with a plus",
             b"POST {P} HTTP/1.1\r\nHost: t\r\nContent-Length: +5\r\nConnection: close\r\n\r\nhello",

@@ -518,3 +518,50 @@ async fn expect_100_continue_is_answered_before_the_body_is_read() {
     assert!(!rest.contains("100 Continue"), "{rest}");
     assert_eq!(up.connections.load(Ordering::SeqCst), 1);
 }
+
+/// HTTP/1.0 on the own engine (issue 37; main handed it to hyper's): a request with
+/// `Connection: keep-alive` gets `HTTP/1.0` with `Connection: keep-alive` and its connection
+/// goes on; one without is answered and closed; an upstream's chunked answer reaches the
+/// HTTP/1.0 client decoded, delimited by the close (no chunked coding in HTTP/1.0). What went
+/// upstream is HTTP/1.1 with `Via: 1.0 edge`, fields in the case they came.
+#[tokio::test]
+async fn http10_clients_are_served_by_the_own_engine() {
+    let up = scripted(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nX-Up: 1\r\n\r\nok").await;
+    let router = router_to(&url(up.addr), "http10").await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let keep = format!(
+        "GET {path} HTTP/1.0\r\nHost: t\r\nConnection: keep-alive\r\nX-Mixed-Case: v\r\n\r\n"
+    );
+    let last = format!("GET {path} HTTP/1.0\r\n\r\n");
+    let answer = raw(router.addr, format!("{keep}{keep}{last}").into_bytes()).await;
+    assert_eq!(answer.matches("HTTP/1.0 200 OK\r\n").count(), 3, "{answer}");
+    assert_eq!(
+        answer.matches("Connection: keep-alive\r\n").count(),
+        2,
+        "{answer}"
+    );
+    // The upstream's field as it came: hyper's engine would have lowercased it.
+    assert_eq!(answer.matches("X-Up: 1\r\n").count(), 3, "{answer}");
+    let seen = String::from_utf8(up.seen.lock().expect("seen").clone()).expect("ascii");
+    assert_eq!(
+        seen.matches(&format!("GET {path} HTTP/1.1\r\n")).count(),
+        3,
+        "{seen}"
+    );
+    assert!(seen.contains("X-Mixed-Case: v\r\n"), "{seen}");
+    assert!(seen.contains("Via: 1.0 edge\r\n"), "{seen}");
+
+    let chunked = scripted(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nX-Up: 1\r\n\r\n5;a=b\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    )
+    .await;
+    let router = router_to(&url(chunked.addr), "http10-chunked").await;
+    let answer = raw(router.addr, keep.into_bytes()).await;
+    assert!(answer.starts_with("HTTP/1.0 200 OK\r\n"), "{answer}");
+    assert!(
+        !answer.to_lowercase().contains("transfer-encoding"),
+        "{answer}"
+    );
+    assert!(answer.contains("Connection: close\r\n"), "{answer}");
+    assert!(answer.ends_with("\r\n\r\nhello world"), "{answer}");
+}

@@ -110,6 +110,8 @@ pub struct Chunked {
     drop_trailers: bool,
     /// A trailer field was seen.
     trailer_fields: bool,
+    /// A decoding scanner: `scan` stops where data starts and ends ([`Chunked::decoding`]).
+    data_only: bool,
 }
 
 impl Default for Chunked {
@@ -155,7 +157,23 @@ impl Chunked {
             line: 0,
             drop_trailers: false,
             trailer_fields: false,
+            data_only: false,
         }
+    }
+
+    /// A scanner for decoding a body (to an HTTP/1.0 client, which knows no chunked
+    /// coding): [`Chunked::scan`] takes either data or framing in one call, never both, and
+    /// [`Chunked::in_data`] before the call says which.
+    pub fn decoding() -> Chunked {
+        Chunked {
+            data_only: true,
+            ..Chunked::new()
+        }
+    }
+
+    /// Whether the next bytes [`Chunked::scan`] takes are chunk data.
+    pub fn in_data(&self) -> bool {
+        self.state == State::Data
     }
 
     /// A scanner of a request's body, whose trailer section is checked but not forwarded:
@@ -214,6 +232,12 @@ impl Chunked {
                 if self.remaining == 0 {
                     self.state = State::DataCr;
                 }
+                if self.data_only {
+                    return Ok(Progress {
+                        used: i,
+                        done: false,
+                    });
+                }
                 continue;
             }
             let b = input[i];
@@ -224,6 +248,13 @@ impl Chunked {
                 return Ok(Progress {
                     used: i,
                     done: true,
+                });
+            }
+            // Decoding: the framing before a chunk's data alone.
+            if self.data_only && self.state == State::Data {
+                return Ok(Progress {
+                    used: i,
+                    done: false,
                 });
             }
             // A request's trailers are not forwarded: the bytes before them are, alone.
@@ -547,6 +578,37 @@ mod tests {
         assert_eq!(c.scan(b"\r\n").map(|p| p.done), Ok(true));
         assert_eq!(whole(body).map(|p| p.used), Ok(body.len() - 4));
         assert!(!Chunked::new().in_trailers());
+    }
+
+    /// A decoding scanner hands data and framing apart, whatever the split: the data taken
+    /// is the body's data, and the scan ends where the body does.
+    #[test]
+    fn a_decoding_scanner_takes_data_and_framing_apart() {
+        let body = b"5;a=b\r\nhello\r\n1A\r\nabcdefghijklmnopqrstuvwxyz\r\n0\r\nT: v\r\n\r\nNEXT";
+        for split in 0..body.len() {
+            let mut c = Chunked::decoding();
+            let mut data = Vec::new();
+            let mut at = 0;
+            for piece in [&body[..split], &body[split..]] {
+                let mut piece = piece;
+                while !piece.is_empty() && !c.is_done() {
+                    let is_data = c.in_data();
+                    let p = c.scan(piece).expect("valid");
+                    if is_data {
+                        data.extend_from_slice(&piece[..p.used]);
+                    }
+                    at += p.used;
+                    piece = &piece[p.used..];
+                }
+            }
+            assert!(c.is_done(), "split at {split}");
+            assert_eq!(at, body.len() - 4, "split at {split}");
+            assert_eq!(
+                &data[..],
+                b"helloabcdefghijklmnopqrstuvwxyz",
+                "split at {split}"
+            );
+        }
     }
 
     #[test]

@@ -12,12 +12,21 @@ pub fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// Appends a status line, `HTTP/1.1 <status> <reason>\r\n` (RFC 9112 §4). `status` is
 /// three digits (100–999).
 pub fn status_line(out: &mut Vec<u8>, status: u16, reason: &[u8]) {
+    status_line_for(out, 1, status, reason)
+}
+
+/// [`status_line`] of `HTTP/1.<minor>`: `HTTP/1.0` to an HTTP/1.0 client, as a server that
+/// knows its client speaks only HTTP/1.0 answers (hyper's server does the same).
+pub fn status_line_for(out: &mut Vec<u8>, minor: u8, status: u16, reason: &[u8]) {
     let digits = [
         b'0' + (status / 100 % 10) as u8,
         b'0' + (status / 10 % 10) as u8,
         b'0' + (status % 10) as u8,
     ];
-    out.extend_from_slice(b"HTTP/1.1 ");
+    out.extend_from_slice(match minor {
+        0 => b"HTTP/1.0 ",
+        _ => b"HTTP/1.1 ",
+    });
     out.extend_from_slice(&digits);
     out.push(b' ');
     out.extend_from_slice(reason);

@@ -211,7 +211,7 @@ impl Proxy {
         });
         let status = problem.status().as_u16();
         // A request whose body was streamed (or broke) cannot be followed on its connection.
-        let close = close || out.held.is_none();
+        let close = close || out.held.is_none() || out.http10;
         let written = write_problem(client, problem, id, close, idle).await;
         Answered {
             status,
@@ -325,7 +325,7 @@ impl Proxy {
                     .await
                     .map_err(upload_failed)?;
             }
-            match self.read_response_head(&mut up, client).await {
+            match self.read_response_head(&mut up, client, out.http10).await {
                 Err(Failed::Upstream(e))
                     if again
                         && e.kind == ErrorKind::Reset
@@ -346,6 +346,7 @@ impl Proxy {
         &self,
         up: &mut RawConn,
         client: &mut Buffered<S>,
+        http10: bool,
     ) -> Result<ResponseHead, Failed>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -370,7 +371,10 @@ impl Proxy {
             };
             match parsed {
                 Ok(true) if head.status == 101 => return Err(Failed::Switched),
-                Ok(true) if head.status == 100 => up.consume(head.len),
+                // An HTTP/1.0 client gets no 1xx (RFC 9110 §15.2).
+                Ok(true) if head.status == 100 || http10 && head.status < 200 => {
+                    up.consume(head.len)
+                }
                 Ok(true) if head.status < 200 => {
                     let mut info = Vec::with_capacity(head.len + 64);
                     write::status_line(&mut info, head.status, reason(head.status));
@@ -458,6 +462,8 @@ impl Proxy {
         let mut whole = match framing {
             Framing::Empty => Some(0),
             Framing::Length(n) if body.len() as u64 >= n => Some(n as usize),
+            // Decoded as it is relayed (below): checked there.
+            Framing::Chunked if out.http10 => None,
             Framing::Chunked => match Chunked::new().scan(body) {
                 Ok(p) if p.done => Some(p.used),
                 Ok(_) => None,
@@ -467,7 +473,8 @@ impl Proxy {
         };
         let upstream_close = head.minor == 0 || Nominated::close(buf, &head.fields);
         let mut wire = conn::take_buffer();
-        write::status_line(&mut wire, head.status, reason(head.status));
+        let minor = if out.http10 { 0 } else { 1 };
+        write::status_line_for(&mut wire, minor, head.status, reason(head.status));
         let via = self.via.http11.as_bytes();
         // Re-framed chunked (close-delimited), or framed by `Transfer-Encoding` despite a
         // length: the length would lie (RFC 9112 §6.3). A 204 has none at all (RFC 9110
@@ -486,7 +493,9 @@ impl Proxy {
             Some(id.as_bytes()),
             te || coded || head.status == 204,
         );
-        if coded {
+        // An HTTP/1.0 client reads a coded body to the connection's close.
+        let close = close || (coded && out.http10);
+        if coded && !out.http10 {
             write::field(&mut wire, b"Transfer-Encoding", b"chunked");
         }
         // RFC 9110 §6.6.1: a recipient with a clock forwarding a response without `Date`
@@ -500,6 +509,8 @@ impl Proxy {
         }
         if close {
             write::field(&mut wire, b"Connection", b"close");
+        } else if out.http10 {
+            write::field(&mut wire, b"Connection", b"keep-alive");
         }
         wire.extend_from_slice(b"\r\n");
         if let Some(n) = whole {
@@ -524,7 +535,11 @@ impl Proxy {
         }
         up.consume(used);
         if whole.is_none() {
-            match relay(&mut up, &mut client.io, framing, Chunked::new(), idle).await {
+            let relayed = match out.http10 {
+                true => conn::relay_decoded(&mut up, &mut client.io, framing, idle).await,
+                false => relay(&mut up, &mut client.io, framing, Chunked::new(), idle).await,
+            };
+            match relayed {
                 Ok(()) => whole = Some(0),
                 Err(e @ RelayError::Write { .. }) => {
                     crate::metrics::client_error(send_kind(&e));

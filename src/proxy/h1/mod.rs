@@ -10,12 +10,14 @@
 //!
 //! What this engine does not carry itself it hands back whole, before anything of the
 //! request is used: the connection goes on under hyper's engine, the head (and a GraphQL
-//! body read so far) read again there ([`Outcome::Handoff`]). That is: HTTP/1.0, an
-//! expectation other than `100-continue`, upgrades, targets not in origin form, gRPC
-//! routes, a fan-out `GET` with a body, a chunked GraphQL body or a `nodes` split over
-//! several regions, legacy ids to probe, and regions with an HTTP/2 upstream. The REST path
-//! (an id in the path or a header, one region), GraphQL (`graphql.rs`), fan-outs
-//! (`fanout.rs`) and `Expect: 100-continue` are this engine's.
+//! body read so far) read again there ([`Outcome::Handoff`]). That is: an expectation other
+//! than `100-continue`, upgrades, targets not in origin form, gRPC routes, a fan-out `GET`
+//! with a body, a chunked GraphQL body or a `nodes` split over several regions, legacy ids
+//! to probe, and regions with an HTTP/2 upstream. The REST path (an id in the path or a
+//! header, one region), GraphQL (`graphql.rs`), fan-outs (`fanout.rs`), `Expect:
+//! 100-continue` and HTTP/1.0 clients are this engine's. An HTTP/1.0 client (RFC 9112 §9.3)
+//! keeps its connection only when it asks (`Connection: keep-alive`, said back), gets
+//! `HTTP/1.0` answers, no 1xx, and a chunked or close-delimited answer decoded and closed.
 
 mod exchange;
 mod fanout;
@@ -64,6 +66,8 @@ pub(super) struct Outbound {
     framing: Framing,
     idempotent: bool,
     head_request: bool,
+    /// The client speaks HTTP/1.0: no 1xx, no chunked coding, `HTTP/1.0` answers.
+    http10: bool,
 }
 
 impl Drop for Outbound {
@@ -159,7 +163,7 @@ impl Proxy {
     {
         let started = Instant::now();
         let buf = client.pending();
-        if head.minor == 0 || !head.target.of(buf).starts_with(b"/") {
+        if !head.target.of(buf).starts_with(b"/") {
             return Outcome::Handoff;
         }
         let in_flight = metrics::InFlight::start();
@@ -173,8 +177,12 @@ impl Proxy {
             region = tracing::field::Empty,
             upstream = tracing::field::Empty,
         );
-        let client_close =
-            draining || (head.seen.has(Seen::CONNECTION) && Nominated::close(buf, &head.fields));
+        // An HTTP/1.0 connection persists only when its request asks (RFC 9112 §9.3).
+        let http10 = head.minor == 0;
+        let connection = head.seen.has(Seen::CONNECTION);
+        let client_close = draining
+            || (connection && Nominated::close(buf, &head.fields))
+            || (http10 && !(connection && Nominated::asks(buf, &head.fields, b"keep-alive")));
         let mut log = self.config.access_log.then(|| {
             let text = |s: head::Span| String::from_utf8_lossy(s.of(buf)).into_owned();
             Logged {
@@ -208,7 +216,9 @@ impl Proxy {
         // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
         // for `100 Continue` before its body, which is answered here when the body is about
         // to be read, as Envoy and nginx do; the field is hop-by-hop (docs/data-path.md).
+        // (Never to an HTTP/1.0 client, RFC 9110 §10.1.1: its expectation is ignored.)
         let mut expect = head.seen.has(Seen::EXPECT)
+            && !http10
             && matches!(framing, Ok(Framing::Length(1..) | Framing::Chunked));
         // A GraphQL request's ids are in its body: read whole first (bounded), then resolved.
         let planned = match planned {
@@ -221,7 +231,8 @@ impl Proxy {
             }
             Err(Stop::Fanout(route)) => {
                 let route = route.clone();
-                let close = client_close;
+                // (Closed after, to an HTTP/1.0 client: the page's head says no `keep-alive`.)
+                let close = client_close || http10;
                 let done = self.h1_fanout(client, head, &route, addr, &id, close).await;
                 let region = &self.all_regions;
                 region.request(Some(crate::extract::RouteKind::Fanout), done.status);
@@ -290,6 +301,8 @@ impl Proxy {
             Ok(ready) => ready,
             // (GraphQL and fan-out stops were taken above.)
             Err(Stop::Handoff | Stop::Graphql(_) | Stop::Fanout(_)) => return Outcome::Handoff,
+            // A refusal to an HTTP/1.0 client closes its connection: the answer says no
+            // `keep-alive`.
             Err(Stop::Refuse(problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
@@ -298,7 +311,7 @@ impl Proxy {
                     client,
                     problem,
                     &id,
-                    close || client_close,
+                    close || client_close || http10,
                     self.config.timeouts.idle(),
                 )
                 .await;
@@ -306,7 +319,7 @@ impl Proxy {
                     log.write(&id, status, None, None);
                 }
                 drop(in_flight);
-                return if close || client_close || !written {
+                return if close || client_close || http10 || !written {
                     Outcome::Close
                 } else {
                     Outcome::KeepAlive
@@ -360,7 +373,8 @@ impl Proxy {
         if head.method.of(buf) == b"CONNECT" {
             return Err(Problem::MethodNotAllowed.into());
         }
-        admit::check_host(head::all(buf, fields, b"host"), true)?;
+        // HTTP/1.0 may leave `Host` out (RFC 9112 §3.2).
+        admit::check_host(head::all(buf, fields, b"host"), head.minor == 1)?;
         let limits = &self.config.limits;
         if seen.has(Seen::VIA) {
             let via = head::all(buf, fields, b"via");
@@ -457,7 +471,10 @@ impl Proxy {
             &RawForwarding {
                 client: addr,
                 original_host,
-                via: self.via.http11.as_bytes(),
+                via: match head.minor {
+                    0 => self.via.for_version(http::Version::HTTP_10).as_bytes(),
+                    _ => self.via.http11.as_bytes(),
+                },
                 preserve_host: self.config.preserve_host,
                 request_id: id.as_bytes(),
                 nominates: head.seen.has(Seen::CONNECTION),
@@ -493,6 +510,7 @@ impl Proxy {
                 b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
             ),
             head_request: method == b"HEAD",
+            http10: head.minor == 0,
         })
     }
 }

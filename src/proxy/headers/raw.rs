@@ -54,12 +54,17 @@ impl<'b> Nominated<'b> {
 
     /// Whether `Connection` asked to close the connection after this message.
     pub fn close(buf: &[u8], fields: &[Field]) -> bool {
+        Nominated::asks(buf, fields, b"close")
+    }
+
+    /// Whether a `Connection` line names `token` (`close`, `keep-alive`).
+    pub fn asks(buf: &[u8], fields: &[Field], token: &[u8]) -> bool {
         fields.iter().any(|f| {
             f.name.of(buf).eq_ignore_ascii_case(b"connection")
                 && f.value
                     .of(buf)
                     .split(|&b| b == b',')
-                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(b"close"))
+                    .any(|t| t.trim_ascii().eq_ignore_ascii_case(token))
         })
     }
 }
