@@ -45,26 +45,17 @@ async fn scripted(answer: &'static [u8]) -> Scripted {
                 let mut got = Vec::new();
                 let mut buf = [0u8; 4096];
                 loop {
-                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                    let len = match common::message_len(&got) {
+                        Some(len) if got.len() >= len => len,
+                        _ => {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => got.extend_from_slice(&buf[..n]),
+                            }
+                            continue;
                         }
-                        continue;
                     };
-                    let head = String::from_utf8_lossy(&got[..end]).to_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length: "))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while got.len() < end + 4 + length {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let message: Vec<u8> = got.drain(..end + 4 + length).collect();
+                    let message: Vec<u8> = got.drain(..len).collect();
                     log.lock().expect("log").extend_from_slice(&message);
                     if stream.write_all(answer).await.is_err() {
                         return;

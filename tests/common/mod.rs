@@ -741,6 +741,19 @@ pub fn chunk_ext_ok(mut e: &[u8]) -> bool {
     true
 }
 
+/// The length of the message at the start of `got` once its head has come: the head and a
+/// body of its `Content-Length` (none without one), whether or not the body has come.
+pub fn message_len(got: &[u8]) -> Option<usize> {
+    let end = got.windows(4).position(|w| w == b"\r\n\r\n")?;
+    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    Some(end + 4 + length)
+}
+
 /// Reads one answer from a blocking client connection: its head and a body of its
 /// `Content-Length` (none without one). Panics if the connection closes first.
 pub fn read_answer(conn: &mut std::net::TcpStream) -> String {
@@ -748,16 +761,8 @@ pub fn read_answer(conn: &mut std::net::TcpStream) -> String {
     let mut got = Vec::new();
     let mut buf = [0u8; 8192];
     loop {
-        if let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-            let length: usize = head
-                .lines()
-                .find_map(|l| l.strip_prefix("content-length:"))
-                .and_then(|v| v.trim().parse().ok())
-                .unwrap_or(0);
-            if got.len() >= end + 4 + length {
-                return String::from_utf8_lossy(&got).into_owned();
-            }
+        if message_len(&got).is_some_and(|len| got.len() >= len) {
+            return String::from_utf8_lossy(&got).into_owned();
         }
         let n = conn.read(&mut buf).expect("read");
         assert!(
@@ -786,26 +791,17 @@ pub async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Ve
                 let mut got = Vec::new();
                 let mut buf = vec![0u8; 16384];
                 loop {
-                    let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
+                    let len = match message_len(&got) {
+                        Some(len) if got.len() >= len => len,
+                        _ => {
+                            match stream.read(&mut buf).await {
+                                Ok(0) | Err(_) => return,
+                                Ok(n) => got.extend_from_slice(&buf[..n]),
+                            }
+                            continue;
                         }
-                        continue;
                     };
-                    let head = String::from_utf8_lossy(&got[..end]).to_ascii_lowercase();
-                    let length: usize = head
-                        .lines()
-                        .find_map(|l| l.strip_prefix("content-length:"))
-                        .and_then(|v| v.trim().parse().ok())
-                        .unwrap_or(0);
-                    while got.len() < end + 4 + length {
-                        match stream.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => got.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let rest = got.split_off(end + 4 + length);
+                    let rest = got.split_off(len);
                     log.lock()
                         .expect("log")
                         .push(std::mem::replace(&mut got, rest));

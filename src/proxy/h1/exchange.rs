@@ -61,6 +61,30 @@ pub(super) fn client_body_failed(e: &RelayError) -> Error {
     Error::new(kind, e.to_string())
 }
 
+/// Reads until `total` bytes of the request (its head and a body held whole) are pending,
+/// each read waiting at most `idle`. Errors: the client stalled or closed first (its
+/// error, counted).
+pub(super) async fn read_body<S>(
+    client: &mut Buffered<S>,
+    total: usize,
+    idle: Duration,
+) -> Result<(), Error>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let failed = match client.read_to(total, idle).await {
+        Ok(true) => return Ok(()),
+        Ok(false) => RelayError::Read {
+            error: None,
+            timed_out: false,
+        },
+        Err(e) => conn::read_failed(e),
+    };
+    let error = client_body_failed(&failed);
+    crate::metrics::client_error(error.kind);
+    Err(error)
+}
+
 /// The request body's relay failure, blamed on the side that failed.
 fn upload_failed(e: RelayError) -> Failed {
     match e {

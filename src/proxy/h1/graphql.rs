@@ -15,12 +15,11 @@ use crate::extract::graphql::GraphqlRoute;
 use crate::extract::RouteKind;
 use crate::http1::head::{self, RequestHead};
 use crate::http1::Framing;
-use crate::metrics;
 use crate::problem::{LimitedBody, Problem};
 use crate::proxy::route::graphql::{ids_in, Read};
 use crate::proxy::route::Extraction;
 use crate::proxy::Proxy;
-use crate::relay::{Buffered, RelayError};
+use crate::relay::Buffered;
 
 impl Proxy {
     /// The region of a GraphQL request whose head `head` starts `client.pending()`. A
@@ -66,17 +65,7 @@ impl Proxy {
                 );
                 return Err(Stop::Refuse(Problem::Client(error), true));
             }
-            let failed = match client.read_to(total, idle).await {
-                Ok(true) => None,
-                Ok(false) => Some(RelayError::Read {
-                    error: None,
-                    timed_out: false,
-                }),
-                Err(e) => Some(crate::relay::read_failed(e)),
-            };
-            if let Some(e) = failed {
-                let error = super::exchange::client_body_failed(&e);
-                metrics::client_error(error.kind);
+            if let Err(error) = super::exchange::read_body(client, total, idle).await {
                 return Err(Stop::Refuse(Problem::Client(error), true));
             }
         }

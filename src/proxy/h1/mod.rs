@@ -37,7 +37,7 @@ use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
-use crate::relay::{Buffered, RelayError};
+use crate::relay::Buffered;
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
 
@@ -271,18 +271,9 @@ impl Proxy {
         if let Some(n) = read_whole {
             let total = head.len + n;
             let idle = self.config.timeouts.idle();
-            let failed = match client.read_to(total, idle).await {
-                Ok(true) => None,
-                Ok(false) => Some(RelayError::Read {
-                    error: None,
-                    timed_out: false,
-                }),
-                Err(e) => Some(crate::relay::read_failed(e)),
-            }
-            .map(|e| exchange::client_body_failed(&e));
+            let failed = exchange::read_body(client, total, idle).await.err();
             match (failed, &mut planned) {
                 (Some(error), _) => {
-                    metrics::client_error(error.kind);
                     planned = Err(Stop::Refuse(Problem::Client(error), true));
                 }
                 (None, Err(Stop::Refuse(_, close))) => {
