@@ -61,8 +61,9 @@ ADMIN = 18093
 TLS_PORTS = {"nginx TLS": 18101, "haproxy TLS": 18100, "iuid-router TLS": 18102}
 BEFORE_PORT, BEFORE_ADMIN, TLS_ADMIN = 18103, 18104, 18105
 BEFORE_BIN = os.environ.get("IUID_ROUTER_BEFORE_BIN")
-# HTTP1_ENGINE=own|hyper: iuid-router's `http1_engine` (unset: its default), for the binary
-# compared against too (unset it to compare a binary that predates the key).
+# HTTP1_ENGINE=own|hyper: `http1_engine` for an older binary (IUID_ROUTER_BIN from before
+# issue 37, which removed the key); unset for the current one
+
 ENGINE_LINE = f"http1_engine: {os.environ['HTTP1_ENGINE']}\n" if os.environ.get("HTTP1_ENGINE") else ""
 # Ports of the callgrind runs: nginx, HAProxy, iuid-router, its admin API.
 CG_PORT = 18094

@@ -15,7 +15,8 @@
 #                 targets. wrk (OpenSSL) negotiates TLS 1.2 and resumes its session on a new
 #                 connection, so with CONNCLOSE=1 the handshakes are abbreviated ones.
 #   CONNCLOSE=1   a new connection per request (`Connection: close` on every request)
-#   HTTP1_ENGINE=own|hyper  iuid-router's `http1_engine` (unset: its default; bench/idle.py too)
+#   HTTP1_ENGINE=own|hyper  `http1_engine` for an older IUID_ROUTER_BIN (before issue 37;
+#                 the current binary refuses the key; bench/idle.py too)
 #   RESP_BYTES=N  the upstreams answer N-byte bodies (a static file); nginx routing gets
 #                 `proxy_max_temp_file_size 0` so large answers stream rather than spill to disk
 #   REQ_BYTES=N   POST with N-byte bodies; both nginx layers get `client_max_body_size` and

@@ -62,9 +62,11 @@ pub const TLS_HANDSHAKE_FAILURES: &str = "iuid_router_tls_handshake_failures_tot
 /// `host_not_allowed`: a tokenless admin asked for another `Host`, as DNS rebinding does;
 /// `throttled`: too many wrong tokens from the address). A rising count is someone guessing.
 pub const ADMIN_REFUSALS: &str = "iuid_router_admin_refusals_total";
-/// HTTP/1.x client connections the own engine handed to hyper's for a request it does not
-/// carry itself (docs/data-path.md, "HTTP/1.1 engines"): what is left of the second engine.
-pub const HTTP1_HANDOFFS: &str = "iuid_router_http1_handoffs_total";
+/// HTTP/1.x requests the own engine carried through the shared phases (`Proxy::handle`,
+/// as HTTP/2's) rather than its head path: upgrades, absolute-form targets, gRPC routes,
+/// legacy ids, regions over HTTP/2, chunked GraphQL bodies and `nodes` splits
+/// (docs/data-path.md, "One data path").
+pub const HTTP1_SHARED: &str = "iuid_router_http1_shared_phases_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -165,15 +167,15 @@ fn describe() {
     );
     ::metrics::describe_counter!(ADMIN_REFUSALS, "Admin requests refused, by reason.");
     ::metrics::describe_counter!(
-        HTTP1_HANDOFFS,
-        "HTTP/1.1 connections the own engine handed to hyper's."
+        HTTP1_SHARED,
+        "HTTP/1.x requests the own engine carried through the shared phases."
     );
 }
 
-/// Counts one HTTP/1.1 connection handed to hyper's engine.
-pub fn http1_handoff() {
+/// Counts one HTTP/1.x request carried through the shared phases.
+pub fn http1_shared() {
     handle();
-    ::metrics::counter!(HTTP1_HANDOFFS).increment(1);
+    ::metrics::counter!(HTTP1_SHARED).increment(1);
 }
 
 /// `kind` of [`FANOUT_REQUESTS`]: which route asked several regions.

@@ -160,7 +160,7 @@ impl std::fmt::Display for RelayError {
     }
 }
 
-impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
+impl<S: AsyncRead + Unpin> Buffered<S> {
     /// A connection with nothing read yet.
     pub fn new(io: S) -> Buffered<S> {
         Buffered {
@@ -445,9 +445,9 @@ pub fn read_failed(error: io::Error) -> RelayError {
 
 /// Reads more of a framed body when none is pending. Errors: the source closed before the
 /// body's end, failed, or sent nothing for `idle`.
-async fn more<R>(from: &mut Buffered<R>, idle: Duration) -> Result<(), RelayError>
+pub async fn more<R>(from: &mut Buffered<R>, idle: Duration) -> Result<(), RelayError>
 where
-    R: AsyncRead + AsyncWrite + Unpin,
+    R: AsyncRead + Unpin,
 {
     if !from.pending().is_empty() {
         return Ok(());

@@ -36,7 +36,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use hyper::server::conn::{http1, http2};
+use hyper::server::conn::http2;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -48,6 +48,7 @@ use crate::metrics;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 use crate::send_timeout::SendTimeout;
+use crate::upstream::body::Inbound;
 use crate::workers::Workers;
 use announce::Protocol;
 
@@ -168,31 +169,21 @@ async fn connection(shared: &Arc<Shared>, stream: TcpStream, client: SocketAddr,
     if !nodelay {
         let _ = stream.set_nodelay(true);
     }
-    if shared.tls.is_none() && shared.settings.own_http1 {
+    let Some(acceptor) = shared.tls.clone() else {
         // The own engine tells HTTP/2's preface from its first read itself (no peek) and
         // hands such a connection to hyper's HTTP/2. It counts itself open.
         let start = h1::Start::Plain(shared.clone(), client);
         let stream = plain::PlainClient::from(stream);
         return h1::serve(start, crate::relay::Buffered::new(stream), true).await;
-    }
+    };
     let _open = shared.open.clone();
     let _counted = crate::memory::OpenConnection::start();
-    let Some(acceptor) = shared.tls.clone() else {
-        let conn = shared.conn(client);
-        let header_timeout = conn.settings.header_timeout;
-        let Some(protocol) = announce::plain(&stream, header_timeout).await else {
-            tracing::debug!(%client, "nothing sent within the header read timeout; closed");
-            return;
-        };
-        // Boxed, as the TLS path below: hyper's connection futures are large (tens of KB),
-        // and the task of every connection would otherwise be sized for them.
-        return Box::pin(conn.serve(protocol, stream)).await;
-    };
     Box::pin(serve_tls(shared.conn(client), acceptor, stream, client)).await
 }
 
-/// A TLS connection: the handshake within the header read timeout, then its protocol (ALPN,
-/// else its first bytes) served by hyper's engine.
+/// A TLS connection: the handshake within the header read timeout, then the own engine
+/// (ALPN `http/1.1`, or none: it tells HTTP/2's preface from the first bytes itself), or
+/// hyper's HTTP/2 (ALPN `h2`).
 async fn serve_tls(
     mut conn: Conn,
     acceptor: tokio_rustls::TlsAcceptor,
@@ -222,25 +213,23 @@ async fn serve_tls(
             .and_then(|chain| chain.first())
             .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
     }
-    if conn.settings.own_http1 && alpn != Some(Protocol::Http2) {
-        // The own engine, as for plain connections; without ALPN it tells HTTP/2 from the
-        // first bytes itself. Boxed: the TLS stream is large.
-        let stream = crate::relay::Buffered::new(stream);
-        let start = h1::Start::Made(Box::new(conn));
-        return Box::pin(h1::serve(start, stream, alpn.is_none())).await;
+    if alpn == Some(Protocol::Http2) {
+        // The header read timeout starts again after the handshake, for the preface.
+        let Some((_, stream)) = announce::read(stream, header_timeout).await else {
+            tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
+            return;
+        };
+        return conn.serve_h2(stream).await;
     }
-    // The header read timeout starts again after the handshake, as on plain TCP after
-    // the accept.
-    let Some((sniffed, stream)) = announce::read(stream, header_timeout).await else {
-        tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
-        return;
-    };
-    conn.serve(alpn.unwrap_or(sniffed), stream).await
+    // The own engine, as for plain connections; without ALPN it tells HTTP/2 from the
+    // first bytes itself. Boxed: the TLS stream is large.
+    let stream = crate::relay::Buffered::new(stream);
+    let start = h1::Start::Made(Box::new(conn));
+    Box::pin(h1::serve(start, stream, alpn.is_none())).await
 }
 
 /// What every connection is served with, made once per listener.
 struct Settings {
-    http1: http1::Builder,
     header_timeout: Duration,
     /// `timeouts.idle_ms`: an HTTP/1 client that reads nothing, an HTTP/2 connection with no
     /// stream open, an HTTP/2 stream whose response makes no progress.
@@ -249,8 +238,6 @@ struct Settings {
     /// `tls.client_auth.forward_client_cert: set`: the verified client certificate goes
     /// upstream in `X-Forwarded-Client-Cert`, made once per connection.
     forward_client_cert: bool,
-    /// `http1_engine: own`: plain HTTP/1.1 connections are served by the own engine (`h1`).
-    own_http1: bool,
     /// Notified when the listener starts draining (after `Shared::draining` is set): what
     /// the own engine's idle connections wait on, a smaller waiter than the watch's.
     drain: tokio::sync::Notify,
@@ -260,19 +247,10 @@ impl Settings {
     fn new(config: &RouterConfig) -> Settings {
         let limits = config.limits;
         let header_timeout = Duration::from_millis(limits.header_read_timeout_ms);
-        let mut http1 = http1::Builder::new();
-        http1
-            .timer(TokioTimer::new())
-            // Slowloris: a client that trickles its headers is cut off.
-            .header_read_timeout(header_timeout)
-            .max_buf_size(limits.max_header_bytes.max(8192))
-            .max_headers(limits.max_headers);
         Settings {
-            http1,
             header_timeout,
             idle: config.timeouts.idle(),
             max_header_list_size: limits.max_header_bytes as u32,
-            own_http1: config.http1_engine == crate::config::Http1Engine::Own,
             drain: tokio::sync::Notify::new(),
             forward_client_cert: config
                 .tls
@@ -293,9 +271,9 @@ struct Conn {
 }
 
 impl Conn {
-    /// Serves the connection's requests with `protocol` until it ends, or gracefully once
-    /// the listener drains.
-    async fn serve<S>(self, protocol: Protocol, stream: S)
+    /// Serves the connection's HTTP/2 streams (hyper's server) until it ends, or gracefully
+    /// once the listener drains.
+    async fn serve_h2<S>(self, stream: S)
     where
         S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
@@ -308,80 +286,50 @@ impl Conn {
         } = self;
         let io = TokioIo::new(SendTimeout::new(stream, settings.idle));
         let shared = Arc::new((proxy, addr));
-        let result = match protocol {
-            Protocol::Http1 => serve_http1(&settings, shared, io, &mut draining).await,
-            Protocol::Http2 => {
-                let service = service_fn(move |req| {
-                    let shared = shared.clone();
-                    async move {
-                        let response = shared.0.handle(req, &shared.1).await;
-                        Ok::<_, Infallible>(h2::track(response))
+        let result = {
+            let service = service_fn(move |req| {
+                let shared = shared.clone();
+                async move {
+                    let response = shared.0.handle(req.map(Inbound::Hyper), &shared.1).await;
+                    Ok::<_, Infallible>(h2::track(response))
+                }
+            });
+            let streams = h2::Streams::new();
+            let mut builder = http2::Builder::new(h2::Exec::new(streams.clone(), settings.idle));
+            builder
+                .timer(TokioTimer::new())
+                .max_header_list_size(settings.max_header_list_size);
+            let conn = builder.serve_connection(io, service);
+            tokio::pin!(conn);
+            // GOAWAY once no stream has been open for `idle` (checked when the timer
+            // fires, then re-armed), or when the listener drains.
+            let timer = tokio::time::sleep(settings.idle);
+            tokio::pin!(timer);
+            loop {
+                tokio::select! {
+                    r = conn.as_mut() => break r,
+                    _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                        conn.as_mut().graceful_shutdown();
+                        break conn.await;
                     }
-                });
-                let streams = h2::Streams::new();
-                let mut builder =
-                    http2::Builder::new(h2::Exec::new(streams.clone(), settings.idle));
-                builder
-                    .timer(TokioTimer::new())
-                    .max_header_list_size(settings.max_header_list_size);
-                let conn = builder.serve_connection(io, service);
-                tokio::pin!(conn);
-                // GOAWAY once no stream has been open for `idle` (checked when the timer
-                // fires, then re-armed), or when the listener drains.
-                let timer = tokio::time::sleep(settings.idle);
-                tokio::pin!(timer);
-                loop {
-                    tokio::select! {
-                        r = conn.as_mut() => break r,
-                        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
+                    () = timer.as_mut() => match streams.idle_until(settings.idle) {
+                        Some(until) => timer.as_mut().reset(until),
+                        None => {
+                            tracing::debug!(%client, "HTTP/2 connection idle; GOAWAY");
                             conn.as_mut().graceful_shutdown();
-                            break conn.await;
+                            // hyper sends GOAWAY with a PING and closes once the PING is
+                            // answered; a client that never answers is cut after the
+                            // grace (docs/config.md `timeouts.idle_ms`).
+                            break tokio::time::timeout(h2::goaway_grace(settings.idle), conn)
+                                .await
+                                .unwrap_or(Ok(()));
                         }
-                        () = timer.as_mut() => match streams.idle_until(settings.idle) {
-                            Some(until) => timer.as_mut().reset(until),
-                            None => {
-                                tracing::debug!(%client, "HTTP/2 connection idle; GOAWAY");
-                                conn.as_mut().graceful_shutdown();
-                                // hyper sends GOAWAY with a PING and closes once the PING is
-                                // answered; a client that never answers is cut after the
-                                // grace (docs/config.md `timeouts.idle_ms`).
-                                break tokio::time::timeout(h2::goaway_grace(settings.idle), conn)
-                                    .await
-                                    .unwrap_or(Ok(()));
-                            }
-                        },
-                    }
+                    },
                 }
             }
         };
         if let Err(e) = result {
             tracing::debug!(%client, error = %e, "connection ended with an error");
-        }
-    }
-}
-
-/// hyper's HTTP/1.1 server on one connection, until it ends or the listener drains.
-async fn serve_http1<S>(
-    settings: &Settings,
-    shared: Arc<(Arc<Proxy>, ClientAddr)>,
-    io: TokioIo<SendTimeout<S>>,
-    draining: &mut watch::Receiver<bool>,
-) -> hyper::Result<()>
-where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
-{
-    let service = service_fn(move |req| {
-        let shared = shared.clone();
-        async move { Ok::<_, Infallible>(shared.0.handle(req, &shared.1).await) }
-    });
-    let conn = settings.http1.serve_connection(io, service).with_upgrades();
-    tokio::pin!(conn);
-    tokio::select! {
-        r = conn.as_mut() => r,
-        // `wait_for`'s guard is not `Send`; only whether it fired matters.
-        _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-            conn.as_mut().graceful_shutdown();
-            conn.await
         }
     }
 }

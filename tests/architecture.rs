@@ -219,3 +219,43 @@ fn no_import_cycle_between_the_files_of_a_module() {
         );
     }
 }
+
+/// Issue 37: every HTTP/1.x client connection is the own engine's (`server/h1.rs`,
+/// `proxy/h1/`); hyper serves HTTP/2 only. No code of `src/` may bring back a hyper (or
+/// hyper-util) HTTP/1.1 server: its connection builder, or the auto server that speaks both.
+#[test]
+fn no_hyper_http1_server_serves_a_client_connection() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let forbidden = [
+        "server::conn::http1",
+        "server::conn::{http1",
+        "hyper_util::server::conn::auto",
+        "conn::auto::Builder",
+    ];
+    let mut found = Vec::new();
+    let mut h2_servers = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("read file");
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            if forbidden.iter().any(|f| code.contains(f)) {
+                found.push(format!("{}:{}: {}", file.display(), n + 1, line.trim()));
+            }
+            if code.contains("use hyper::server::conn::http2;") {
+                h2_servers += 1;
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "a hyper HTTP/1.1 server:\n{}",
+        found.join("\n")
+    );
+    // The scan looks where the server is made: if that line moved, this test must too.
+    assert_eq!(
+        h2_servers, 1,
+        "hyper's HTTP/2 server is imported in one place"
+    );
+}

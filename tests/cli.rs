@@ -516,3 +516,38 @@ fn check_refuses_bad_fanout_and_probe_bounds_at_their_keys() {
         assert!(err.contains(want), "{want} in {err}");
     }
 }
+
+/// Issue 37 removed `http1_engine` (hyper's HTTP/1.1 server is gone): `check` refuses the
+/// key, whatever its value, at its line and column, saying why, rather than as an unknown
+/// key; `serve` does not start on such a config.
+#[test]
+fn check_refuses_the_removed_http1_engine_key_with_the_reason() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
+    )
+    .expect("write");
+    for value in ["own", "hyper"] {
+        let path = dir.path().join("router.yaml");
+        std::fs::write(
+            &path,
+            format!("listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n  # the engine\nhttp1_engine: {value}\n"),
+        )
+        .expect("write");
+        let config = path.to_str().expect("utf8");
+        let o = run(&["check", "--config", config]);
+        assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+        let err = stderr(&o);
+        assert!(err.contains("router.yaml:5:1"), "{err}");
+        assert!(err.contains("`http1_engine` was removed"), "{err}");
+        assert!(err.contains("own engine"), "{err}");
+        let o = run(&["serve", "--config", config]);
+        assert_ne!(o.status.code(), Some(0), "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("`http1_engine` was removed"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}

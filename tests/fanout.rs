@@ -464,25 +464,26 @@ async fn a_failed_region_entry_gives_the_reason() {
     assert!(why.contains("order-42"), "{why}");
 }
 
-/// Issue 37: a fan-out is served on the own HTTP/1.1 engine (main handed its connection to
-/// hyper's): pages, a refused `POST` (405, its body dropped, the connection kept) and pages
-/// again go over one kept-alive connection, and no connection is handed to hyper's engine
-/// (`iuid_router_http1_handoffs_total`, process-wide: no other test here hands one off).
+/// Issue 37: a fan-out is served on the own HTTP/1.1 engine's head path: pages, a refused `POST` (405, its body dropped, the connection kept) and pages
+/// again go over one kept-alive connection, and none goes through the shared phases
+/// (`iuid_router_http1_shared_phases_total`, process-wide: no other test here uses them).
 #[tokio::test]
-async fn a_fanout_is_carried_by_the_own_engine_without_a_handoff() {
+async fn a_fanout_is_carried_on_the_head_path() {
     use std::io::Write;
     let regions = [
         ListRegion::start("a").await,
         ListRegion::start("b").await,
         ListRegion::start("c").await,
     ];
-    let config = format!("{}http1_engine: own\n", config(""));
+    let config = config("");
     let router = Router::start(
         &config,
         &table([regions[0].url(), regions[1].url(), regions[2].url()]),
     )
     .await;
-    let before = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    let before = router
+        .metric("iuid_router_http1_shared_phases_total", &[])
+        .await;
     let addr = router.addr;
     let answers = tokio::task::spawn_blocking(move || {
         let mut conn = std::net::TcpStream::connect(addr).expect("connect");
@@ -507,6 +508,8 @@ async fn a_fanout_is_carried_by_the_own_engine_without_a_handoff() {
     assert!(answers[1].starts_with("HTTP/1.1 405 "), "{}", answers[1]);
     assert!(answers[1].contains("allow: GET"), "{}", answers[1]);
     assert!(answers[2].starts_with("HTTP/1.1 200 "), "{}", answers[2]);
-    let after = router.metric("iuid_router_http1_handoffs_total", &[]).await;
-    assert_eq!(after, before, "no connection handed to hyper's engine");
+    let after = router
+        .metric("iuid_router_http1_shared_phases_total", &[])
+        .await;
+    assert_eq!(after, before, "carried on the head path");
 }

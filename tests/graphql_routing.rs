@@ -533,9 +533,7 @@ async fn graphql_requests_are_carried_by_the_own_engine() {
         .replace("EU", &eu)
         .replace("US", &eu)
         .replace("AP", &ap);
-    let config = config(GRAPHQL, "default_region")
-        .extra("http1_engine: own")
-        .yaml();
+    let config = config(GRAPHQL, "default_region").yaml();
     let router = Router::start(&config, &table).await;
     let addr = router.addr;
     let ap_id = id(1);

@@ -1,7 +1,7 @@
-//! The own HTTP/1.1 engine (`http1_engine: own`) over real sockets: what it does that hyper's
-//! engine does not (or does otherwise), keep-alive on both sides, and the hand-over of a
-//! connection to hyper's engine for what it does not carry itself. Raw bytes on loopback, so
-//! what is asserted is what went over the wire.
+//! The own HTTP/1.1 engine over real sockets: what it does that hyper's server did not (or
+//! did otherwise), keep-alive on both sides, and the requests its head path hands to the
+//! shared phases on the same connection. Raw bytes on loopback, so what is asserted is what
+//! went over the wire.
 
 mod common;
 
@@ -14,7 +14,7 @@ use common::{iuid_for, lettered_table, orders_config, url, Router, Upstream};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 fn own() -> String {
-    orders_config().extra("http1_engine: own").yaml()
+    orders_config().yaml()
 }
 
 async fn raw(addr: SocketAddr, request: Vec<u8>) -> String {
@@ -129,7 +129,6 @@ async fn refused_heads_are_problem_json() {
     let router = Router::start(
         &orders_config()
             .limits("max_headers: 20, max_header_bytes: 8192")
-            .extra("http1_engine: own")
             .yaml(),
         &lettered_table("h1", &[&[up.url()]]),
     )
@@ -233,21 +232,20 @@ async fn a_broken_chunked_answer_is_502_before_anything_is_sent() {
     }
 }
 
-/// What the own engine does not carry (here an expectation other than `100-continue`, and
-/// a GraphQL body sent chunked) goes to hyper's engine with its connection, and is served
-/// there, as is the connection's next request.
+/// What the head path does not carry (here an expectation other than `100-continue`, and a
+/// GraphQL body sent chunked) goes through the shared phases on the same connection, and
+/// the connection's next request is served after it; each is counted.
 #[tokio::test]
-async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
+async fn a_request_off_the_head_path_is_carried_through_the_shared_phases() {
     let up = Upstream::start("a").await;
     let router = Router::start(
-        &orders_config()
-            .route_graphql("/graphql")
-            .extra("http1_engine: own")
-            .yaml(),
+        &orders_config().route_graphql("/graphql").yaml(),
         &lettered_table("h1", &[&[up.url()]]),
     )
     .await;
-    let handoffs = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    let handoffs = router
+        .metric("iuid_router_http1_shared_phases_total", &[])
+        .await;
     let path = format!("/v1/orders/{}", iuid_for(1));
     let expect = format!(
         "POST {path} HTTP/1.1\r\nHost: t\r\nExpect: something-else\r\nContent-Length: 5\r\n\r\nhello"
@@ -263,11 +261,12 @@ async fn a_request_the_engine_does_not_carry_is_served_by_hyper() {
         query.len()
     );
     let answer = raw(router.addr, graphql.into_bytes()).await;
-    // Hyper's engine answers: its header names are lowercase.
     assert!(answer.starts_with("HTTP/1.1 "), "{answer}");
     assert!(answer.contains("x-request-id: "), "{answer}");
-    // Each connection handed on is counted (other tests here may add theirs).
-    let now = router.metric("iuid_router_http1_handoffs_total", &[]).await;
+    // Each request is counted (other tests here may add theirs).
+    let now = router
+        .metric("iuid_router_http1_shared_phases_total", &[])
+        .await;
     assert!(now >= handoffs + 2.0, "{handoffs} -> {now}");
 }
 
@@ -319,7 +318,7 @@ async fn a_tls_http11_connection_is_served_by_the_own_engine() {
     );
     let config = orders_config()
         .extra(&format!(
-            "http1_engine: own\ntls:\n  certificates:\n    - {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }}\n",
+            "tls:\n  certificates:\n    - {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }}\n",
             c = certs.display()
         ))
         .yaml();

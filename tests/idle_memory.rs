@@ -60,7 +60,7 @@ async fn router(upstream: SocketAddr) -> (ChildGuard, SocketAddr, tempfile::Temp
     .expect("write");
     let config = format!(
         "listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: routing-table.yaml\n\
-         routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nworkers: 1\nhttp1_engine: own\n\
+         routes:\n  - path: /o/{{id}}\nreload: {{ watch: false }}\nworkers: 1\n\
          limits: {{ header_read_timeout_ms: 60000 }}\n\
          timeouts: {{ response_headers_ms: 60000, connect_ms: 30000 }}\n"
     );

@@ -60,7 +60,7 @@ impl Process {
             .extra("shutdown: { drain_delay_ms: 0, grace_ms: 10000 }")
             .extra("access_log: true\nlog_format: json");
         let path = dir.path().join("router.yaml");
-        std::fs::write(&path, common::with_test_engine(&config.yaml())).expect("write");
+        std::fs::write(&path, config.yaml()).expect("write");
         let mut command = Command::new(env!("CARGO_BIN_EXE_iuid-router"));
         command
             .args(["serve", "--config", path.to_str().expect("utf8")])
@@ -575,16 +575,13 @@ async fn a_silent_connection_is_closed_at_the_header_timeout_and_a_late_one_serv
     );
 }
 
-/// A config that names no `http1_engine` gets the own engine (the default since issue 29):
-/// a refused head is problem+json there, a bare status on hyper's. Through the real binary,
+/// Every HTTP/1.1 connection is the own engine's: a refused head is problem+json (hyper's
+/// server, gone since issue 37, answered a bare status). Through the real binary,
 /// so through each worker's own listening socket: a `Connection: close` exchange (served
 /// without its socket ever joining the event loop) ends whole with the server's FIN, and a
 /// kept-alive connection that waits between its requests (and so registers) is served on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_default_engine_is_the_own_one_on_every_workers_socket() {
-    if std::env::var("IUID_ROUTER_TEST_ENGINE").is_ok_and(|e| e != "own") {
-        return; // That pass names another engine; the default pass runs this.
-    }
     let up = Upstream::start("eu").await;
     let p = Process::start(&up).await;
     let public = p.public;

@@ -44,8 +44,6 @@ struct ConfigFile {
     #[serde(default)]
     preserve_host: bool,
     #[serde(default)]
-    http1_engine: Http1Engine,
-    #[serde(default)]
     reload: Reload,
     #[serde(default)]
     shutdown: Shutdown,
@@ -135,18 +133,14 @@ pub enum Unrouted {
     Reject,
 }
 
-/// Which HTTP/1.1 engine serves client connections (docs/config.md `http1_engine`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Http1Engine {
-    /// hyper's HTTP/1.1 server and client.
-    Hyper,
-    /// The router's own engine (`crate::http1`, `crate::proxy::h1`), plain and TLS
-    /// `http/1.1`; what it does not carry itself goes on under hyper's. The default: it
-    /// met issue 29's measurements (bench/RESULTS.md).
-    #[default]
-    Own,
-}
+/// Keys a router.yaml may still carry from before their removal, each with why it went:
+/// refused at their line and column with that reason rather than as an unknown key
+/// (docs/config.md).
+const REMOVED_KEYS: [(&str, &str); 1] = [(
+    "http1_engine",
+    "`http1_engine` was removed (issue 37): every HTTP/1.x connection is served by the \
+     router's own engine (docs/data-path.md); delete the key",
+)];
 
 /// A validated router config.
 #[derive(Debug)]
@@ -172,8 +166,6 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Keep the client's `Host` instead of the upstream's authority.
     pub preserve_host: bool,
-    /// The HTTP/1.1 engine of client connections.
-    pub http1_engine: Http1Engine,
     /// Table reload settings.
     pub reload: Reload,
     /// Graceful shutdown settings.
@@ -342,6 +334,15 @@ impl RouterConfig {
     /// the text and its path): shapes, ranges, addresses, and how the keys relate. The files
     /// it names are [`RouterConfig::from_source`]'s to read.
     pub fn validate(source: &Source) -> Result<RouterConfig, SourceErrors> {
+        let removed: Vec<SourceError> = REMOVED_KEYS
+            .iter()
+            .map(|(key, why)| (vec![Seg::KeyName((*key).to_owned(), 0)], why))
+            .filter(|(at, _)| crate::source::locate(&source.text, at).is_some())
+            .map(|(at, why)| source.error_at(&at, *why))
+            .collect();
+        if !removed.is_empty() {
+            return Err(SourceErrors(removed));
+        }
         let file: ConfigFile = source.parse().map_err(|e| SourceErrors(vec![e]))?;
         let mut errors: Vec<SourceError> = Vec::new();
         let key = |k: &str| Seg::Key(k.to_owned());
@@ -470,7 +471,6 @@ impl RouterConfig {
                 timeouts: file.timeouts,
                 limits: file.limits,
                 preserve_host: file.preserve_host,
-                http1_engine: file.http1_engine,
                 reload: file.reload,
                 shutdown: file.shutdown,
                 access_log: file.access_log,

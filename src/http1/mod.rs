@@ -7,7 +7,7 @@
 //! the bytes (a socket and its buffer, bodies relayed by their framing) for `server::h1` (the
 //! listener's side) and `upstream::raw` (the upstream pools' side), and `proxy::h1` applies
 //! the proxy's rules. Every function here is pure, so the fuzz target
-//! (`fuzz/`) and the differential tests drive it without a socket.
+//! (`fuzz/`) and the conformance tests drive it without a socket.
 //!
 //! Strictness is the point: what one hop frames differently from the next is how requests are
 //! smuggled. Where RFC 9112 lets a recipient choose, this codec refuses: `Transfer-Encoding`

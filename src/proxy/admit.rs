@@ -1,32 +1,33 @@
 //! Phase 0: requests a proxy must refuse before reading anything else of them.
 //!
-//! hyper parses HTTP/1.1 framing strictly (smuggling attempts never reach here), but it leaves
-//! these checks to the application:
+//! Every protocol's (`phases::Proxy::admit_head`, over any `RequestView`):
 //! - `CONNECT` asks for a tunnel, which this router does not offer: 405, nothing forwarded
 //!   (forwarded, the client got no status line at all);
-//! - a transfer coding other than `chunked` (`gzip, chunked`): hyper decodes the chunked
-//!   framing and would let the other coding be dropped silently; RFC 9112 §6.1 asks for 501;
+//! - `Host`: RFC 9112 §3.2 requires 400 for an HTTP/1.1 request with none, more than one, or
+//!   an invalid one ([`check_host`]); its value reaches `X-Forwarded-Host` and
+//!   `Forwarded: host=`.
+//!
+//! A request in `http` parts only ([`admit_parts`]; the own engine's codec refuses these in
+//! its head's bytes, `crate::http1`):
+//! - a transfer coding other than `chunked` (`gzip, chunked`): the other coding would be
+//!   dropped silently; RFC 9112 §6.1 asks for 501;
 //! - `chunked` applied more than once (two `Transfer-Encoding` lines of it): 400, RFC 9112
 //!   §6.1, since a later hop may frame the body otherwise;
 //! - a request target in authority-form (`GET host:80`, `GET !`) for another method than
-//!   `CONNECT`: 400, RFC 9112 §3.2 (hyper would send it upstream as `/`);
-//! - a request target with raw bytes outside US-ASCII: 400 (they must be percent-encoded);
-//! - `Host`: RFC 9112 §3.2 requires 400 for an HTTP/1.1 request with none, more than one, or
-//!   an invalid one; its value reaches `X-Forwarded-Host` and `Forwarded: host=`.
+//!   `CONNECT`: 400, RFC 9112 §3.2 (hyper's client would send it upstream as `/`);
+//! - a request target with raw bytes outside US-ASCII: 400 (they must be percent-encoded).
 
-use http::header::{HOST, TRANSFER_ENCODING};
+use http::header::TRANSFER_ENCODING;
 use http::request::Parts;
-use http::{Method, Version};
 
 use crate::error::{Error, ErrorKind};
 use crate::problem::Problem;
 
-/// Checks the method, transfer coding and `Host` of a request (each a header lookup; a
-/// request with nothing odd costs a few dozen instructions).
-pub fn admit(parts: &Parts) -> Result<(), Problem> {
-    if parts.method == Method::CONNECT {
-        return Err(Problem::MethodNotAllowed);
-    }
+/// Checks what only a request in `http` parts can carry wrong: its transfer coding and its
+/// target's form and bytes (each a header lookup; a request with nothing odd costs a few
+/// dozen instructions). The method and `Host` are every protocol's
+/// (`phases::Proxy::admit_head`, which runs first).
+pub fn admit_parts(parts: &Parts) -> Result<(), Problem> {
     let mut chunked = 0;
     for line in parts.headers.get_all(TRANSFER_ENCODING) {
         for coding in line.as_bytes().split(|&b| b == b',') {
@@ -68,10 +69,7 @@ pub fn admit(parts: &Parts) -> Result<(), Problem> {
     {
         return Err(Problem::BadTarget);
     }
-    check_host(
-        parts.headers.get_all(HOST).iter().map(|v| v.as_bytes()),
-        parts.version == Version::HTTP_11,
-    )
+    Ok(())
 }
 
 /// RFC 9112 §3.2's `Host` rule over a request's `Host` values: exactly one valid one, or
@@ -150,7 +148,7 @@ mod tests {
 
     fn parts(target: &str) -> Parts {
         let (parts, ()) = http::Request::get(target)
-            .header(HOST, "t")
+            .header(http::header::HOST, "t")
             .body(())
             .expect("request")
             .into_parts();
@@ -161,12 +159,12 @@ mod tests {
     fn targets_in_no_form_are_refused() {
         for bad in ["!", "t:80"] {
             assert!(
-                matches!(admit(&parts(bad)), Err(Problem::BadHead(_))),
+                matches!(admit_parts(&parts(bad)), Err(Problem::BadHead(_))),
                 "{bad}"
             );
         }
         for ok in ["/", "/a?b", "*", "http://t/a"] {
-            assert!(admit(&parts(ok)).is_ok(), "{ok}");
+            assert!(admit_parts(&parts(ok)).is_ok(), "{ok}");
         }
     }
 

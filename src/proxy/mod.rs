@@ -14,6 +14,7 @@ mod bad_answer;
 pub mod h1;
 pub mod headers;
 mod legacy;
+pub mod phases;
 pub mod request_id;
 pub mod route;
 mod upgrade;
@@ -40,7 +41,7 @@ use crate::fanout::budget::FanoutBudget;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
-use crate::upstream::body::{Guarded, IdleTimeout, Prefixed, Watched};
+use crate::upstream::body::{Guarded, IdleTimeout, Inbound, Prefixed, Watched};
 use crate::upstream::budget::RetryBudget;
 use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
@@ -166,7 +167,7 @@ impl Proxy {
     /// returned), one tracing span, metrics, and the optional access log line.
     pub async fn handle(
         &self,
-        mut req: Request<Incoming>,
+        mut req: Request<Inbound>,
         client: &ClientAddr,
     ) -> Response<ProxyBody> {
         let started = Instant::now();
@@ -225,7 +226,7 @@ impl Proxy {
     /// The phases in order; each refusal returns early as problem+json.
     async fn phases(
         &self,
-        req: Request<Incoming>,
+        req: Request<Inbound>,
         client: &ClientAddr,
         trail: &mut Trail,
     ) -> Response<ProxyBody> {
@@ -278,8 +279,7 @@ impl Proxy {
             Ok(answered) => answered,
             Err(problem) => return problem.into_response().map(Either::Right),
         };
-        if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && client_upgrade.is_none()
-        {
+        if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && !client_upgrade {
             let problem = bad_answer::unsolicited_switch(&target, &answered);
             return problem.into_response().map(Either::Right);
         }
@@ -334,13 +334,11 @@ impl Proxy {
     async fn route(
         &self,
         parts: &Parts,
-        body: Incoming,
+        body: Inbound,
         trail: &mut Trail,
     ) -> Result<Routed, Problem> {
-        let limits = &self.config.limits;
-        admit::admit(parts)?;
-        headers::check_loop(&parts.headers, &self.config.region, limits.max_hops)
-            .map_err(Problem::Loop)?;
+        self.admit_head(parts)?;
+        admit::admit_parts(parts)?;
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
         let split_route = match &found {
@@ -378,9 +376,7 @@ impl Proxy {
             }
             Err(problem) => return Err(problem),
         };
-        routing
-            .decisions(decision.scheme)
-            .count(decision.rule.label());
+        self.region_phase(&routing, &decision);
         let (probe, region) = match legacy_id
             .and_then(|id| self.legacy_target(&routing, &parts.method, &decision, || id))
         {
@@ -569,13 +565,11 @@ impl Proxy {
         mut resp: Response<Incoming>,
         first: Option<http_body::Frame<Bytes>>,
         in_flight: InFlightGuards,
-        client_upgrade: Option<hyper::upgrade::OnUpgrade>,
+        client_upgrade: bool,
     ) -> Response<ProxyBody> {
         headers::rewrite_response(resp.status(), resp.headers_mut(), &self.via.http11);
-        if resp.status() == StatusCode::SWITCHING_PROTOCOLS {
-            if let Some(client) = client_upgrade {
-                upgrade::tunnel(client, hyper::upgrade::on(&mut resp));
-            }
+        if resp.status() == StatusCode::SWITCHING_PROTOCOLS && client_upgrade {
+            upgrade::keep(&mut resp);
         }
         let idle = self.config.timeouts.idle();
         resp.map(|b| {

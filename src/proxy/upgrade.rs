@@ -2,31 +2,34 @@
 //! its `Upgrade`; only when the upstream answers `101 Switching Protocols` are the two
 //! connections joined into a byte tunnel. Any other answer is an ordinary response, and the
 //! client's connection stays HTTP.
+//!
+//! The client's side is the own engine's (`h1/bridge.rs`): it marks the request
+//! ([`ClientUpgrade`]), and takes the upstream's switched connection from the `101`
+//! answer ([`UpstreamUpgrade`]) once that answer is written, to tunnel the two.
 
 use http::request::Parts;
+use http::Response;
+use hyper::body::Incoming;
 use hyper::upgrade::OnUpgrade;
-use hyper_util::rt::TokioIo;
 
-/// The client side of an upgrade, if the request asks for one.
-pub fn take(parts: &mut Parts) -> Option<OnUpgrade> {
-    super::headers::upgrade_of(&parts.headers)?;
-    parts.extensions.remove::<OnUpgrade>()
+/// Marks a request whose client connection can be switched (an HTTP/1.1 request that asks
+/// for an upgrade, on the own engine).
+#[derive(Debug, Clone, Copy)]
+pub struct ClientUpgrade;
+
+/// The upstream's side of a `101` answer, in the answer's extensions: resolves to its
+/// switched connection.
+#[derive(Debug, Clone)]
+pub struct UpstreamUpgrade(pub OnUpgrade);
+
+/// Whether the request asks for an upgrade its client connection can make.
+pub fn take(parts: &mut Parts) -> bool {
+    super::headers::upgrade_of(&parts.headers).is_some()
+        && parts.extensions.remove::<ClientUpgrade>().is_some()
 }
 
-/// Joins client and upstream once both have switched; runs until either side closes.
-pub fn tunnel(client: OnUpgrade, upstream: OnUpgrade) {
-    tokio::spawn(async move {
-        let (client, upstream) = match tokio::try_join!(client, upstream) {
-            Ok(pair) => pair,
-            Err(e) => {
-                tracing::debug!(error = %e, "upgrade failed");
-                return;
-            }
-        };
-        let (mut client, mut upstream) = (TokioIo::new(client), TokioIo::new(upstream));
-        match tokio::io::copy_bidirectional(&mut client, &mut upstream).await {
-            Ok((up, down)) => tracing::debug!(up, down, "tunnel closed"),
-            Err(e) => tracing::debug!(error = %e, "tunnel ended"),
-        }
-    });
+/// Keeps the upstream's side of a `101` answer in the answer for the client's connection.
+pub fn keep(resp: &mut Response<Incoming>) {
+    let upstream = hyper::upgrade::on(&mut *resp);
+    resp.extensions_mut().insert(UpstreamUpgrade(upstream));
 }

@@ -74,7 +74,7 @@ pub(super) fn per_worker(
 /// Accepts until the drain begins, then closes this worker's socket.
 async fn accept_loop(listener: AsyncFd<std::net::TcpListener>, shared: Arc<Shared>) {
     let mut draining = shared.draining.clone();
-    let own = shared.tls.is_none() && shared.settings.own_http1;
+    let own = shared.tls.is_none();
     let nodelay = nodelay(listener.get_ref());
     // The own engine's connections that sent nothing yet wait here, without a task.
     let mut waiting = Waiting::new(shared.settings.header_timeout);

@@ -11,7 +11,6 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 
 /// The HTTP/2 connection preface (RFC 9113 §3.4).
 const H2_PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
@@ -51,34 +50,8 @@ pub(super) fn decide(seen: &[u8]) -> Option<Protocol> {
 
 /// Waits, at most `within`, until the client has sent enough to tell HTTP/1 from HTTP/2: one
 /// byte that is not a prefix of the HTTP/2 preface, or the whole preface. None if the client
-/// sent nothing more in time, or closed.
-///
-/// It only peeks, so nothing is consumed; it costs one `recv(MSG_PEEK)` per connection.
-pub async fn plain(stream: &TcpStream, within: Duration) -> Option<Protocol> {
-    let deadline = tokio::time::Instant::now() + within;
-    let mut buf = [0u8; H2_PREFACE.len()];
-    loop {
-        let n = match tokio::time::timeout_at(deadline, stream.peek(&mut buf)).await {
-            Ok(Ok(n)) => n,
-            Ok(Err(_)) | Err(_) => return None,
-        };
-        if n == 0 {
-            return None;
-        }
-        if let Some(protocol) = decide(&buf[..n]) {
-            return Some(protocol);
-        }
-        // Part of the preface: `peek` would answer at once with the same bytes, so wait a
-        // little before looking again (only a stalled HTTP/2 client gets here).
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        if tokio::time::Instant::now() >= deadline {
-            return None;
-        }
-    }
-}
-
-/// As [`plain`] for a stream that cannot be peeked (TLS): the bytes are read, at most the
-/// preface's length, and handed back in front of the stream by the returned [`Rewind`].
+/// sent nothing more in time, or closed. The bytes are read (at most the preface's length)
+/// and handed back in front of the stream by the returned [`Rewind`].
 pub async fn read<S: AsyncRead + Unpin>(
     mut stream: S,
     within: Duration,

@@ -1,12 +1,12 @@
-//! The own HTTP/1.1 engine's connection loop (`http1_engine: own`), plain or TLS with ALPN
-//! `http/1.1` (or none): read a request head
-//! within the header read timeout, let `Proxy::h1` carry the request, and go on with the
-//! next one while the connection is kept alive.
+//! The own HTTP/1.x engine's connection loop, every HTTP/1.x client connection's, plain or
+//! TLS with ALPN `http/1.1` (or none): read a request head within the header read timeout,
+//! let `Proxy::h1` carry the request, and go on with the next one while the connection is
+//! kept alive. A connection whose first bytes are HTTP/2's preface (h2c with prior
+//! knowledge, TLS without ALPN) goes to hyper's HTTP/2 server, those bytes read again there.
 //!
 //! An idle connection holds no buffer: the loop waits for the socket to become readable
 //! before taking one from the worker's cache (`http1::conn`), and gives it back as soon as
-//! nothing is pending. A request the engine hands back ([`Outcome::Handoff`]) continues the
-//! connection under hyper's engine, the bytes read so far read again there.
+//! nothing is pending.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -121,9 +121,7 @@ pub(super) fn serve<S: ClientIo>(
             let parsed = loop {
                 let http1 = !first
                     || match announce::decide(client.pending()) {
-                        Some(Protocol::Http2) => {
-                            return Box::pin(handoff(conn, client, Protocol::Http2)).await
-                        }
+                        Some(Protocol::Http2) => return Box::pin(handoff_h2(conn, client)).await,
                         Some(Protocol::Http1) => {
                             first = false;
                             true
@@ -146,7 +144,7 @@ pub(super) fn serve<S: ClientIo>(
                 match client.fill(left, max_bytes).await {
                     Ok(0) => return,
                     Ok(_) => {}
-                    // A slow or silent client (slowloris): closed, as hyper's engine does.
+                    // A slow or silent client (slowloris): closed, as nginx does.
                     Err(e) if e.kind() == std::io::ErrorKind::TimedOut => return,
                     Err(e) if e.kind() == std::io::ErrorKind::OutOfMemory => {
                         break Err(HeadError::TooLarge)
@@ -173,7 +171,6 @@ pub(super) fn serve<S: ClientIo>(
                     }
                     return;
                 }
-                Outcome::Handoff => return Box::pin(handoff(conn, client, Protocol::Http1)).await,
             }
         }
     }
@@ -257,13 +254,10 @@ async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: 
     crate::proxy::h1::refuse(client, problem, idle).await;
 }
 
-/// Serves the rest of the connection with hyper's engine (HTTP/1.1, or HTTP/2 for an h2c
-/// client), the pending bytes first.
-async fn handoff<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>, protocol: Protocol) {
-    if protocol == Protocol::Http1 {
-        crate::metrics::http1_handoff();
-    }
+/// Serves the rest of the connection with hyper's HTTP/2 (an h2c client with prior
+/// knowledge, or TLS without ALPN), the pending bytes first.
+async fn handoff_h2<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>) {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
-    conn.serve(protocol, rewind).await
+    conn.serve_h2(rewind).await
 }

@@ -321,7 +321,164 @@ mod tests {
 #[derive(Debug)]
 pub struct Prefixed {
     prefix: Option<Ahead>,
-    rest: hyper::body::Incoming,
+    rest: Inbound,
+}
+
+/// A body as it arrives from a peer: hyper's (an HTTP/2 client's request, an upstream's
+/// answer) or the own HTTP/1.x engine's (a client's request body, fed by its connection:
+/// [`OwnBody`]).
+#[derive(Debug)]
+pub enum Inbound {
+    /// Read by hyper.
+    Hyper(hyper::body::Incoming),
+    /// Read by the own engine.
+    Own(OwnBody),
+}
+
+impl From<hyper::body::Incoming> for Inbound {
+    fn from(body: hyper::body::Incoming) -> Inbound {
+        Inbound::Hyper(body)
+    }
+}
+
+impl From<OwnBody> for Inbound {
+    fn from(body: OwnBody) -> Inbound {
+        Inbound::Own(body)
+    }
+}
+
+impl Body for Inbound {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        match self.get_mut() {
+            Inbound::Hyper(body) => Pin::new(body)
+                .poll_frame(cx)
+                .map(|f| f.map(|r| r.map_err(Into::into))),
+            Inbound::Own(body) => Pin::new(body).poll_frame(cx),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        match self {
+            Inbound::Hyper(body) => body.is_end_stream(),
+            Inbound::Own(body) => body.is_end_stream(),
+        }
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self {
+            Inbound::Hyper(body) => body.size_hint(),
+            Inbound::Own(body) => body.size_hint(),
+        }
+    }
+}
+
+/// What the own engine's connection feeds an [`OwnBody`]: the body's data as it is read
+/// and decoded, then its end, or why it failed (an `io::Error` whose kind
+/// [`client_error`] classifies).
+#[derive(Debug)]
+pub enum Feed {
+    /// The next bytes of the body (decoded: no chunk framing).
+    Data(bytes::Bytes),
+    /// The body ended by its framing.
+    End,
+    /// The body's framing broke, the client went away or fell silent.
+    Failed(std::io::Error),
+}
+
+/// An HTTP/1.x client's request body, read by the own engine's connection and handed over a
+/// channel (`proxy::h1::bridge`). It ends only when its framing says so (`Feed::End`, or
+/// the declared length reached): a channel closed before is an error, so a body cut
+/// midway is never completed upstream.
+#[derive(Debug)]
+pub struct OwnBody {
+    rx: tokio::sync::mpsc::Receiver<Feed>,
+    /// Bytes still to come of a `Content-Length` body.
+    left: Option<u64>,
+    done: bool,
+    /// Notified at the first poll: the request's `Expect: 100-continue` is answered then.
+    polled: Option<Arc<Notify>>,
+}
+
+impl OwnBody {
+    /// A body of `length` bytes (`None`: chunked), fed through the returned sender.
+    /// `polled` is notified when the body is first asked for.
+    pub fn channel(
+        length: Option<u64>,
+        polled: Option<Arc<Notify>>,
+    ) -> (tokio::sync::mpsc::Sender<Feed>, OwnBody) {
+        let (tx, rx) = tokio::sync::mpsc::channel(2);
+        let body = OwnBody {
+            rx,
+            done: length == Some(0),
+            left: length,
+            polled,
+        };
+        (tx, body)
+    }
+}
+
+impl Body for OwnBody {
+    type Data = bytes::Bytes;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Self::Data>, Self::Error>>> {
+        let this = self.get_mut();
+        if let Some(polled) = this.polled.take() {
+            polled.notify_one();
+        }
+        if this.done {
+            return Poll::Ready(None);
+        }
+        let early = || {
+            let e = std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "client body cut short");
+            Poll::Ready(Some(Err(Box::new(e) as BoxError)))
+        };
+        match this.rx.poll_recv(cx) {
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(Some(Feed::Data(data))) => {
+                if let Some(left) = &mut this.left {
+                    let Some(rest) = left.checked_sub(data.len() as u64) else {
+                        return early();
+                    };
+                    *left = rest;
+                    this.done = rest == 0;
+                }
+                Poll::Ready(Some(Ok(Frame::data(data))))
+            }
+            Poll::Ready(Some(Feed::End)) if this.left.is_none_or(|l| l == 0) => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            Poll::Ready(Some(Feed::Failed(e))) => {
+                this.done = true;
+                Poll::Ready(Some(Err(Box::new(e))))
+            }
+            Poll::Ready(Some(Feed::End) | None) => {
+                this.done = true;
+                early()
+            }
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.done
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        match self.left {
+            Some(left) => SizeHint::with_exact(left),
+            None => SizeHint::default(),
+        }
+    }
 }
 
 /// A frame read ahead of the rest. Trailers are boxed: they come first only in a body of
@@ -334,20 +491,24 @@ enum Ahead {
 
 impl Prefixed {
     /// The body as it arrives, nothing read yet.
-    pub fn new(rest: hyper::body::Incoming) -> Prefixed {
-        Prefixed { prefix: None, rest }
+    pub fn new(rest: impl Into<Inbound>) -> Prefixed {
+        Prefixed {
+            prefix: None,
+            rest: rest.into(),
+        }
     }
 
     /// `prefix` (already read), then what is left of `rest`.
-    pub fn with_prefix(prefix: bytes::Bytes, rest: hyper::body::Incoming) -> Prefixed {
+    pub fn with_prefix(prefix: bytes::Bytes, rest: impl Into<Inbound>) -> Prefixed {
         Prefixed {
             prefix: Some(prefix).filter(|p| !p.is_empty()).map(Ahead::Data),
-            rest,
+            rest: rest.into(),
         }
     }
 
     /// `first` (a frame already read, if any), then what is left of `rest`.
-    pub fn with_first(first: Option<Frame<bytes::Bytes>>, rest: hyper::body::Incoming) -> Prefixed {
+    pub fn with_first(first: Option<Frame<bytes::Bytes>>, rest: impl Into<Inbound>) -> Prefixed {
+        let rest = rest.into();
         match first.map(Frame::into_data) {
             None => Prefixed::new(rest),
             Some(Ok(data)) => Prefixed::with_prefix(data, rest),
@@ -364,7 +525,7 @@ impl Prefixed {
 
 impl Body for Prefixed {
     type Data = bytes::Bytes;
-    type Error = hyper::Error;
+    type Error = BoxError;
 
     fn poll_frame(
         self: Pin<&mut Self>,

@@ -125,10 +125,6 @@ impl Router {
     }
 
     /// Starts the router with `config` written to `dir/router.yaml`; the table must be there.
-    ///
-    /// `IUID_ROUTER_TEST_ENGINE=own` (or `hyper`) runs the test on that HTTP/1.1 engine
-    /// (`http1_engine`), unless the config names one: `.ci/run` runs the red-team tests on
-    /// both.
     pub async fn start_in(dir: tempfile::TempDir, config: &str) -> Router {
         // Bound as the binary binds (`SO_REUSEPORT`), so each worker accepts on a socket of
         // its own and the own engine's connections take the production path (`plain.rs`).
@@ -141,8 +137,7 @@ impl Router {
     /// [`Router::start_in`] on `listener`: one bound without `SO_REUSEPORT` is accepted on
     /// one thread, each connection handed to a worker (`server::serve`).
     pub async fn start_on(dir: tempfile::TempDir, config: &str, listener: TcpListener) -> Router {
-        let config = with_test_engine(config);
-        let config_path = write(&dir, "router.yaml", &config);
+        let config_path = write(&dir, "router.yaml", config);
         let config = RouterConfig::load(&config_path).unwrap_or_else(|e| panic!("config: {e}"));
         let admin = TcpListener::bind("127.0.0.1:0").await.expect("bind admin");
         let (addr, admin_addr) = (
@@ -663,16 +658,6 @@ pub fn check(path: &std::path::Path) -> Checked {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         ),
-    }
-}
-
-/// `config` with `http1_engine:` from `IUID_ROUTER_TEST_ENGINE`, when it names none.
-pub fn with_test_engine(config: &str) -> String {
-    match std::env::var("IUID_ROUTER_TEST_ENGINE") {
-        Ok(engine) if !config.contains("http1_engine:") => {
-            format!("{config}\nhttp1_engine: {engine}\n")
-        }
-        _ => config.to_owned(),
     }
 }
 

@@ -36,7 +36,7 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
-        let parts = parts_of(client.pending(), head, id);
+        let parts = parts_of(client.pending(), head, Some(id));
         client.consume(head.len);
         let mut regions = None;
         let answer = match parts {
@@ -71,10 +71,10 @@ impl Proxy {
 
 /// The head as `http` parts, the request id in `x-request-id` (the fan-out passes it on to
 /// every region). Errors: a method, target or field the `http` crate does not take (400).
-fn parts_of(
+pub(super) fn parts_of(
     buf: &[u8],
     head: &RequestHead,
-    id: &RequestId,
+    id: Option<&RequestId>,
 ) -> Result<http::request::Parts, Problem> {
     let mut req = Request::new(());
     *req.method_mut() = Method::from_bytes(head.method.of(buf))
@@ -91,7 +91,7 @@ fn parts_of(
             _ => return Err(Problem::BadHead("a field the router cannot read")),
         }
     }
-    if let Ok(value) = HeaderValue::from_bytes(id.as_bytes()) {
+    if let Some(Ok(value)) = id.map(|id| HeaderValue::from_bytes(id.as_bytes())) {
         headers.insert(crate::proxy::request_id::HEADER.clone(), value);
     }
     Ok(req.into_parts().0)

@@ -1,10 +1,10 @@
 //! Phase 2 of a `graphql:` route on the own engine (docs/data-path.md): a `POST`'s body is
 //! read whole into the connection's buffer (bounded by `limits.graphql_body_bytes`, each
-//! wait by `idle_ms`), its ids found by the same reader hyper's engine uses
+//! wait by `idle_ms`), its ids found by the same reader the shared phases use
 //! (`route::graphql::ids_in`), and the request forwarded with that body held, as a REST
-//! request's small body is. A `GET` reads its query string. What this engine does not
-//! carry, a chunked body and a `nodes` split over several regions, is handed on with the
-//! bytes read so far (the body still pending, read again there).
+//! request's small body is. A `GET` reads its query string. What the head path does not
+//! carry, a chunked body and a `nodes` split over several regions, goes through the shared
+//! phases with the bytes read so far (the body still pending, read there).
 
 use std::sync::Arc;
 
@@ -42,8 +42,8 @@ impl Proxy {
         let length = match framing {
             Framing::Empty => 0,
             Framing::Length(n) => n,
-            // A chunked GraphQL body: hyper's engine reads it.
-            Framing::Chunked | Framing::Close => return Err(Stop::Handoff),
+            // A chunked GraphQL body: the shared phases read it.
+            Framing::Chunked | Framing::Close => return Err(Stop::Shared),
         };
         let limit = self.config.limits.graphql_body_bytes;
         if post && length > limit as u64 {
@@ -92,12 +92,12 @@ impl Proxy {
         let routing = self.regions.current();
         let decision = match self.resolve(&routing.table, Extraction::Ids(ids, route), span) {
             Ok((decision, _)) => decision,
-            // Split by region and merged: hyper's engine does that.
+            // Split by region and merged: the shared phases do that.
             Err(Problem::RegionConflict { .. }) if route.split_nodes() && post => {
-                return Err(Stop::Handoff)
+                return Err(Stop::Shared)
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        super::planned(routing, &decision, Some(RouteKind::Graphql))
+        self.planned(routing, &decision, Some(RouteKind::Graphql))
     }
 }

@@ -1,24 +1,25 @@
-//! The own HTTP/1.1 engine's phases for one request (`http1_engine: own`, docs/data-path.md):
-//! the same phases as [`Proxy::handle`], read top to bottom in [`Proxy::h1`], on a head the
-//! codec (`crate::http1`) parsed into offsets over the client connection's buffer.
+//! The own HTTP/1.x engine's head path for one request (docs/data-path.md, "One data
+//! path"), read top to bottom in [`Proxy::h1`], on a head the codec (`crate::http1`) parsed
+//! into offsets over the client connection's buffer.
 //!
-//! admit (method, framing, target, `Host`) → loop check → extract (path and header routes,
-//! from the head) → resolve → write the upstream head once (docs/data-path.md's header rules,
-//! `headers::raw`) → forward with retries (`exchange.rs`: the request's own task drives the
-//! upstream connection, from a per-worker pool of plain sockets) → respond (the response head
-//! rewritten the same way, the body relayed by its framing).
+//! admit and loop check, extract (the shared phase functions of `proxy::phases`, over a
+//! `HeadView`) → resolve → the region phase → write the upstream head once
+//! (docs/data-path.md's header rules, `headers::raw`) → forward with retries (`exchange.rs`:
+//! the request's own task drives the upstream connection, from a per-worker pool of plain
+//! or TLS sockets) → respond (the response head rewritten the same way, the body relayed by
+//! its framing).
 //!
-//! What this engine does not carry itself it hands back whole, before anything of the
-//! request is used: the connection goes on under hyper's engine, the head (and a GraphQL
-//! body read so far) read again there ([`Outcome::Handoff`]). That is: an expectation other
-//! than `100-continue`, upgrades, targets not in origin form, gRPC routes, a fan-out `GET`
-//! with a body, a chunked GraphQL body or a `nodes` split over several regions, legacy ids
-//! to probe, and regions with an HTTP/2 upstream. The REST path (an id in the path or a
-//! header, one region), GraphQL (`graphql.rs`), fan-outs (`fanout.rs`), `Expect:
-//! 100-continue` and HTTP/1.0 clients are this engine's. An HTTP/1.0 client (RFC 9112 §9.3)
-//! keeps its connection only when it asks (`Connection: keep-alive`, said back), gets
-//! `HTTP/1.0` answers, no 1xx, and a chunked or close-delimited answer decoded and closed.
+//! The REST path (an id in the path or a header, one region), GraphQL (`graphql.rs`),
+//! fan-outs (`fanout.rs`), `Expect: 100-continue` and HTTP/1.0 clients run here. What the
+//! head path does not carry — upgrades, targets not in origin form, gRPC routes, a fan-out
+//! `GET` with a body, a chunked GraphQL body or a `nodes` split over several regions, legacy
+//! ids to probe, regions with an HTTP/2 upstream — goes through the shared phases
+//! (`Proxy::handle`, HTTP/2's) on the same connection, this engine still reading the
+//! request and writing the answer (`bridge.rs`). An HTTP/1.0 client (RFC 9112 §9.3) keeps
+//! its connection only when it asks (`Connection: keep-alive`, said back), gets `HTTP/1.0`
+//! answers, no 1xx, and a chunked or close-delimited answer decoded and closed.
 
+mod bridge;
 mod exchange;
 mod fanout;
 mod graphql;
@@ -30,8 +31,9 @@ use tracing::Instrument;
 
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
+use super::phases::HeadView;
 use super::route::Extraction;
-use super::{access, admit, request_id, Proxy};
+use super::{access, request_id, Proxy};
 use crate::error::{Error, ErrorKind};
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
@@ -48,8 +50,6 @@ pub enum Outcome {
     KeepAlive,
     /// Close the connection (the client asked, or the request's framing was broken).
     Close,
-    /// Nothing of the request was used: serve the connection with hyper's engine.
-    Handoff,
 }
 
 /// The request's head as it goes upstream, written once: the request line, the fields
@@ -85,8 +85,8 @@ struct Planned {
 
 /// Why the head stops here.
 enum Stop<'r> {
-    /// Hyper's engine serves it (see the module docs).
-    Handoff,
+    /// The shared phases carry it (`bridge.rs`, see the module docs).
+    Shared,
     /// A refusal; `close`: the body's framing is unknown, so the connection cannot go on.
     Refuse(Problem, bool),
     /// A `graphql:` route: its ids are in the body (or the query string), read next
@@ -163,12 +163,9 @@ impl Proxy {
     {
         let started = Instant::now();
         let buf = client.pending();
-        if !head.target.of(buf).starts_with(b"/") {
-            return Outcome::Handoff;
-        }
         let in_flight = metrics::InFlight::start();
         let id = RequestId::of(buf, head);
-        // Debug level, as hyper's engine's: disabled (and free) unless `RUST_LOG` asks.
+        // Debug level, as the shared phases': disabled (and free) unless `RUST_LOG` asks.
         let span = tracing::debug_span!(
             "request",
             request_id = id.as_str(),
@@ -183,6 +180,14 @@ impl Proxy {
         let client_close = draining
             || (connection && Nominated::close(buf, &head.fields))
             || (http10 && !(connection && Nominated::asks(buf, &head.fields, b"keep-alive")));
+        if !head.target.of(buf).starts_with(b"/") {
+            // Absolute-form (and `OPTIONS *`): the shared phases read the target.
+            drop(in_flight);
+            let expect = head.seen.has(Seen::EXPECT) && !http10 && expects_continue(buf, head);
+            // Boxed: the shared phases' future is large, and every request's would be
+            // sized for it.
+            return Box::pin(self.h1_bridge(client, head, addr, client_close, expect)).await;
+        }
         let mut log = self.config.access_log.then(|| {
             let text = |s: head::Span| String::from_utf8_lossy(s.of(buf)).into_owned();
             Logged {
@@ -229,6 +234,10 @@ impl Proxy {
                     .await
                     .map(|planned| (planned, framing))
             }
+            other => other,
+        };
+        // From here a stop is a refusal: (the problem, whether the connection closes).
+        let planned: Result<_, (Problem, bool)> = match planned {
             Err(Stop::Fanout(route)) => {
                 let route = route.clone();
                 // (Closed after, to an HTTP/1.0 client: the page's head says no `keep-alive`.)
@@ -244,8 +253,13 @@ impl Proxy {
                 drop(in_flight);
                 return done.outcome;
             }
-            Err(Stop::Handoff) => Err(Stop::Handoff),
-            Err(Stop::Refuse(p, close)) => Err(Stop::Refuse(p, close)),
+            Err(Stop::Shared | Stop::Graphql(_)) => {
+                drop(in_flight);
+                let expect = expect && expects_continue(client.pending(), head);
+                // Boxed, as above.
+                return Box::pin(self.h1_bridge(client, head, addr, client_close, expect)).await;
+            }
+            Err(Stop::Refuse(p, close)) => Err((p, close)),
             Ok(planned) => Ok(planned),
         };
         if expect
@@ -255,7 +269,7 @@ impl Proxy {
             return Outcome::Close;
         }
         // A body small enough to hold for a retry (`retries.buffer_bytes`) is read whole
-        // first, as hyper's engine and nginx (`proxy_request_buffering`) read it: it can be
+        // first, as the shared phases and nginx (`proxy_request_buffering`) read it: it can be
         // sent again, and it goes upstream with its head in one write. A refused request's
         // is read too, and dropped with it, so that its connection goes on (as nginx
         // discards a body it answers without).
@@ -265,7 +279,7 @@ impl Proxy {
         // connection closes after the answer instead.
         let read_whole = match &planned {
             Ok(_) => small_body,
-            Err(Stop::Refuse(_, true)) if !expect => small_body,
+            Err((_, true)) if !expect => small_body,
             Err(_) => None,
         };
         if let Some(n) = read_whole {
@@ -274,9 +288,9 @@ impl Proxy {
             let failed = exchange::read_body(client, total, idle).await.err();
             match (failed, &mut planned) {
                 (Some(error), _) => {
-                    planned = Err(Stop::Refuse(Problem::Client(error), true));
+                    planned = Err((Problem::Client(error), true));
                 }
-                (None, Err(Stop::Refuse(_, close))) => {
+                (None, Err((_, close))) => {
                     *close = false;
                     dropped_body = n;
                 }
@@ -290,11 +304,9 @@ impl Proxy {
         });
         let (planned, outbound) = match planned {
             Ok(ready) => ready,
-            // (GraphQL and fan-out stops were taken above.)
-            Err(Stop::Handoff | Stop::Graphql(_) | Stop::Fanout(_)) => return Outcome::Handoff,
             // A refusal to an HTTP/1.0 client closes its connection: the answer says no
             // `keep-alive`.
-            Err(Stop::Refuse(problem, close)) => {
+            Err((problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
                 self.no_region.request(None, status);
@@ -359,54 +371,56 @@ impl Proxy {
                     head::all(buf, fields, b"content-type").next(),
                 )
         {
-            return Err(Stop::Handoff);
+            return Err(Stop::Shared);
         }
-        if head.method.of(buf) == b"CONNECT" {
-            return Err(Problem::MethodNotAllowed.into());
-        }
-        // HTTP/1.0 may leave `Host` out (RFC 9112 §3.2).
-        admit::check_host(head::all(buf, fields, b"host"), head.minor == 1)?;
-        let limits = &self.config.limits;
-        if seen.has(Seen::VIA) {
-            let via = head::all(buf, fields, b"via");
-            super::headers::check_via(via, &self.config.region, limits.max_hops)
-                .map_err(Problem::Loop)?;
-        }
-        let target = head.target.of(buf);
-        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
-        // The codec refused a target with bytes outside US-ASCII.
-        let path = std::str::from_utf8(path).map_err(|_| Problem::BadTarget)?;
-        let found = self.routes.extract_head(path, |name: &http::HeaderName| {
-            let name: &[u8] = name.as_str().as_bytes();
-            fields
-                .iter()
-                .find(|f| f.name.of(buf).eq_ignore_ascii_case(name))
-                .map(|f| f.value.of(buf))
-        });
+        let view = HeadView { buf, head };
+        self.admit_head(&view)?;
+        let found = self.extract_head(&view);
         let route = found.route_kind();
         match &found {
             Extraction::Id(..) | Extraction::NoId => {}
             Extraction::Pending(pending) => match pending.graphql() {
                 Some(graphql) => return Err(Stop::Graphql(graphql)),
-                None => return Err(Stop::Handoff),
+                None => return Err(Stop::Shared),
             },
             // A list is asked with GET (405 otherwise, its body dropped); a GET with a body
-            // is hyper's.
+            // goes through the shared phases.
             Extraction::Fanout(_) if head.method.of(buf) != b"GET" => {
                 return Err(Problem::GetOnly.into())
             }
             Extraction::Fanout(route) if !seen.has(Seen::FRAMING) => {
                 return Err(Stop::Fanout(route))
             }
-            Extraction::Ids(..) | Extraction::Fanout(_) => return Err(Stop::Handoff),
+            Extraction::Ids(..) | Extraction::Fanout(_) => return Err(Stop::Shared),
         }
         let routing = self.regions.current();
         let (decision, legacy_id) = self.resolve(&routing.table, found, span)?;
         if legacy_id.is_some() {
-            // A legacy id may be probed in the other regions: hyper's engine does that.
-            return Err(Stop::Handoff);
+            // A legacy id may be probed in the other regions: the shared phases do that.
+            return Err(Stop::Shared);
         }
-        planned(routing, &decision, route)
+        self.planned(routing, &decision, route)
+    }
+
+    /// Where a resolved request goes, on the head path: a region whose upstreams it can
+    /// reach itself (HTTP/1.1, plain or TLS), after the region phase; else the shared
+    /// phases.
+    fn planned<'r>(
+        &self,
+        routing: std::sync::Arc<Routing>,
+        decision: &crate::table::Decision,
+        route: Option<crate::extract::RouteKind>,
+    ) -> Result<Planned, Stop<'r>> {
+        let region = routing.region(decision.region);
+        if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
+            return Err(Stop::Shared);
+        }
+        self.region_phase(&routing, decision);
+        Ok(Planned {
+            region: decision.region,
+            routing,
+            route,
+        })
     }
 
     /// Phase 4: the request's head going upstream, written once (`Outbound`), and whether
@@ -418,7 +432,7 @@ impl Proxy {
         addr: &ClientAddr,
         id: &RequestId,
         framing: Framing,
-    ) -> Result<Outbound, Stop<'static>> {
+    ) -> Result<Outbound, (Problem, bool)> {
         let method = head.method.of(buf);
         let body = &buf[head.len..];
         let limit = self.config.retries.buffer_bytes;
@@ -437,7 +451,7 @@ impl Proxy {
                     Err(e) => {
                         metrics::client_error(ErrorKind::BadFraming);
                         let error = Error::new(ErrorKind::BadFraming, format!("body framing: {e}"));
-                        return Err(Stop::Refuse(Problem::Client(error), true));
+                        return Err((Problem::Client(error), true));
                     }
                 }
             }
@@ -506,27 +520,6 @@ impl Proxy {
     }
 }
 
-/// Where a resolved request goes, on this engine: a region whose upstreams it can reach
-/// itself (HTTP/1.1, plain or TLS), the decision counted; else hyper's engine.
-fn planned<'r>(
-    routing: std::sync::Arc<Routing>,
-    decision: &crate::table::Decision,
-    route: Option<crate::extract::RouteKind>,
-) -> Result<Planned, Stop<'r>> {
-    let region = routing.region(decision.region);
-    if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
-        return Err(Stop::Handoff);
-    }
-    routing
-        .decisions(decision.scheme)
-        .count(decision.rule.label());
-    Ok(Planned {
-        region: decision.region,
-        routing,
-        route,
-    })
-}
-
 /// Answers a request head the codec refused (with a fresh request id); the caller then
 /// closes the connection.
 pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::time::Duration)
@@ -537,14 +530,14 @@ where
 }
 
 /// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1); another is
-/// hyper's engine's to answer.
+/// ignored, through the shared phases.
 fn expects_continue(buf: &[u8], head: &RequestHead) -> bool {
     let mut all = head::all(buf, &head.fields, b"expect");
     all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
 }
 
 /// The problem for a request whose framing the codec refused.
-fn framing_problem(e: FramingError) -> Problem {
+pub(super) fn framing_problem(e: FramingError) -> Problem {
     match e {
         FramingError::UnsupportedCoding => Problem::UnsupportedTransferCoding,
         e => {

@@ -341,7 +341,7 @@ pub struct ClientAddr {
     /// §6: an IPv6 address is bracketed and quoted); `forwarded_len` bytes of it.
     forwarded: [u8; 48],
     forwarded_len: u8,
-    /// The IP as a field value, for hyper's engine (made at its first request).
+    /// The IP as a field value, for the shared phases (made at their first request).
     xff: std::sync::OnceLock<HeaderValue>,
     /// Whether the client spoke TLS to this router: `X-Forwarded-Proto` and `Forwarded:
     /// proto=` then say `https` (docs/tls-h2-grpc.md).

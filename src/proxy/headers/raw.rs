@@ -1,8 +1,8 @@
 //! This module's header rules for the own HTTP/1.1 engine (`proxy::h1`): the same rules
 //! applied to field lines as bytes while the head going on is written, instead of to a
-//! `HeaderMap`. Fields keep their order and the case of their names as sent (hyper's engine
+//! `HeaderMap`. Fields keep their order and the case of their names as sent (a `HeaderMap`
 //! lowercases names and groups lines of one name); what is removed and added is the same,
-//! which the differential tests check.
+//! which `tests/h1_conformance.rs` checks.
 
 use super::{
     owned_by_proxies, ClientAddr, CLIENT_CERT_LENGTHS, CLIENT_CERT_NAMES, HOP_BY_HOP_LENGTHS,

@@ -20,12 +20,12 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::upstream::body::Inbound;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode};
 use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
-use hyper::body::Incoming;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -92,10 +92,10 @@ pub const BLOCKING_ABOVE: usize = 64 << 10;
 pub(super) async fn read_ids(
     route: &Arc<GraphqlRoute>,
     parts: &Parts,
-    body: Incoming,
+    body: Inbound,
     limit: usize,
     idle: Duration,
-) -> Result<(Vec<Vec<u8>>, Either<Incoming, Bytes>), Problem> {
+) -> Result<(Vec<Vec<u8>>, Either<Inbound, Bytes>), Problem> {
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
         let ids = ids_in(route, Read::Query(query)).await?;

@@ -13,7 +13,6 @@ use std::time::Duration;
 use bytes::BytesMut;
 use http_body::Body as _;
 use http_body_util::{BodyExt, Either};
-use hyper::body::Incoming;
 use serde::Deserialize;
 
 use super::{scheme_or_default, Extraction, Kind, Route, RouteError, Token};
@@ -22,7 +21,7 @@ use crate::extract::grpc::{self, FieldSpec};
 use crate::extract::RouteKind;
 use crate::problem::Problem;
 use crate::proxy::ClientBody;
-use crate::upstream::body::Prefixed;
+use crate::upstream::body::{Inbound, Prefixed};
 
 /// A `grpc:` route's keys.
 #[derive(Debug, Deserialize)]
@@ -86,7 +85,7 @@ pub struct GrpcRoute {
 /// of it at most `idle` (408).
 pub(super) async fn read_id<'r, 'q>(
     route: &'r GrpcRoute,
-    mut body: Incoming,
+    mut body: Inbound,
     limit: usize,
     idle: Duration,
 ) -> Result<(Extraction<'r, 'q>, ClientBody), Problem> {
@@ -110,7 +109,7 @@ pub(super) async fn read_id<'r, 'q>(
                 ended = true;
                 break;
             }
-            Ok(Some(Err(e))) => return Err(crate::proxy::client_body_problem(&e)),
+            Ok(Some(Err(e))) => return Err(crate::proxy::client_body_problem(&*e)),
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
                     buf.extend_from_slice(&data);

@@ -31,7 +31,6 @@ use std::sync::Arc;
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
 use http_body_util::Either;
-use hyper::body::Incoming;
 use serde::de::DeserializeOwned;
 
 use super::{ClientBody, Proxy};
@@ -43,7 +42,7 @@ use crate::extract::RouteKind;
 use crate::problem::Problem;
 use crate::scheme::IUID;
 use crate::source::{Seg, Source, SourceError, SourceErrors};
-use crate::upstream::body::Prefixed;
+use crate::upstream::body::{Inbound, Prefixed};
 
 pub(super) use graphql::resolve_all;
 pub use grpc::GrpcRoute;
@@ -350,9 +349,9 @@ impl Proxy {
     pub(super) async fn extract<'q>(
         &self,
         parts: &'q Parts,
-        body: Incoming,
+        body: Inbound,
     ) -> Result<(Extraction<'_, 'q>, ClientBody), Problem> {
-        match self.routes.extract(parts) {
+        match self.extract_head(parts) {
             Extraction::Pending(Pending(route)) => self.read_ids(route, parts, body).await,
             found => Ok((found, Either::Left(Prefixed::new(body)))),
         }
@@ -363,7 +362,7 @@ impl Proxy {
         &'r self,
         route: &'r Route,
         parts: &'q Parts,
-        body: Incoming,
+        body: Inbound,
     ) -> Result<(Extraction<'r, 'q>, ClientBody), Problem> {
         match route {
             Route::Graphql(route) => {

@@ -1,0 +1,148 @@
+//! The phases every request runs, written once for every protocol (ARCHITECTURE.md,
+//! "Phases").
+//!
+//! A request reaches them in one of two forms: the own HTTP/1.x engine's head (offsets over
+//! the connection's buffer, `proxy/h1/`) or `http` parts (HTTP/2 and gRPC from hyper's
+//! server, and what the own engine carries through `Proxy::handle`). Both implement
+//! [`RequestView`], the read-only view the phases take, as Envoy's codecs all implement one
+//! header-map interface for its filter chain. A phase is a function here over a view
+//! ([`Proxy::head_phases`]) or over the region a request resolved to
+//! ([`Proxy::region_phase`]); each driver calls it at one place, so a new phase is one
+//! change here, and reaches HTTP/1.x, HTTP/2, gRPC, fan-outs and the rest alike.
+//!
+//! Generic, not `dyn`: each driver gets its own copy, inlined as the code it replaced was
+//! (the REST path's instruction count is checked in callgrind, bench/RESULTS.md).
+
+use http::request::Parts;
+use http::{HeaderName, HeaderValue, Version};
+
+use super::route::Extraction;
+use super::{admit, headers, Proxy};
+use crate::http1::head::{self, RequestHead, Seen};
+use crate::problem::Problem;
+use crate::table::Decision;
+use crate::upstream::regions::Routing;
+
+/// A request's head as the phases read it, whatever its codec.
+pub trait RequestView {
+    /// The method token, e.g. `GET`.
+    fn method(&self) -> &[u8];
+    /// The target's path (before `?`), as sent: percent-encoded, ASCII (both codecs refuse
+    /// other bytes before the phases run).
+    fn path(&self) -> &str;
+    /// Whether the request must carry exactly one `Host` (HTTP/1.1, RFC 9112 §3.2; HTTP/1.0
+    /// may leave it out, HTTP/2 has `:authority`).
+    fn requires_host(&self) -> bool;
+    /// The values of the field `name` (lowercase), in order.
+    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a;
+    /// The first value of the field `name`.
+    fn value(&self, name: &HeaderName) -> Option<&[u8]>;
+}
+
+/// The own engine's head over its connection's buffer.
+pub struct HeadView<'b> {
+    /// The connection's pending bytes, the head at their start.
+    pub buf: &'b [u8],
+    /// The head parsed from them.
+    pub head: &'b RequestHead,
+}
+
+impl HeadView<'_> {
+    /// The bit of a field the parse notes, for the names the phases read: an absent one is
+    /// not searched for.
+    fn seen(&self, name: &str) -> bool {
+        let seen = self.head.seen;
+        match name {
+            "host" => seen.has(Seen::HOST),
+            "via" => seen.has(Seen::VIA),
+            "content-type" => seen.has(Seen::CONTENT_TYPE),
+            "x-request-id" => seen.has(Seen::REQUEST_ID),
+            _ => true,
+        }
+    }
+}
+
+impl RequestView for HeadView<'_> {
+    fn method(&self) -> &[u8] {
+        self.head.method.of(self.buf)
+    }
+
+    fn path(&self) -> &str {
+        let target = self.head.target.of(self.buf);
+        let path = target.split(|&b| b == b'?').next().unwrap_or(target);
+        std::str::from_utf8(path).unwrap_or("")
+    }
+
+    fn requires_host(&self) -> bool {
+        self.head.minor == 1
+    }
+
+    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        let fields: &[head::Field] = match self.seen(name) {
+            true => &self.head.fields,
+            false => &[],
+        };
+        head::all(self.buf, fields, name.as_bytes())
+    }
+
+    fn value(&self, name: &HeaderName) -> Option<&[u8]> {
+        let name = name.as_str().as_bytes();
+        self.head
+            .fields
+            .iter()
+            .find(|f| f.name.of(self.buf).eq_ignore_ascii_case(name))
+            .map(|f| f.value.of(self.buf))
+    }
+}
+
+impl RequestView for Parts {
+    fn method(&self) -> &[u8] {
+        self.method.as_str().as_bytes()
+    }
+
+    fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    fn requires_host(&self) -> bool {
+        self.version == Version::HTTP_11
+    }
+
+    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers.get_all(name).iter().map(HeaderValue::as_bytes)
+    }
+
+    fn value(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.headers.get(name).map(HeaderValue::as_bytes)
+    }
+}
+
+impl Proxy {
+    /// Phases 0–1 on a request's head: admission (`CONNECT` refused, RFC 9112 §3.2's `Host`
+    /// rule) and the loop check (`Via`, docs/data-path.md). What only one codec can get
+    /// wrong (framing fields, target forms) is that codec's to refuse (`admit.rs`).
+    pub(super) fn admit_head<V: RequestView>(&self, view: &V) -> Result<(), Problem> {
+        if view.method() == b"CONNECT" {
+            return Err(Problem::MethodNotAllowed);
+        }
+        admit::check_host(view.values("host"), view.requires_host())?;
+        let max_hops = self.config.limits.max_hops;
+        headers::check_via(view.values("via"), &self.config.region, max_hops).map_err(Problem::Loop)
+    }
+
+    /// Phase 2 on a request's head: the routes, in order, find an id, several, none, or one
+    /// to read from the body (`route::Pending`, read by the driver, which has the body).
+    pub(super) fn extract_head<'q, V: RequestView>(&self, view: &'q V) -> Extraction<'_, 'q> {
+        self.routes
+            .extract_head(view.path(), |name| view.value(name))
+    }
+
+    /// The phase after resolution, on the region the request goes to (one region: a fan-out
+    /// or a split runs it per region asked): the decision counted by scheme and rule. Where
+    /// per-region admission goes.
+    pub(super) fn region_phase(&self, routing: &Routing, decision: &Decision) {
+        routing
+            .decisions(decision.scheme)
+            .count(decision.rule.label());
+    }
+}
