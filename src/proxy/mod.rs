@@ -80,8 +80,9 @@ struct Target {
 enum Routed {
     /// One region (the usual case).
     Region(Target, ClientBody),
-    /// A `fanout:` list route: every region.
-    Fanout(Arc<FanoutRoute>),
+    /// A `fanout:` list route: every region; the body (a `GET`'s, which no region is
+    /// sent) is read and dropped first.
+    Fanout(Arc<FanoutRoute>, ClientBody),
     /// A GraphQL `nodes(ids: $var)` whose ids live in several regions, split by region.
     Split {
         scheme: String,
@@ -233,7 +234,11 @@ impl Proxy {
         let (mut parts, body) = req.into_parts();
         let (target, body) = match self.route(&parts, body, trail).await {
             Ok(Routed::Region(target, body)) => (target, body),
-            Ok(Routed::Fanout(route)) => {
+            Ok(Routed::Fanout(route, body)) => {
+                // A body cut midway is the client's error, and no region is asked for it.
+                if let Err(problem) = self.drop_body(body).await {
+                    return problem.into_response().map(Either::Right);
+                }
                 self.rewrite_request(&mut parts, client);
                 // Boxed, as are the other several-region paths below: their futures are large
                 // and would otherwise grow every request's future (measured: +2 % instructions
@@ -347,7 +352,7 @@ impl Proxy {
                 if parts.method != http::Method::GET {
                     return Err(Problem::GetOnly);
                 }
-                return Ok(Routed::Fanout(Arc::clone(route)));
+                return Ok(Routed::Fanout(Arc::clone(route), body));
             }
             Extraction::Ids(_, route) if route.split_nodes() => Some(Arc::clone(route)),
             _ => None,
@@ -450,6 +455,22 @@ impl Proxy {
                 preserve_host: self.config.preserve_host,
             },
         );
+    }
+
+    /// Reads a body the request is not forwarded with to its end, each wait at most
+    /// `idle_ms`, and drops it (as nginx discards one): its connection can go on, and a body
+    /// cut midway is the client's error, counted.
+    async fn drop_body(&self, body: ClientBody) -> Result<(), Problem> {
+        let Either::Left(incoming) = body else {
+            return Ok(());
+        };
+        let mut body = IdleTimeout::new(incoming, self.config.timeouts.idle());
+        while let Some(frame) = body.frame().await {
+            if let Err(e) = frame {
+                return Err(client_body_problem(&*e));
+            }
+        }
+        Ok(())
     }
 
     /// Phase 4b: bodies that can be held for a retry are read now (none, or small with a
