@@ -1,9 +1,10 @@
-//! The public listener: accepts connections and hands each request to [`Proxy::handle`],
-//! until a shutdown signal; then drains.
+//! The public listener: accepts connections and serves their requests, until a shutdown
+//! signal; then drains. HTTP/1.x connections are the own engine's (`h1`, `Proxy::h1`);
+//! HTTP/2 ones hyper's HTTP/2 server's, each stream through [`Proxy::handle`].
 //!
-//! HTTP/1.1 and HTTP/2 are both served on one port; upstreams are always spoken to in
-//! HTTP/1.1. Each connection's protocol is chosen once (`announce`): on a plain listener by its
-//! first bytes (HTTP/2 with prior knowledge, h2c), with `tls:` (docs/tls-h2-grpc.md) by the protocol ALPN
+//! HTTP/1.x and HTTP/2 are both served on one port. Each connection's protocol is chosen
+//! once: on a plain listener by its first bytes (HTTP/2 with prior knowledge, h2c, told by
+//! the own engine's first read), with `tls:` (docs/tls-h2-grpc.md) by the protocol ALPN
 //! negotiated, `h2` or `http/1.1`, whatever the client then sends (RFC 7301 §3.2, RFC 9113
 //! §3.2), and by the first bytes only when ALPN chose none. The TLS handshake, and then the
 //! first bytes, must each come within `limits.header_read_timeout_ms`.

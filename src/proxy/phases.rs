@@ -6,9 +6,9 @@
 //! server, and what the own engine carries through `Proxy::handle`). Both implement
 //! [`RequestView`], the read-only view the phases take, as Envoy's codecs all implement one
 //! header-map interface for its filter chain. A phase is a function here over a view
-//! ([`Proxy::head_phases`]) or over the region a request resolved to
-//! ([`Proxy::region_phase`]); each driver calls it at one place, so a new phase is one
-//! change here, and reaches HTTP/1.x, HTTP/2, gRPC, fan-outs and the rest alike.
+//! (`Proxy::admit_head`, `Proxy::extract_head`) or over the region a request resolved to
+//! (`Proxy::region_phase`); each driver calls it at one place, so a new phase is one change
+//! here, and reaches HTTP/1.x, HTTP/2, gRPC, fan-outs and the rest alike.
 //!
 //! Generic, not `dyn`: each driver gets its own copy, inlined as the code it replaced was
 //! (the REST path's instruction count is checked in callgrind, bench/RESULTS.md).
@@ -137,9 +137,9 @@ impl Proxy {
             .extract_head(view.path(), |name| view.value(name))
     }
 
-    /// The phase after resolution, on the region the request goes to (one region: a fan-out
-    /// or a split runs it per region asked): the decision counted by scheme and rule. Where
-    /// per-region admission goes.
+    /// The phase after resolution, on the region the request resolved to: the decision
+    /// counted by scheme and rule. (What must hold for every exchange with a region, fan-out
+    /// legs and probes too, goes at the sends: ARCHITECTURE.md, "Phases".)
     pub(super) fn region_phase(&self, routing: &Routing, decision: &Decision) {
         routing
             .decisions(decision.scheme)

@@ -2,8 +2,10 @@
 //! (nginx `client_header_timeout`, HAProxy `timeout http-request`): a client that connects,
 //! or completes a TLS handshake, and then stays silent is closed.
 //!
-//! hyper's `header_read_timeout` is HTTP/1's only and the HTTP/2 server waits for the preface
-//! with no timeout of its own, so the wait for the first bytes is bounded here, for both.
+//! hyper's HTTP/2 server waits for the preface with no timeout of its own, so after a TLS
+//! handshake that chose `h2` the wait for the first bytes is bounded here ([`read`]); the own
+//! HTTP/1.x engine bounds its own reads, and tells HTTP/2's preface from its first read
+//! ([`decide`]).
 
 use std::io;
 use std::pin::Pin;
