@@ -62,19 +62,25 @@ fn make() -> HeaderValue {
 
 /// A fresh id: 32 hex digits, a random per-process prefix and a counter (no allocation).
 pub fn make_bytes() -> [u8; 32] {
-    static PREFIX: OnceLock<u64> = OnceLock::new();
+    static PREFIX: OnceLock<[u8; 16]> = OnceLock::new();
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let prefix = *PREFIX.get_or_init(|| {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let hex16 = |word: u64| {
+        let mut out = [0u8; 16];
+        for (i, byte) in out.iter_mut().enumerate() {
+            *byte = HEX[((word >> (60 - 4 * i)) & 0xf) as usize];
+        }
+        out
+    };
+    // The prefix's text is made once: only the counter's is made per request.
+    let prefix = PREFIX.get_or_init(|| {
         // Any process-unique value will do; a minted iUID's random bits are one at hand.
-        iuid::Generator::new(0, 0).mint().rand()
+        hex16(iuid::Generator::new(0, 0).mint().rand())
     });
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let mut buf = [0u8; 32];
-    let hex = b"0123456789abcdef";
-    for (i, byte) in buf.iter_mut().enumerate() {
-        let word = if i < 16 { prefix } else { n };
-        *byte = hex[((word >> (60 - 4 * (i % 16))) & 0xf) as usize];
-    }
+    buf[..16].copy_from_slice(prefix);
+    buf[16..].copy_from_slice(&hex16(n));
     buf
 }
 
