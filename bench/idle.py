@@ -25,12 +25,25 @@ over its processes: nginx's master and worker) from /proc:
   burst          N connections each connect and send a GET at once, none waiting for its
                  answer; the answers are read after all N are sent; idle. iuid-router with its
                  default `workers` (one per core), nginx still one worker
+  streams        issue 37's "64 streams of 1 MiB answers from a TLS upstream <= 32 MiB peak":
+                 the upstreams as in TLS upstream, which answer one id of their own (minted
+                 apart) with a static 1 MiB file; ONE h2c connection with prior knowledge
+                 (nginx: its h2c listener) sends 64 GETs of that id at once and reads every
+                 answer to its end (200 and 1048576 bytes each, checked), with curl 7.88's
+                 receive windows (32 MiB per stream and for the connection). The proxy's RSS is
+                 sampled every 2 ms during the transfer and VmHWM read before and after; the
+                 row's "RSS with them" is the peak, count 64, KiB each = peak growth / 64.
+                 --rounds rounds (5), each on a fresh proxy: the row is the one with the
+                 highest peak, the others' peaks listed in it. nginx with
+                 `proxy_max_temp_file_size 0` (as bench.py's RESP_BYTES), so what it holds of
+                 the answers is in memory, not in a temporary file
 
 and reports (RSS with them - RSS before) / count in KiB, and the RSS 2 s after they closed.
 Kernel socket buffers are not in a process's RSS, so they are not counted.
 
   python3 bench/idle.py [--proxy router|nginx|both] [--n 3000] [--waiting 5000]
                         [--bin target/release/iuid-router] [--out bench/RESULTS.md]
+                        [--only burst] [--rounds 5]
 
 Uses loopback ports 18121-18134 (18125-18127: the TLS upstreams) and stops only the processes
 it started.
@@ -59,6 +72,8 @@ HOLE = 18124  # accepts, reads nothing, answers nothing
 HOLE_COUNTRY = 5
 UPSTREAMS_TLS = {"eu": 18125, "us": 18126, "ap": 18127}  # the same regions, TLS 1.3 only
 GRAPHQL_PATH = "/graphql"
+MIB = 1 << 20  # the streams case's answer
+STREAMS = 64  # streams at once on the streams case's one connection
 PLAIN, TLS, NGINX_H2C, NGINX_TLS_H2, ADMIN = 18130, 18131, 18132, 18133, 18134
 WARMUP = 50
 
@@ -109,18 +124,28 @@ def nginx_has_http2():
     return "http_v2_module" in r.stdout + r.stderr
 
 
-def configs(work, h2):
+def configs(work, h2, mib_id):
     """nginx as upstreams; nginx routing as bench.py's (one worker, room for 2 × 5000
-    connections); iuid-router plain and TLS, one worker."""
+    connections); iuid-router plain and TLS, one worker. The TLS upstreams answer
+    `/v1/orders/<mib_id>` with a static file of MIB bytes (the streams case)."""
+    # nginx's workers run as another user (nobody, when started as root): they must get in.
+    os.chmod(work, 0o711)
+    os.makedirs(f"{work}/www", mode=0o755, exist_ok=True)
+    with open(f"{work}/www/mib", "wb") as f:
+        f.write(b"x" * MIB)
+    os.chmod(f"{work}/www/mib", 0o644)
     servers = "\n".join(
         f'  server {{ listen 127.0.0.1:{port}; location / {{ add_header X-Region {region} always; '
         f'return 200 "{region}\\n"; }} }}' for region, port in UPSTREAMS.items())
     # The TLS upstreams, as bench.py's UPSTREAM_TLS: TLS 1.3 only, the localhost leaf of the
-    # throwaway CA, session cache and tickets, keep-alive.
+    # throwaway CA, session cache and tickets, keep-alive; one id of their own (mib_id) is
+    # answered with the 1 MiB file (as bench.py's RESP_BYTES: root + try_files).
     tls_servers = "\n".join(
         f'  server {{ listen 127.0.0.1:{port} ssl; ssl_certificate {work}/certs/localhost.pem; '
         f'ssl_certificate_key {work}/certs/localhost-key.pem; ssl_protocols TLSv1.3; '
-        f'location / {{ add_header X-Region {region} always; return 200 "{region}\\n"; }} }}'
+        f'location / {{ add_header X-Region {region} always; return 200 "{region}\\n"; }} '
+        f'location = /v1/orders/{mib_id} {{ add_header X-Region {region} always; '
+        f'root {work}/www; try_files /mib =500; }} }}'
         for region, port in UPSTREAMS_TLS.items())
     bench.write(f"{work}/upstreams.conf", f"""worker_processes 1;
 daemon off;
@@ -189,11 +214,16 @@ http {{
     nginx_conf("nginx-graphql.conf", groups, location + graphql_location)
     # TLS upstreams as bench.py's UPSTREAM_TLS: verified against the CA as localhost (SNI),
     # TLS 1.3, sessions reused; the silent upstream stays plain (no case uses it here).
-    nginx_conf("nginx-upstream-tls.conf", groups_of(dict(UPSTREAMS_TLS, hole=HOLE)),
-               location.replace("proxy_pass http://$region;", "proxy_pass https://$region;"),
-               f"  proxy_ssl_verify on;\n  proxy_ssl_trusted_certificate {work}/certs/ca.pem;\n"
-               "  proxy_ssl_name localhost;\n  proxy_ssl_server_name on;\n"
-               "  proxy_ssl_protocols TLSv1.3;\n  proxy_ssl_session_reuse on;\n")
+    upstream_tls = (f"  proxy_ssl_verify on;\n  proxy_ssl_trusted_certificate {work}/certs/ca.pem;\n"
+                    "  proxy_ssl_name localhost;\n  proxy_ssl_server_name on;\n"
+                    "  proxy_ssl_protocols TLSv1.3;\n  proxy_ssl_session_reuse on;\n")
+    tls_groups = groups_of(dict(UPSTREAMS_TLS, hole=HOLE))
+    tls_location = location.replace("proxy_pass http://$region;", "proxy_pass https://$region;")
+    nginx_conf("nginx-upstream-tls.conf", tls_groups, tls_location, upstream_tls)
+    # streams: the same, and answers larger than the proxy buffers stream to the client rather
+    # than to a temporary file (as bench.py's RESP_BYTES), so what nginx holds is in memory.
+    nginx_conf("nginx-streams.conf", tls_groups, tls_location,
+               upstream_tls + "  proxy_max_temp_file_size 0;\n")
     table = "".join(f"  {region}: {{ upstreams: [\"http://127.0.0.1:{port}\"] }}\n"
                     for region, port in regions.items())
     table_countries = "".join(f"  {c}: {r}\n" for c, r in countries.items())
@@ -219,6 +249,8 @@ http {{
         "  - path: /v1/orders/{id}\n", f"  - path: /v1/orders/{{id}}\n  - graphql: {GRAPHQL_PATH}\n"))
     bench.write(f"{work}/router-upstream-tls.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base.replace(
         "routing_table: routing-table.yaml", "routing_table: routing-table-tls.yaml"))
+    bench.write(f"{work}/router-streams.yaml", f"listen: 127.0.0.1:{PLAIN}\n" + base.replace(
+        "routing_table: routing-table.yaml", "routing_table: routing-table-tls.yaml"))
     bench.write(f"{work}/router-default-workers.yaml", f"listen: 127.0.0.1:{PLAIN}\n" +
                 base.replace("workers: 1\n", ""))
     bench.write(f"{work}/router-tls.yaml", f"listen: 127.0.0.1:{TLS}\n" + base +
@@ -228,8 +260,11 @@ http {{
 
 # HTTP/2 with the standard library: frames by hand, HPACK literals without indexing.
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
-DATA, HEADERS, RST_STREAM, SETTINGS, GOAWAY = 0, 1, 3, 4, 7
-END_STREAM, ACK, END_HEADERS = 0x1, 0x1, 0x4
+DATA, HEADERS, RST_STREAM, SETTINGS, PING, GOAWAY, WINDOW_UPDATE = 0, 1, 3, 4, 6, 7, 8
+END_STREAM, ACK, END_HEADERS, PADDED = 0x1, 0x1, 0x4, 0x8
+INITIAL_WINDOW_SIZE, MAX_CONCURRENT_STREAMS = 4, 3  # SETTINGS identifiers
+# curl 7.88's receive windows (HTTP2_HUGE_WINDOW_SIZE), for each stream and the connection.
+H2_WINDOW = 32 << 20
 
 
 def frame(kind, flags, stream, payload=b""):
@@ -285,6 +320,77 @@ def h2_get(conn, port, path):
             body += payload
         if stream == 1 and kind in (DATA, HEADERS) and flags & END_STREAM:
             return body
+
+
+def h2_streams(port, path, count, timeout=60):
+    """ONE h2c connection with prior knowledge; `count` GETs of `path` sent at once (streams 1,
+    3, …), every answer read to its end. The client's receive windows are curl 7.88's: 32 MiB
+    for each stream (SETTINGS_INITIAL_WINDOW_SIZE) and for the connection (a WINDOW_UPDATE
+    after the preface, topped up by what was read once half is used). Returns ({stream:
+    [status, DATA bytes, ended]}, the server's SETTINGS_MAX_CONCURRENT_STREAMS or None).
+    Not curl: curl 7.88's `--parallel --http2-prior-knowledge` fails every transfer after the
+    first on the reused connection ("Error in the HTTP2 framing layer", curl issue 10634, fixed
+    in 8.0), and `--parallel-immediate` opens a connection per transfer."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    out = bytearray(PREFACE + frame(SETTINGS, 0, 0, INITIAL_WINDOW_SIZE.to_bytes(2, "big")
+                                    + H2_WINDOW.to_bytes(4, "big"))
+                    + frame(WINDOW_UPDATE, 0, 0, (H2_WINDOW - 65535).to_bytes(4, "big")))
+    streams = {}
+    for i in range(count):
+        sid = 2 * i + 1
+        out += frame(HEADERS, END_STREAM | END_HEADERS, sid, b"".join(
+            hpack_literal(n, v) for n, v in [(":method", "GET"), (":scheme", "http"),
+                                             (":authority", f"127.0.0.1:{port}"), (":path", path)]))
+        streams[sid] = [None, 0, False]
+    buf, pos, unacked, ended, limit = bytearray(), 0, 0, 0, None
+    try:
+        conn.sendall(out)
+
+        def fill(n):
+            nonlocal buf, pos
+            while len(buf) - pos < n:
+                if pos > (1 << 20):
+                    del buf[:pos]
+                    pos = 0
+                chunk = conn.recv(1 << 20)
+                if not chunk:
+                    raise ConnectionError(f"HTTP/2 connection closed, {ended}/{count} answers ended")
+                buf += chunk
+
+        while ended < count:
+            fill(9)
+            length = int.from_bytes(buf[pos:pos + 3], "big")
+            kind, flags = buf[pos + 3], buf[pos + 4]
+            sid = int.from_bytes(buf[pos + 5:pos + 9], "big") & 0x7FFFFFFF
+            fill(9 + length)
+            start, pos = pos + 9, pos + 9 + length
+            if kind == DATA:
+                pad = buf[start] + 1 if flags & PADDED else 0
+                streams[sid][1] += length - pad
+                unacked += length
+                if unacked >= H2_WINDOW // 2:  # the connection's window; streams' are > 1 MiB
+                    conn.sendall(frame(WINDOW_UPDATE, 0, 0, unacked.to_bytes(4, "big")))
+                    unacked = 0
+            elif kind == HEADERS and streams[sid][0] is None:
+                # :status is the first field; 0x88 is the static table's `:status: 200`.
+                streams[sid][0] = 200 if buf[start] == 0x88 else f"not 200 (0x{buf[start]:02x})"
+            elif kind == SETTINGS and not flags & ACK:
+                payload = bytes(buf[start:pos])
+                for k in range(0, len(payload), 6):
+                    if int.from_bytes(payload[k:k + 2], "big") == MAX_CONCURRENT_STREAMS:
+                        limit = int.from_bytes(payload[k + 2:k + 6], "big")
+                conn.sendall(frame(SETTINGS, ACK, 0))
+            elif kind == PING and not flags & ACK:
+                conn.sendall(frame(PING, ACK, 0, bytes(buf[start:pos])))
+            elif kind in (GOAWAY, RST_STREAM):
+                raise ConnectionError(f"HTTP/2 frame type {kind} on stream {sid} from the server "
+                                      f"({bytes(buf[start:pos]).hex()}), {ended}/{count} ended")
+            if kind in (DATA, HEADERS) and flags & END_STREAM and not streams[sid][2]:
+                streams[sid][2] = True
+                ended += 1
+    finally:
+        conn.close()
+    return streams, limit
 
 
 class Hole:
@@ -344,7 +450,7 @@ class Case:
             if not os.path.exists(config):
                 config = f"{work}/nginx.conf"
             self.p = start(["nginx", "-c", config, "-p", work], f"{work}/nginx.log")
-            self.port = {"h2c": NGINX_H2C, "TLS h2": NGINX_TLS_H2}.get(name, port)
+            self.port = {"h2c": NGINX_H2C, "TLS h2": NGINX_TLS_H2, "streams": NGINX_H2C}.get(name, port)
         else:
             config = f"{work}/router-tls.yaml" if self.tls else f"{work}/router.yaml"
             if variant:
@@ -521,6 +627,82 @@ def burst(case, count):
     return conns
 
 
+PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def statm_kib(pid):
+    """Resident memory of `pid` (/proc/PID/statm's second field, what VmRSS shows; cheaper to
+    read every few ms than status)."""
+    try:
+        with open(f"/proc/{pid}/statm") as f:
+            return int(f.read().split()[1]) * PAGE_KIB
+    except OSError:
+        return 0
+
+
+def hwm_kib(pid):
+    """VmHWM of `pid`: the peak of its VmRSS over its life."""
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            return next(int(l.split()[1]) for l in f if l.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return 0
+
+
+def streams(case, count=STREAMS):
+    """`count` GETs of the 1 MiB answer at once on ONE h2c connection (h2_streams), each read
+    to its end; the RSS of the proxy's processes is sampled every 2 ms during the transfer and
+    their VmHWM read before and after. A process's peak is its VmHWM after the transfer where
+    that rose during it (then it is the peak exactly), else its highest sample; the peak is
+    their sum (nginx: master and worker)."""
+    pids = bench.tree(case.p.pid)
+    level = rss_kib(case.p.pid)
+    hwm_before = {p: hwm_kib(p) for p in pids}
+    highest = {p: statm_kib(p) for p in pids}
+    peak, done = [sum(highest.values())], threading.Event()
+
+    def sample():
+        while not done.is_set():
+            now = {p: statm_kib(p) for p in pids}
+            for p, kib in now.items():
+                highest[p] = max(highest[p], kib)
+            peak[0] = max(peak[0], sum(now.values()))
+            time.sleep(0.002)
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    t0 = time.time()
+    try:
+        answers, limit = h2_streams(case.port, f"/v1/orders/{case.ids['mib']}", count)
+    except (ConnectionError, OSError) as e:
+        raise SystemExit(f"{case.proxy} streams: {e}")
+    finally:
+        took = time.time() - t0
+        done.set()
+        sampler.join()
+    hwm_after = {p: hwm_kib(p) for p in pids}
+    complete = sum(1 for status, size, end in answers.values() if (status, size, end) == (200, MIB, True))
+    if complete != count:
+        raise SystemExit(f"{case.proxy} streams: {complete}/{count} complete answers: "
+                         f"{sorted(set(map(tuple, answers.values())), key=str)}")
+    sampled = peak[0]
+    risen = [p for p in pids if hwm_after[p] > hwm_before[p]]
+    with_ = sum(max(hwm_after[p], highest[p]) if p in risen else highest[p] for p in pids)
+    how = (f"VmHWM risen during the transfer in {len(risen)} of {len(pids)} process(es)"
+           if risen else "VmHWM unchanged: highest samples")
+    case.rows.append({"proxy": case.proxy, "case": f"streams: {count} × 1 MiB GET at once on one "
+                      "h2c connection, upstreams over TLS 1.3; peak during the transfer",
+                      "count": count, "open": 1, "before": level, "with": with_,
+                      "per": (with_ - level) / count, "took": took,
+                      "extra": f"1 h2c connection, {complete}/{count} answers 200 of {MIB} B read to "
+                               f"their end in {took:.2f} s (server MAX_CONCURRENT_STREAMS "
+                               f"{limit if limit is not None else 'unlimited'}); "
+                               f"peak +{mib(with_ - level)} MiB ({how}; highest sample "
+                               f"+{mib(sampled - level)} MiB)"})
+    case.level = level
+    return []
+
+
 def silent(port):
     conn = socket.create_connection(("127.0.0.1", port), timeout=5)
     return conn
@@ -563,37 +745,47 @@ def waiting(case, hole, count, uid):
 
 def run_proxy(proxy, work, args, ids, hole, notes):
     rows = []
-    # HTTP/1.1: kept-alive, then never used, then all closed.
-    case = Case("HTTP/1.1", proxy, work, args, ids)
-    case.warm_up(case.h1)
-    kept = case.add("HTTP/1.1 kept-alive (one GET, then idle)", args.n, case.h1)
-    never = case.add("never used (TCP connect, nothing sent)", args.n, lambda: silent(case.port))
-    rows += case.closed(kept + never)
-    print_rows(rows[-2:])
 
-    case = Case("TLS HTTP/1.1", proxy, work, args, ids)
-    case.warm_up(case.h1)
-    conns = case.add("TLS HTTP/1.1 kept-alive (ALPN http/1.1, one GET)", args.n,
-                     lambda: case.h1(["http/1.1"]))
-    rows += case.closed(conns)
-    print_rows(rows[-1:])
+    def wanted(title):
+        return not args.only or args.only.lower() in title.lower()
+
+    # HTTP/1.1: kept-alive, then never used, then all closed.
+    if wanted("HTTP/1.1"):
+        case = Case("HTTP/1.1", proxy, work, args, ids)
+        case.warm_up(case.h1)
+        kept = case.add("HTTP/1.1 kept-alive (one GET, then idle)", args.n, case.h1)
+        never = case.add("never used (TCP connect, nothing sent)", args.n,
+                         lambda: silent(case.port))
+        rows += case.closed(kept + never)
+        print_rows(rows[-2:])
+
+    if wanted("TLS HTTP/1.1"):
+        case = Case("TLS HTTP/1.1", proxy, work, args, ids)
+        case.warm_up(case.h1)
+        conns = case.add("TLS HTTP/1.1 kept-alive (ALPN http/1.1, one GET)", args.n,
+                         lambda: case.h1(["http/1.1"]))
+        rows += case.closed(conns)
+        print_rows(rows[-1:])
 
     if proxy == "nginx" and not args.nginx_h2:
         notes.append("nginx: this nginx lacks the http2 module; no HTTP/2 rows for it.")
     else:
         for name, what in [("h2c", "h2c prior knowledge (one GET, then idle)"),
                            ("TLS h2", "TLS h2 (ALPN h2, one GET, then idle)")]:
+            if not wanted(name):
+                continue
             case = Case(name, proxy, work, args, ids)
             case.warm_up(case.h2)
             conns = case.add(what, args.n, case.h2)
             rows += case.closed(conns)
             print_rows(rows[-1:])
 
-    case = Case("waiting", proxy, work, args, ids)
-    case.warm_up(case.h1)
-    conns = waiting(case, hole, args.waiting, ids["hole"])
-    rows += case.closed(conns, hole)
-    print_rows(rows[-1:])
+    if wanted("waiting"):
+        case = Case("waiting", proxy, work, args, ids)
+        case.warm_up(case.h1)
+        conns = waiting(case, hole, args.waiting, ids["hole"])
+        rows += case.closed(conns, hole)
+        print_rows(rows[-1:])
 
     def graphql():
         case = Case("GraphQL", proxy, work, args, ids, "graphql")
@@ -626,8 +818,28 @@ def run_proxy(proxy, work, args, ids, hole, notes):
                          f"threads on {os.cpu_count()} CPUs.")
         return case.closed(burst(case, args.n))
 
+    def streams_case():
+        # The peak depends on how the transfers interleave: --rounds rounds, each on a fresh
+        # proxy; the row is the round with the highest peak, the others' peaks listed in it.
+        rounds = []
+        for _ in range(args.rounds):
+            case = Case("streams", proxy, work, args, ids, "streams")
+            case.warm_up(case.h2)
+            rounds += case.closed(streams(case))
+        worst = max(rounds, key=lambda r: r["with"] - r["before"])
+        peaks = sorted(r["with"] - r["before"] for r in rounds)
+        worst["extra"] += (f"; the highest of {len(rounds)} rounds, each on a fresh proxy, whose "
+                           f"peaks were +{', +'.join(mib(k) for k in peaks)} MiB")
+        return [worst]
+
     for title, fn in [("GraphQL", graphql), ("TLS upstream", upstream_tls),
-                      ("HTTP/1.0 keep-alive", h10), ("burst", burst_case)]:
+                      ("HTTP/1.0 keep-alive", h10), ("burst", burst_case),
+                      ("streams", streams_case)]:
+        if not wanted(title):
+            continue
+        if title == "streams" and proxy == "nginx" and not args.nginx_h2:
+            notes.append("nginx, streams: this nginx lacks the http2 module; no row.")
+            continue
         first = len(started)
         try:
             rows += fn()
@@ -654,6 +866,8 @@ def table(rows):
             open_ += f"; {r['upstream']} upstream, {r['answered']} answered"
         if r.get("closed"):
             open_ += f"; {r['closed']} closed by the proxy"
+        if "extra" in r:
+            open_ = r["extra"]
         lines.append(f"| {r['proxy']} | {r['case']} | {r['count']} | {open_} | {mib(r['before'])} "
                      f"| {mib(r['with'])} | {r['per']:.1f} | {mib(r['after'])} ({mib(r['start'])}) |")
     return lines
@@ -664,6 +878,8 @@ def print_rows(rows):
         print(f"   {r['proxy']:12} {r['case']:48} {r['count']:>5}: {r['per']:6.1f} KiB each "
               f"({mib(r['before'])} -> {mib(r['with'])} MiB, {r['open']} open, opened in "
               f"{r['took']:.1f} s; {mib(r['after'])} MiB 2 s after close)")
+        if "extra" in r:
+            print(f"   {'':12} {r['extra']}")
 
 
 def main():
@@ -672,6 +888,9 @@ def main():
     ap.add_argument("--n", type=int, default=3000, help="idle connections per case")
     ap.add_argument("--waiting", type=int, default=5000, help="requests waiting on the upstream")
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "iuid-router"))
+    ap.add_argument("--only", help="run only the cases whose title contains this (e.g. burst)")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="rounds of the streams case, each on a fresh proxy (the highest peak is reported)")
     ap.add_argument("--out", help="append the results, a markdown section, to this file")
     args = ap.parse_args()
     bench.BIN = args.bin
@@ -698,8 +917,9 @@ def main():
     try:
         subprocess.run(["bash", os.path.join(ROOT, "config", "make-certs.sh"), f"{work}/certs",
                         "localhost"], check=True, capture_output=True)
-        configs(work, args.nginx_h2)
         ids = {"eu": bench.mint(3, 1)[0], "hole": bench.mint(HOLE_COUNTRY, 1)[0]}
+        ids["mib"] = next(i for i in bench.mint(3, 2) if i != ids["eu"])  # eu, the 1 MiB answer
+        configs(work, args.nginx_h2, ids["mib"])
         upstreams = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work], f"{work}/upstreams.log")
         for port in list(UPSTREAMS.values()) + list(UPSTREAMS_TLS.values()):
             bench.wait_tcp(port)
@@ -747,7 +967,14 @@ def main():
              "`GET … HTTP/1.0` with `Connection: keep-alive`. Burst: each connection connects "
              "and sends its GET without waiting, the answers read after all are sent; "
              "iuid-router here with its default `workers` (one per core), nginx still one "
-             "worker.", ""] + table(rows)
+             "worker. Streams (issue 37: 64 streams of 1 MiB answers from a TLS upstream, "
+             "≤ 32 MiB peak): the TLS upstream set-up, one h2c connection with prior knowledge "
+             "(nginx: its h2c listener, `proxy_max_temp_file_size 0`) sending 64 GETs at once "
+             "of an id the upstreams answer with a 1 MiB file, all read to their end with "
+             "32 MiB receive windows (curl 7.88's); *RSS with them* is the peak during the "
+             "transfer (per process VmHWM where it rose during it, else the highest of VmRSS "
+             "samples every 2 ms), KiB each the peak growth / 64; the highest of --rounds rounds, "
+             "each on a fresh proxy.", ""] + table(rows)
     lines += [""] + [f"- {n}" for n in notes] + ([""] if notes else [])
     text = "\n".join(lines)
     print()

@@ -229,6 +229,12 @@ async fn serve_tls(
     Box::pin(h1::serve(start, stream, alpn.is_none())).await
 }
 
+/// Bytes of a response body buffered per HTTP/2 stream before its upstream is read no
+/// further (hyper's default is ~400 KiB): 64 streams of 1 MiB answers reached a 26.6 MiB
+/// peak with the default (`bench/idle.py`, streams). The client's flow-control window,
+/// not this buffer, is what bounds a stream's pace.
+const H2_SEND_BUFFER: usize = 64 << 10;
+
 /// What every connection is served with, made once per listener.
 struct Settings {
     header_timeout: Duration,
@@ -299,7 +305,8 @@ impl Conn {
             let mut builder = http2::Builder::new(h2::Exec::new(streams.clone(), settings.idle));
             builder
                 .timer(TokioTimer::new())
-                .max_header_list_size(settings.max_header_list_size);
+                .max_header_list_size(settings.max_header_list_size)
+                .max_send_buf_size(H2_SEND_BUFFER);
             let conn = builder.serve_connection(io, service);
             tokio::pin!(conn);
             // GOAWAY once no stream has been open for `idle` (checked when the timer

@@ -63,9 +63,12 @@ pub(super) enum Start {
 /// drains. `sniff`: its first bytes may be HTTP/2's preface (h2c, or TLS without ALPN),
 /// then served by hyper's HTTP/2; with ALPN `http/1.1` they are HTTP/1.1 whatever they are.
 ///
-/// This future is an idle connection's task, so it is kept small: the connection's state
-/// is boxed, the request's future is boxed, and the idle wait is one future for its
-/// three sources.
+/// This future is an idle connection's task, so it is kept small: the request's future is
+/// boxed, and the idle wait is one future for its three sources. The connection's state
+/// lives in it, not in a box of its own: in a burst, a box made as each connection's first
+/// request starts sat between that request's short-lived allocations and kept their
+/// freed memory from going back to the OS (`bench/idle.py` burst of 3,000: 2.3–3.0 KiB
+/// per idle connection after, 1.8–2.8 without the box and with the caches' shrink).
 ///
 /// Not an `async fn`: an async fn keeps its arguments beside the locals they are moved to.
 #[allow(clippy::manual_async_fn)] // on purpose: see above
@@ -95,8 +98,8 @@ pub(super) fn serve<S: ClientIo>(
             }
         }
         let conn = match start {
-            Start::Made(conn) => conn,
-            Start::Plain(shared, addr) => Box::new(shared.conn(addr)),
+            Start::Made(conn) => *conn,
+            Start::Plain(shared, addr) => shared.conn(addr),
         };
         // Between requests: the idle timeout; before the first, the header read timeout.
         let mut kept_alive = false;
@@ -121,7 +124,9 @@ pub(super) fn serve<S: ClientIo>(
             let parsed = loop {
                 let http1 = !first
                     || match announce::decide(client.pending()) {
-                        Some(Protocol::Http2) => return Box::pin(handoff_h2(conn, client)).await,
+                        Some(Protocol::Http2) => {
+                            return Box::pin(handoff_h2(Box::new(conn), client)).await
+                        }
                         Some(Protocol::Http1) => {
                             first = false;
                             true
