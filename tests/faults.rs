@@ -312,9 +312,8 @@ async fn websocket_echo_tunnels_and_a_refused_upgrade_does_not() {
              Sec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n\r\n"
         );
         s.write_all(upgrade.as_bytes()).expect("write");
-        let mut first = vec![0u8; 4096];
-        let n = s.read(&mut first).expect("read");
-        let first = String::from_utf8_lossy(&first[..n]).into_owned();
+        // The whole first answer (head and body), however it is split on the wire.
+        let first = common::read_answer(&mut s);
         s.write_all(
             format!(
                 "GET {path} HTTP/1.1\r\nHost: x\r\nX-Request-Id: after-refused-upgrade\r\n\

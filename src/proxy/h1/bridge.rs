@@ -20,6 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
 use http::{Request, StatusCode, Version};
 use http_body::Body as _;
@@ -325,17 +326,33 @@ async fn write_answer<W: AsyncWrite + Unpin>(
         _ => {}
     }
     wire.extend_from_slice(b"\r\n");
-    if let Err(e) = relay::write_all(to, &wire, idle).await {
-        return (Err(e), None);
-    }
-    if framing == Framing::Empty {
-        let kept = if close { Kept::Closing } else { Kept::Alive };
-        return (Ok(kept), upgrade);
-    }
     let mut body = resp.into_body();
+    // The head goes with the first frame when that one is there already (one write, as
+    // hyper's server sends them); otherwise alone, at once (a stream's head is not held
+    // back until its first bytes).
+    let mut ready = match framing {
+        Framing::Empty => None,
+        _ => body.frame().now_or_never(),
+    };
+    let mut head = Some(wire);
+    if ready.is_none() {
+        if let Some(wire) = head.take() {
+            if let Err(e) = relay::write_all(to, &wire, idle).await {
+                return (Err(e), None);
+            }
+        }
+        if framing == Framing::Empty {
+            let kept = if close { Kept::Closing } else { Kept::Alive };
+            return (Ok(kept), upgrade);
+        }
+    }
     let mut sent = 0u64;
     loop {
-        let frame = match body.frame().await {
+        let frame = match ready.take() {
+            Some(frame) => frame,
+            None => body.frame().await,
+        };
+        let frame = match frame {
             None => break,
             // The upstream's body broke: the answer is left incomplete, and closed.
             Some(Err(_)) => return (Ok(Kept::Closing), None),
@@ -348,32 +365,39 @@ async fn write_answer<W: AsyncWrite + Unpin>(
             continue;
         }
         sent += data.len() as u64;
+        let mut prefix = head.take().unwrap_or_default();
         let written = match framing {
             Framing::Chunked => {
-                let mut size = Vec::with_capacity(20);
-                size.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                relay::write_two(to, &size, &data, idle)
+                prefix.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                relay::write_two(to, &prefix, &data, idle)
                     .await
                     .and(relay::write_all(to, b"\r\n", idle).await)
             }
             Framing::Length(n) if sent > n => return (Ok(Kept::Closing), None),
-            _ => relay::write_all(to, &data, idle).await,
+            _ if prefix.is_empty() => relay::write_all(to, &data, idle).await,
+            _ => relay::write_two(to, &prefix, &data, idle).await,
         };
         if let Err(e) = written {
             return (Err(e), None);
         }
     }
-    match framing {
-        Framing::Chunked => {
-            if let Err(e) = relay::write_all(to, b"0\r\n\r\n", idle).await {
-                return (Err(e), None);
-            }
+    // What is left: the head of an answer with no data, and the chunked coding's end.
+    let mut rest = head.take().unwrap_or_default();
+    if framing == Framing::Chunked {
+        rest.extend_from_slice(b"0\r\n\r\n");
+    }
+    if !rest.is_empty() {
+        if let Err(e) = relay::write_all(to, &rest, idle).await {
+            return (Err(e), None);
         }
-        Framing::Length(n) if sent != n => return (Ok(Kept::Closing), None),
-        _ => {}
+    }
+    if let Framing::Length(n) = framing {
+        if sent != n {
+            return (Ok(Kept::Closing), None);
+        }
     }
     let kept = if close { Kept::Closing } else { Kept::Alive };
-    (Ok(kept), None)
+    (Ok(kept), upgrade)
 }
 
 /// Joins the client (what it sent after its upgrade request first) and the upstream's
