@@ -23,6 +23,9 @@ pub const IN_FLIGHT: &str = "iuid_router_requests_in_flight";
 pub const UPSTREAM_DURATION: &str = "iuid_router_upstream_request_duration_seconds";
 /// Upstream-blamed failures by `region` and `kind` (`connect`, `timeout`, `reset`).
 pub const UPSTREAM_ERRORS: &str = "iuid_router_upstream_errors_total";
+/// Requests answered 503 at once because their region was at a limit (docs/overload.md),
+/// by `region` and `reason` (`max_in_flight`); never counted against the region's health.
+pub const SHED: &str = "iuid_router_shed_total";
 /// Client-blamed failures by `kind` (`bad_framing`, `aborted`, `body_timeout`,
 /// `send_timeout`): never counted against an upstream (docs/data-path.md).
 pub const CLIENT_ERRORS: &str = "iuid_router_client_errors_total";
@@ -130,6 +133,10 @@ fn describe() {
     ::metrics::describe_counter!(
         CLIENT_ERRORS,
         "Client-blamed failures by kind; never counted against an upstream."
+    );
+    ::metrics::describe_counter!(
+        SHED,
+        "Requests answered 503 at once at their region's limit, by region and reason."
     );
     ::metrics::describe_counter!(DECISIONS, "Routing decisions by rule kind.");
     ::metrics::describe_counter!(RELOADS, "Routing-table reloads by result.");
@@ -409,6 +416,7 @@ pub struct RegionMetrics {
     requests: [[OnceLock<Counter>; 5]; ROUTES],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
+    shed: OnceLock<Counter>,
     /// Answered requests and those answered 5xx, readable (Prometheus handles are not) for
     /// the console's per-region rates (`crate::admin::rates`).
     answered: AtomicU64,
@@ -423,6 +431,7 @@ impl RegionMetrics {
             requests: Default::default(),
             upstream_duration: OnceLock::new(),
             upstream_errors: Default::default(),
+            shed: OnceLock::new(),
             answered: AtomicU64::new(0),
             answered_5xx: AtomicU64::new(0),
         }
@@ -466,6 +475,16 @@ impl RegionMetrics {
                 ::metrics::histogram!(UPSTREAM_DURATION, "region" => self.shared_label())
             })
             .record(seconds);
+    }
+
+    /// Counts one request shed at the region's `limits.region_max_in_flight`.
+    pub fn shed(&self) {
+        self.shed
+            .get_or_init(|| {
+                handle();
+                ::metrics::counter!(SHED, "region" => self.shared_label(), "reason" => "max_in_flight")
+            })
+            .increment(1);
     }
 
     /// Counts one upstream-blamed failure; a client-blamed kind is counted by

@@ -71,6 +71,15 @@ pub enum Problem {
         /// When the first upstream returns.
         retry_after: std::time::Duration,
     },
+    /// The region already has `limits.region_max_in_flight` requests in flight from this edge
+    /// (503 at once, `Retry-After: 1`; gRPC 14 UNAVAILABLE; docs/overload.md). Shed, never
+    /// counted against the region's health, never retried.
+    Overloaded {
+        /// The region the request was for.
+        region: String,
+        /// Its limit.
+        limit: usize,
+    },
     /// The client failed its own request: invalid body framing or an abandoned upload (400),
     /// a body stalled for `timeouts.idle_ms` (408). Never counted against an upstream.
     Client(crate::error::Error),
@@ -184,7 +193,9 @@ impl Problem {
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
             Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
-            Problem::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::Unavailable { .. } | Problem::Overloaded { .. } => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             Problem::Client(e) => e.kind.status(),
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
             Problem::BadHost(_) | Problem::BadTarget | Problem::BadHead(_) => {
@@ -223,6 +234,7 @@ impl Problem {
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
             Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
+            Problem::Overloaded { .. } => ("region-overloaded", "Region at its limit of requests"),
             Problem::Client(e) => match e.kind {
                 ErrorKind::BodyTimeout => ("request-body-timeout", "Request body stalled"),
                 ErrorKind::Aborted => ("client-aborted", "Request body incomplete"),
@@ -291,6 +303,10 @@ impl Problem {
             Problem::Unavailable { region, retry_after } => format!(
                 "every upstream of region {region} is ejected after failures; the first returns in {} ms",
                 retry_after.as_millis()
+            ),
+            Problem::Overloaded { region, limit } => format!(
+                "region {region} already has {limit} requests in flight from this edge, its \
+                 limit (limits.region_max_in_flight); try again shortly"
             ),
             Problem::Client(e) => format!("reading the request body failed: {}", e.detail),
             Problem::GatewayTimeout { region, detail } => {
@@ -402,7 +418,7 @@ impl Problem {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET"));
         }
-        if let Problem::FanoutBusy(_) = &self {
+        if let Problem::FanoutBusy(_) | Problem::Overloaded { .. } = &self {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }

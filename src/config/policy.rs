@@ -91,6 +91,9 @@ pub struct Limits {
     /// Most fan-outs in flight on one client connection (an HTTP/2 connection multiplexes
     /// many; then 503 with `Retry-After`). At most `fanout_concurrent`.
     pub fanout_per_connection: usize,
+    /// Most requests in flight to one region from this edge, every protocol and fan-out leg
+    /// and legacy probe together (docs/overload.md); beyond, 503 `region-overloaded` at once.
+    pub region_max_in_flight: usize,
 }
 
 impl Default for Limits {
@@ -109,6 +112,7 @@ impl Default for Limits {
             fanout_buffer_bytes: 128 << 20,
             fanout_concurrent: 64,
             fanout_per_connection: 8,
+            region_max_in_flight: 1024,
         }
     }
 }
@@ -267,6 +271,12 @@ pub(super) fn check_bounds<E>(
                  region's whole answer must fit",
                 limits.fanout_buffer_bytes, limits.fanout_region_bytes
             ),
+        ));
+    }
+    if limits.region_max_in_flight == 0 {
+        errors.push(at(
+            &["limits", "region_max_in_flight"],
+            "region_max_in_flight must be at least 1".to_owned(),
         ));
     }
     if limits.fanout_concurrent == 0 {

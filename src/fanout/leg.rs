@@ -16,6 +16,8 @@ pub enum LegError {
     Timeout,
     /// Every upstream of the region is ejected.
     Unavailable,
+    /// The region is at `limits.region_max_in_flight` (docs/overload.md): not asked.
+    Overloaded,
     /// A non-2xx status (the entry gives it, and the problem type if any).
     Status,
     /// The answer is over `limits.fanout_region_bytes`.
@@ -39,6 +41,7 @@ impl LegError {
             LegError::Reset => "reset",
             LegError::Timeout => "timeout",
             LegError::Unavailable => "unavailable",
+            LegError::Overloaded => "overloaded",
             LegError::Status => "status",
             LegError::TooLarge => "too_large",
             LegError::NotJson => "not_json",

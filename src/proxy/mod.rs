@@ -61,6 +61,7 @@ pub type ProxyBody = Either<Guarded<IdleTimeout<Prefixed>, InFlightGuards>, Full
 pub struct InFlightGuards {
     _request: Option<metrics::InFlight>,
     _upstream: upstream::health::InFlight,
+    _region: crate::upstream::regions::RegionPermit,
 }
 
 /// A request body after extraction: still streaming (with what a `grpc:` route read of it
@@ -298,6 +299,7 @@ impl Proxy {
             mut response,
             upstream,
             in_flight,
+            region_permit,
         } = answered;
         trail.upstream = Some(upstream);
         let first = match bad_answer::first_frame(&mut response, trail).await {
@@ -307,6 +309,7 @@ impl Proxy {
         let in_flight = InFlightGuards {
             _request: trail.in_flight.take(),
             _upstream: in_flight,
+            _region: region_permit,
         };
         self.respond(response, first, in_flight, client_upgrade)
     }
@@ -526,7 +529,14 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             span.record("upstream", upstream.authority.as_str());
         };
-        forward::forward(region, parts, body, policies, aim)
+        match self.admit_region(region) {
+            Ok(permit) => futures_util::future::Either::Left(forward::forward(
+                region, permit, parts, body, policies, aim,
+            )),
+            Err(_) => futures_util::future::Either::Right(std::future::ready(Err(
+                ForwardError::Overloaded,
+            ))),
+        }
     }
 
     /// Phase 5: an upstream of the region (`upstream::forward`); its failure as the problem
@@ -552,8 +562,13 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             span.record("upstream", upstream.authority.as_str());
         };
-        match forward::forward(region, parts, body, policies, aim).await {
+        let permit = self.admit_region(region)?;
+        match forward::forward(region, permit, parts, body, policies, aim).await {
             Ok(answered) => Ok(answered),
+            Err(ForwardError::Overloaded) => Err(Problem::Overloaded {
+                region: region.name.clone(),
+                limit: self.config.limits.region_max_in_flight,
+            }),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),

@@ -21,7 +21,7 @@ use super::{admit, headers, Proxy};
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
 use crate::table::Decision;
-use crate::upstream::regions::Routing;
+use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 
 /// A request's head as the phases read it, whatever its codec.
 pub trait RequestView {
@@ -135,6 +135,26 @@ impl Proxy {
     pub(super) fn extract_head<'q, V: RequestView>(&self, view: &'q V) -> Extraction<'_, 'q> {
         self.routes
             .extract_head(view.path(), |name| view.value(name))
+    }
+
+    /// The phase of every exchange with a region (one request's, a fan-out leg's, a split's
+    /// part, a legacy probe's), at the two sends (`upstream::forward` through `Proxy::send`
+    /// and `Proxy::forward`, and the head path's `h1_forward`): the request's place in the
+    /// region's `limits.region_max_in_flight` (docs/overload.md). Errors: the region is at
+    /// its limit: 503 `region-overloaded` at once, counted in `iuid_router_shed_total`,
+    /// never against the region's health, never retried.
+    pub(super) fn admit_region(&self, region: &RegionRuntime) -> Result<RegionPermit, Problem> {
+        let limit = self.config.limits.region_max_in_flight;
+        match region.state.admit(limit) {
+            Some(permit) => Ok(permit),
+            None => {
+                region.state.metrics.shed();
+                Err(Problem::Overloaded {
+                    region: region.name.clone(),
+                    limit,
+                })
+            }
+        }
     }
 
     /// The phase after resolution, on the region the request resolved to: the decision

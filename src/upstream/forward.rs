@@ -25,7 +25,7 @@ use hyper::body::Incoming;
 
 use super::body::BodyWatch;
 use super::health::{self, Pick};
-use super::regions::RegionRuntime;
+use super::regions::{RegionPermit, RegionRuntime};
 use super::{UpstreamBody, UpstreamState};
 use crate::config::{HealthPolicy, RetryPolicy};
 use crate::error::{Blame, Error, Retry};
@@ -50,11 +50,17 @@ pub struct Answered {
     pub upstream: Authority,
     /// Keep it with the response body (P2C balances on this count).
     pub in_flight: health::InFlight,
+    /// The request's place in its region's `limits.region_max_in_flight`: kept with the
+    /// response body too.
+    pub region_permit: RegionPermit,
 }
 
 /// Why no upstream answered.
 #[derive(Debug)]
 pub enum ForwardError {
+    /// The region is at `limits.region_max_in_flight` (→ 503 `region-overloaded`); nothing
+    /// was sent.
+    Overloaded,
     /// Every upstream of the region is ejected (→ 503 with `Retry-After`).
     Unavailable {
         /// When the first ejection ends, in ms.
@@ -96,9 +102,11 @@ pub fn copy_head(parts: &Parts) -> Parts {
 }
 
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
-/// points the request at the chosen upstream (URI, `Host`).
+/// points the request at the chosen upstream (URI, `Host`). `permit`: the request's place
+/// in the region's limit, taken by the caller (`proxy::phases`), kept in the answer.
 pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
     region: &RegionRuntime,
+    permit: RegionPermit,
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'_>,
@@ -154,6 +162,7 @@ pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
                     response: resp,
                     upstream: upstream.authority.clone(),
                     in_flight,
+                    region_permit: permit,
                 });
             }
             Err(error) if error.blame() == Blame::Client => {

@@ -13,7 +13,7 @@
 //! of each of its regions, indexed alike, swapped as one so they always agree.
 
 use std::collections::HashMap;
-use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
@@ -42,6 +42,32 @@ pub struct RegionState {
     pub cursor: AtomicUsize,
     /// Retries this region may still spend.
     pub budget: RetryBudget,
+    /// Requests in flight to the region from this edge (every protocol, fan-out legs and
+    /// legacy probes included), held by [`RegionPermit`]s.
+    pub in_flight: AtomicUsize,
+}
+
+impl RegionState {
+    /// A permit for one more request in flight to the region, unless `max` are already
+    /// (`limits.region_max_in_flight`, docs/overload.md): `None`, the request is shed.
+    pub fn admit(self: &Arc<Self>, max: usize) -> Option<RegionPermit> {
+        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
+            self.in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(RegionPermit(self.clone()))
+    }
+}
+
+/// One request counted in flight to its region while it lives: until its answer's body
+/// has been relayed, or it failed.
+#[derive(Debug)]
+pub struct RegionPermit(Arc<RegionState>);
+
+impl Drop for RegionPermit {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// A region of the serving table with its runtime.
@@ -162,6 +188,7 @@ fn reconcile(
                         metrics: Arc::new(RegionMetrics::new(&region.name)),
                         cursor: AtomicUsize::new(0),
                         budget: RetryBudget::default(),
+                        in_flight: AtomicUsize::new(0),
                     })
                 })
                 .clone();

@@ -111,15 +111,24 @@ impl Proxy {
         S: AsyncRead + AsyncWrite + Unpin,
     {
         let retry = &self.config.retries;
-        region.state.budget.deposit(retry);
         let metrics = &region.state.metrics;
         let idle = self.config.timeouts.idle();
         let mut tried = 0u64;
         let mut last: Option<Error> = None;
         let mut last_upstream = None;
-        let mut answer = None;
+        // The request's place in the region's limit, kept until its answer is relayed; a
+        // region at its limit is answered at once (no attempt, no retry).
+        let (_permit, mut answer) = match self.admit_region(region) {
+            Ok(permit) => (Some(permit), None),
+            Err(shed) => (None, Some(shed)),
+        };
+        if answer.is_none() {
+            region.state.budget.deposit(retry);
+        }
         for attempt in 0..=retry.max_retries {
-            if attempt > 0 && (out.held.is_none() || !region.state.budget.withdraw(retry)) {
+            if answer.is_some()
+                || attempt > 0 && (out.held.is_none() || !region.state.budget.withdraw(retry))
+            {
                 break;
             }
             let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {

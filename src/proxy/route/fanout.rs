@@ -269,6 +269,12 @@ impl Proxy {
                 .await
             {
                 Ok(answered) => answered,
+                Err(ForwardError::Overloaded) => {
+                    return Err(LegFailure::new(
+                        LegError::Overloaded,
+                        "the region is at limits.region_max_in_flight",
+                    ))
+                }
                 Err(ForwardError::Unavailable { .. }) => {
                     return Err(LegFailure::new(
                         LegError::Unavailable,

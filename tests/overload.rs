@@ -1,0 +1,220 @@
+//! Issue 38 (docs/overload.md): a sick region never holds more than
+//! `limits.region_max_in_flight` requests of this edge. Over real sockets: a region whose
+//! upstream accepts and never answers (a black hole) fills its limit; the next request for it
+//! is answered 503 `region-overloaded` at once with `Retry-After`, on the own engine's head
+//! path and on HTTP/2 alike (a gRPC call: UNAVAILABLE), and a fan-out names it `overloaded`; nothing more reaches the
+//! black hole, the shed requests are counted as shed and never against the region, the
+//! healthy region is served throughout, and the limit frees as the waiting requests end.
+
+mod common;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use common::lists::ListRegion;
+use common::{eventually, iuid_for, Router};
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use tokio::io::AsyncReadExt;
+
+const LIMIT: usize = 4;
+
+/// An upstream that accepts, reads, and never answers; it counts the requests it read the
+/// start of (one per connection: nothing is ever answered, so none is reused).
+async fn black_hole() -> (SocketAddr, Arc<AtomicUsize>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = [0u8; 4096];
+                let mut counted = false;
+                while let Ok(n) = stream.read(&mut buf).await {
+                    if n == 0 {
+                        return;
+                    }
+                    if !counted {
+                        counted = true;
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    (addr, seen)
+}
+
+/// Regions `<name>sick` (the black hole, country 1) and `<name>well` (country 2), names of
+/// their own (metrics are per process); a fan-out over both at `/v1/list`.
+async fn world(name: &str) -> (Router, Arc<AtomicUsize>, ListRegion) {
+    let (hole, seen) = black_hole().await;
+    let well = ListRegion::start("well").await;
+    let table = format!(
+        "version: o\nregions:\n  {name}sick: {{ upstreams: [\"http://{hole}\"] }}\n  {name}well: {{ upstreams: [\"{}\"] }}\ncountries:\n  1: {name}sick\n  2: {name}well\ndefault_region: {name}well\n",
+        well.url()
+    );
+    let config = common::orders_config()
+        .route("{ fanout: /v1/list, scheme: iuid, items: /items, id_field: id, timeout_ms: 3000 }")
+        .limits(&format!("region_max_in_flight: {LIMIT}"))
+        // The waiting requests end (504) after 1.5 s, freeing the limit.
+        .timeouts(1000, 1500, 60_000)
+        .yaml();
+    (Router::start(&config, &table).await, seen, well)
+}
+
+/// `LIMIT` requests for the sick region, each on its own connection, left waiting.
+fn fill(router: SocketAddr) -> Vec<TcpStream> {
+    (0..LIMIT)
+        .map(|_| {
+            let mut c = TcpStream::connect(router).expect("connect");
+            let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
+            c.write_all(request.as_bytes()).expect("send");
+            c
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after() {
+    let (router, seen, _well) = world("ov").await;
+    let addr = router.addr;
+    let waiting = tokio::task::spawn_blocking(move || fill(addr))
+        .await
+        .expect("fill");
+    let all_in = eventually(Duration::from_secs(5), || async {
+        seen.load(Ordering::SeqCst) >= LIMIT
+    })
+    .await;
+    assert!(
+        all_in.is_some(),
+        "{} reached the black hole",
+        seen.load(Ordering::SeqCst)
+    );
+
+    // HTTP/1.1 on the head path: 503 at once, twice on one kept-alive connection.
+    let sick = format!("/v1/orders/{}", iuid_for(1));
+    let target = sick.clone();
+    let (answers, took) = tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let started = Instant::now();
+        let request = format!("GET {target} HTTP/1.1\r\nHost: t\r\n\r\n");
+        let mut answers = Vec::new();
+        for _ in 0..2 {
+            c.write_all(request.as_bytes()).expect("send");
+            answers.push(common::read_answer(&mut c));
+        }
+        (answers, started.elapsed())
+    })
+    .await
+    .expect("client");
+    for answer in &answers {
+        let lower = answer.to_ascii_lowercase();
+        assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+        assert!(
+            lower.contains("content-type: application/problem+json"),
+            "{answer}"
+        );
+        assert!(lower.contains("retry-after: 1\r\n"), "{answer}");
+        assert!(
+            answer.contains("urn:iuid-router:problem:region-overloaded"),
+            "{answer}"
+        );
+    }
+    assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
+
+    // HTTP/2 (hyper's server, the shared phases): the same.
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2c handshake");
+    tokio::spawn(conn);
+    let req = hyper::Request::get(router.url(&sick))
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let resp = h2.send_request(req).await.expect("h2 answer");
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    let body = String::from_utf8_lossy(&body);
+    assert!(body.contains("region-overloaded"), "{body}");
+    // A gRPC call is told UNAVAILABLE (14), in a trailers-only answer.
+    let call = hyper::Request::post(router.url(&sick))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let resp = h2.send_request(call).await.expect("gRPC answer");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["grpc-status"], "14");
+    let message = resp.headers()["grpc-message"].to_str().expect("ascii");
+    assert!(message.contains("region_max_in_flight"), "{message}");
+
+    // A fan-out names the sick region `overloaded` and asks it nothing.
+    let page = reqwest::get(router.url("/v1/list")).await.expect("fan-out");
+    let page: serde_json::Value = page.json().await.expect("json");
+    assert_eq!(page["partial"], true, "{page}");
+    assert_eq!(page["regions"]["ovsick"]["error"], "overloaded", "{page}");
+
+    // The healthy region is served meanwhile.
+    let well = reqwest::get(router.url(&format!("/v1/orders/{}", iuid_for(2))))
+        .await
+        .expect("well");
+    assert_eq!(well.status(), 200);
+
+    // Shed, not failed: nothing more reached the black hole, nothing counted against it.
+    assert_eq!(
+        seen.load(Ordering::SeqCst),
+        LIMIT,
+        "no shed request was sent"
+    );
+    let shed = router
+        .metric(
+            "iuid_router_shed_total",
+            &["region=\"ovsick\"", "reason=\"max_in_flight\""],
+        )
+        .await;
+    assert_eq!(
+        shed, 5.0,
+        "two HTTP/1.1, one HTTP/2, one gRPC, one fan-out leg"
+    );
+    let blamed = router
+        .metric("iuid_router_upstream_errors_total", &["region=\"ovsick\""])
+        .await;
+    assert_eq!(blamed, 0.0, "shedding is not the region's failure");
+
+    // The waiting requests time out (504, the region's fault) and free the limit: the
+    // next request for the region reaches it again.
+    let freed = eventually(Duration::from_secs(10), || async {
+        router
+            .metric("iuid_router_upstream_errors_total", &["region=\"ovsick\""])
+            .await
+            >= LIMIT as f64
+    })
+    .await;
+    assert!(freed.is_some(), "the waiting requests ended");
+    let again = tokio::task::spawn_blocking(move || fill(addr))
+        .await
+        .expect("refill");
+    let reached = eventually(Duration::from_secs(5), || async {
+        seen.load(Ordering::SeqCst) >= 2 * LIMIT
+    })
+    .await;
+    assert!(
+        reached.is_some(),
+        "the limit freed: {}",
+        seen.load(Ordering::SeqCst)
+    );
+    drop((waiting, again));
+}
