@@ -26,6 +26,7 @@ pub mod http1;
 pub mod inspect;
 pub mod memory;
 pub mod metrics;
+pub mod nofile;
 pub mod problem;
 pub mod proxy;
 pub mod relay;

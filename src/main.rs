@@ -120,6 +120,9 @@ fn main() -> ExitCode {
             Ok(config) => {
                 init_tracing(config.log_format);
                 iuid_router::memory::tune_allocator();
+                if let Some((soft, hard)) = iuid_router::nofile::raise_to_hard() {
+                    tracing::info!(soft, hard, "open files limit (RLIMIT_NOFILE)");
+                }
                 runtime(serve(config))
             }
             Err(errors) => {

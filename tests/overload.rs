@@ -218,3 +218,69 @@ async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after
     );
     drop((waiting, again));
 }
+
+/// The soft `RLIMIT_NOFILE` a service starts with (often 1,024) is raised to the hard one
+/// at start (docs/overload.md): the real binary, started with a soft limit of 256 under a
+/// higher hard one, runs with soft = hard.
+#[tokio::test]
+async fn the_open_files_limit_is_raised_to_the_hard_one_at_start() {
+    use std::os::unix::process::CommandExt;
+    let mut current = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes only the struct it is given.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut current) },
+        0
+    );
+    let hard = current.rlim_max;
+    if hard <= 256 {
+        eprintln!("skipped: the hard limit here is {hard}");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (public, admin) = (common::free_port(), common::free_port());
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: n\nregions:\n  n: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: n\n",
+    )
+    .expect("write");
+    let config = dir.path().join("router.yaml");
+    std::fs::write(
+        &config,
+        format!("listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: t.yaml\nreload: {{ watch: false }}\n"),
+    )
+    .expect("write");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_iuid-router"));
+    command
+        .args(["serve", "--config", config.to_str().expect("utf8")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            let low = libc::rlimit {
+                rlim_cur: 256,
+                rlim_max: hard,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &low) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let child = common::ChildGuard::spawn(&mut command, "start router");
+    common::wait_ready(admin).await;
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("a Max open files line");
+    let numbers: Vec<&str> = line.split_whitespace().skip(3).take(2).collect();
+    let want = match hard {
+        libc::RLIM_INFINITY => "unlimited".to_owned(),
+        n => n.to_string(),
+    };
+    assert_eq!(numbers, [want.clone(), want], "{line}");
+}
