@@ -284,3 +284,72 @@ async fn the_open_files_limit_is_raised_to_the_hard_one_at_start() {
     };
     assert_eq!(numbers, [want.clone(), want], "{line}");
 }
+
+/// A client that leaves while its request waits on a silent upstream ends the request: its
+/// upstream connection is closed and its place in the region's limit freed at once (as
+/// nginx does), not when `response_headers_ms` runs out; counted as the client's, never
+/// against the region. Here the limit is 1: the next request reaches the region instead of
+/// being shed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_leaves_frees_its_place_at_once() {
+    let (hole, seen) = black_hole().await;
+    let table = format!(
+        "version: g\nregions:\n  gone: {{ upstreams: [\"http://{hole}\"] }}\ncountries:\n  1: gone\ndefault_region: gone\n"
+    );
+    let config = common::orders_config()
+        .limits("region_max_in_flight: 1")
+        .timeouts(1000, 60_000, 60_000)
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let addr = router.addr;
+    let before = router
+        .metric("iuid_router_client_errors_total", &["kind=\"aborted\""])
+        .await;
+    let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
+    let first = request.clone();
+    let leaving = tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(first.as_bytes()).expect("send");
+        c
+    })
+    .await
+    .expect("client");
+    let reached = eventually(Duration::from_secs(5), || async {
+        seen.load(Ordering::SeqCst) >= 1
+    })
+    .await;
+    assert!(reached.is_some(), "the request reached the region");
+    // Waiting past the router's first look at the upstream alone, then gone.
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    drop(leaving);
+    let counted = eventually(Duration::from_secs(5), || async {
+        router
+            .metric("iuid_router_client_errors_total", &["kind=\"aborted\""])
+            .await
+            > before
+    })
+    .await;
+    assert!(counted.is_some(), "the client's leaving is counted");
+    // Its place is free: the next request reaches the region (not a 503).
+    let next = request.clone();
+    let _waiting = tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(next.as_bytes()).expect("send");
+        c
+    })
+    .await
+    .expect("client");
+    let again = eventually(Duration::from_secs(5), || async {
+        seen.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert!(again.is_some(), "the limit was freed by the client's leaving");
+    let blamed = router
+        .metric("iuid_router_upstream_errors_total", &["region=\"gone\""])
+        .await;
+    assert_eq!(blamed, 0.0, "not the region's failure");
+    let shed = router
+        .metric("iuid_router_shed_total", &["region=\"gone\""])
+        .await;
+    assert_eq!(shed, 0.0);
+}

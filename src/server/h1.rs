@@ -26,7 +26,9 @@ use crate::proxy::h1::Outcome;
 use crate::relay::Buffered;
 
 /// A client connection the own engine serves: plain TCP, or TLS.
-pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'static {
+pub(super) trait ClientIo:
+    AsyncRead + AsyncWrite + Unpin + Send + Sync + crate::relay::Readiness + 'static
+{
     /// Polls until the connection has bytes to read, without holding a buffer and without
     /// state of its own (the socket keeps the waker): `Ready(Ok(true))`. `Ready(Ok(false))`:
     /// it cannot tell (TLS may hold decrypted bytes already), the caller reads.
@@ -37,6 +39,13 @@ pub(super) trait ClientIo: AsyncRead + AsyncWrite + Unpin + Send + Sync + 'stati
     /// kernel sends its FIN after what was written, and a `shutdown` before the `close`
     /// would be one more system call per connection for nothing.
     const CLOSE_NOTIFY: bool;
+}
+
+/// The TCP socket's readiness: what rustls holds already is read when the socket next is.
+impl crate::relay::Readiness for tokio_rustls::server::TlsStream<TcpStream> {
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        self.get_ref().0.poll_read_ready(cx)
+    }
 }
 
 impl ClientIo for tokio_rustls::server::TlsStream<TcpStream> {
@@ -208,7 +217,7 @@ async fn next_bytes<S: ClientIo>(
             if drain.as_mut().poll(cx).is_ready() {
                 return Poll::Ready(None);
             }
-            if let Poll::Ready(ready) = client.io.poll_readable(cx) {
+            if let Poll::Ready(ready) = ClientIo::poll_readable(&mut client.io, cx) {
                 return Poll::Ready(ready.ok());
             }
             match timer.as_mut().poll(cx) {

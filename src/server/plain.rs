@@ -171,6 +171,12 @@ impl AsyncWrite for PlainClient {
     }
 }
 
+impl crate::relay::Readiness for PlainClient {
+    fn poll_readable(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        self.registered()?.poll_read_ready(cx)
+    }
+}
+
 impl super::h1::ClientIo for PlainClient {
     const CLOSE_NOTIFY: bool = false;
 

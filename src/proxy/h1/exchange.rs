@@ -20,7 +20,7 @@ use crate::http1::{framing, write, Chunked, Framing};
 use crate::problem::Problem;
 use crate::proxy::headers::raw::{self, Nominated};
 use crate::proxy::Proxy;
-use crate::relay::{self as conn, relay, write_all, Buffered, RelayError};
+use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
 use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::RawConn;
 use crate::upstream::regions::RegionRuntime;
@@ -108,7 +108,7 @@ impl Proxy {
         close: bool,
     ) -> Answered
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let retry = &self.config.retries;
         let metrics = &region.state.metrics;
@@ -266,7 +266,7 @@ impl Proxy {
         out: &Outbound,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         self.h1_send(client, state, out).await
     }
@@ -298,7 +298,7 @@ impl Proxy {
         out: &Outbound,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let idle = self.config.timeouts.idle();
         // A pooled connection the upstream closed just as the request left it is replaced by
@@ -382,7 +382,7 @@ impl Proxy {
         http10: bool,
     ) -> Result<ResponseHead, Failed>
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let limits = &self.config.limits;
         let deadline = Instant::now() + self.config.timeouts.response_headers();
@@ -432,7 +432,16 @@ impl Proxy {
                     // No buffer is taken until the answer starts to come: a request waiting
                     // on a slow upstream holds none.
                     let read = if up.buf.capacity() == 0 {
-                        up.fill_when_readable(left).await
+                        // Most answers come within `CLIENT_WATCH_AFTER` (one timer, as
+                        // before); a request that waits longer also watches its client.
+                        let first = left.min(CLIENT_WATCH_AFTER);
+                        match up.fill_when_readable(first).await {
+                            Err(e) if e.kind() == std::io::ErrorKind::TimedOut && left > first => {
+                                let rest = left - first;
+                                wait_watching_client(up, client, rest).await?
+                            }
+                            read => read,
+                        }
                     } else {
                         up.fill(left, limits.max_header_bytes).await
                     };
@@ -643,6 +652,61 @@ fn send_kind(e: &RelayError) -> ErrorKind {
             timed_out: true, ..
         } => ErrorKind::SendTimeout,
         _ => ErrorKind::Aborted,
+    }
+}
+
+/// How long a request waits on its upstream before it also watches its client: a client
+/// that goes meanwhile ends the request (its upstream connection closed, as nginx does with
+/// `proxy_ignore_client_abort off`), so that a sick region's waiting requests do not outlive
+/// their clients and hold its `limits.region_max_in_flight` (docs/overload.md). Later than
+/// most answers, so that the common case costs nothing more.
+const CLIENT_WATCH_AFTER: Duration = Duration::from_millis(200);
+
+/// Waits at most `within` for the upstream's answer to start, while watching the client:
+/// bytes it sends meanwhile (a pipelined request) are kept, its close (or a reset) ends the
+/// request as the client's. `Ok`: as `fill_when_readable`'s.
+async fn wait_watching_client<S>(
+    up: &mut RawConn,
+    client: &mut Buffered<S>,
+    within: Duration,
+) -> Result<std::io::Result<usize>, Failed>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Readiness,
+{
+    let upstream = up.fill_when_readable(within);
+    tokio::pin!(upstream);
+    // A client that sends more than a head's worth meanwhile is not read further.
+    let mut watching = true;
+    loop {
+        let client_ready = async {
+            match watching {
+                true => std::future::poll_fn(|cx| client.io.poll_readable(cx)).await,
+                false => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            read = &mut upstream => return Ok(read),
+            ready = client_ready => {
+                let gone = match ready {
+                    Err(_) => true,
+                    Ok(()) => match client.read_now(true).await {
+                        Some(Ok(0)) | Some(Err(_)) => true,
+                        Some(Ok(_)) => {
+                            watching = client.pending().len() < 64 << 10;
+                            false
+                        }
+                        None => false,
+                    },
+                };
+                if gone {
+                    // (Counted as the client's by the caller, never against the upstream.)
+                    return Err(Failed::Client(Error::new(
+                        ErrorKind::Aborted,
+                        "the client closed its connection while its request waited on the upstream",
+                    )));
+                }
+            }
+        }
     }
 }
 

@@ -39,7 +39,7 @@ use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
-use crate::relay::Buffered;
+use crate::relay::{Buffered, Readiness};
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
 
@@ -159,7 +159,7 @@ impl Proxy {
         draining: bool,
     ) -> Outcome
     where
-        S: AsyncRead + AsyncWrite + Unpin,
+        S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let started = Instant::now();
         let buf = client.pending();
