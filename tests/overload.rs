@@ -343,7 +343,10 @@ async fn a_client_that_leaves_frees_its_place_at_once() {
         seen.load(Ordering::SeqCst) >= 2
     })
     .await;
-    assert!(again.is_some(), "the limit was freed by the client's leaving");
+    assert!(
+        again.is_some(),
+        "the limit was freed by the client's leaving"
+    );
     let blamed = router
         .metric("iuid_router_upstream_errors_total", &["region=\"gone\""])
         .await;
