@@ -461,6 +461,13 @@ fn tour(
     );
     line(
         "200",
+        "Prometheus metrics; a region never holds more than limits.region_max_in_flight \
+         (1,024) requests of this edge, the rest answered 503 region-overloaded at once and \
+         counted in iuid_router_shed_total (docs/overload.md)",
+        format!("curl -s {admin_base}/metrics"),
+    );
+    line(
+        "200",
         "the support console: open this in a browser, paste any id",
         format!("curl -s {admin_base}/"),
     );
