@@ -54,7 +54,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import bench  # noqa: E402  (mint, write, tree, the HTTP/1.1 client)
-import idle  # noqa: E402  (rss_kib, established)
+import idle  # noqa: E402  (rss_kib, established, start, stop, mib)
 
 ROOT = bench.ROOT
 EU = 18141  # the healthy region's upstream (nginx)
@@ -68,25 +68,8 @@ WARMUP = 50
 BATCH = 50  # connects issued between two polls of the answers
 SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: the kernel's receive time of data
 
-started = []
-
-
-def start(cmd, log):
-    with open(log, "ab") as f:
-        p = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT,
-                             env={k: v for k, v in os.environ.items() if k != "RUST_LOG"})
-    started.append(p)
-    return p
-
-
-def stop(p):
-    if p.poll() is None:
-        p.send_signal(signal.SIGTERM)
-        try:
-            p.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+# The processes this script starts and how they are stopped: idle.py's.
+started, start, stop = idle.started, idle.start, idle.stop
 
 
 def raise_nofile():
@@ -553,8 +536,7 @@ def log_lines(work, name):
         return 0
 
 
-def mib(kib):
-    return f"{kib / 1024:.1f}"
+mib = idle.mib
 
 
 def table(rows, args):

@@ -219,12 +219,58 @@ async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after
     drop((waiting, again));
 }
 
+/// The real binary serving with a table of one region `name` on `upstream`, started with
+/// `RLIMIT_NOFILE` set to `soft`/`hard` (`extra`: more config lines): the child, its public
+/// address, and the directory its files are in.
+async fn serve_with_nofile(
+    name: &str,
+    upstream: &str,
+    extra: &str,
+    soft: u64,
+    hard: u64,
+) -> (common::ChildGuard, SocketAddr, tempfile::TempDir) {
+    use std::os::unix::process::CommandExt;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (public, admin) = (common::free_port(), common::free_port());
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        format!("version: {name}\nregions:\n  {name}: {{ upstreams: [\"{upstream}\"] }}\ndefault_region: {name}\n"),
+    )
+    .expect("write");
+    let config = dir.path().join("router.yaml");
+    std::fs::write(
+        &config,
+        format!("listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: t.yaml\nreload: {{ watch: false }}\n{extra}"),
+    )
+    .expect("write");
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_iuid-router"));
+    command
+        .args(["serve", "--config", config.to_str().expect("utf8")])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: soft,
+                rlim_max: hard,
+            };
+            match libc::setrlimit(libc::RLIMIT_NOFILE, &limit) {
+                0 => Ok(()),
+                _ => Err(std::io::Error::last_os_error()),
+            }
+        });
+    }
+    let child = common::ChildGuard::spawn(&mut command, "start router");
+    common::wait_ready(admin).await;
+    (child, public, dir)
+}
+
 /// The soft `RLIMIT_NOFILE` a service starts with (often 1,024) is raised to the hard one
 /// at start (docs/overload.md): the real binary, started with a soft limit of 256 under a
 /// higher hard one, runs with soft = hard.
 #[tokio::test]
 async fn the_open_files_limit_is_raised_to_the_hard_one_at_start() {
-    use std::os::unix::process::CommandExt;
     let mut current = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
@@ -239,39 +285,7 @@ async fn the_open_files_limit_is_raised_to_the_hard_one_at_start() {
         eprintln!("skipped: the hard limit here is {hard}");
         return;
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (public, admin) = (common::free_port(), common::free_port());
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        "version: n\nregions:\n  n: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: n\n",
-    )
-    .expect("write");
-    let config = dir.path().join("router.yaml");
-    std::fs::write(
-        &config,
-        format!("listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: t.yaml\nreload: {{ watch: false }}\n"),
-    )
-    .expect("write");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_iuid-router"));
-    command
-        .args(["serve", "--config", config.to_str().expect("utf8")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
-    unsafe {
-        command.pre_exec(move || {
-            let low = libc::rlimit {
-                rlim_cur: 256,
-                rlim_max: hard,
-            };
-            match libc::setrlimit(libc::RLIMIT_NOFILE, &low) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
-    let child = common::ChildGuard::spawn(&mut command, "start router");
-    common::wait_ready(admin).await;
+    let (child, _public, _dir) = serve_with_nofile("n", "http://127.0.0.1:1", "", 256, hard).await;
     let limits = std::fs::read_to_string(format!("/proc/{}/limits", child.id())).expect("limits");
     let line = limits
         .lines()
@@ -373,41 +387,8 @@ fn cpu_ticks(pid: u32) -> u64 {
 /// and once the clients leave, the next request is accepted and served.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn out_of_descriptors_the_accept_loop_backs_off_and_recovers() {
-    use std::os::unix::process::CommandExt;
     let (up, _seen) = common::recording_upstream().await;
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (public, admin) = (common::free_port(), common::free_port());
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        format!("version: f\nregions:\n  fd: {{ upstreams: [\"{up}\"] }}\ndefault_region: fd\n"),
-    )
-    .expect("write");
-    let config = dir.path().join("router.yaml");
-    std::fs::write(
-        &config,
-        format!("listen: {public}\nadmin_listen: {admin}\nregion: edge\nrouting_table: t.yaml\nreload: {{ watch: false }}\nworkers: 1\n"),
-    )
-    .expect("write");
-    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_iuid-router"));
-    command
-        .args(["serve", "--config", config.to_str().expect("utf8")])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    // SAFETY: between fork and exec only setrlimit runs, which is async-signal-safe.
-    unsafe {
-        command.pre_exec(|| {
-            let low = libc::rlimit {
-                rlim_cur: 64,
-                rlim_max: 64,
-            };
-            match libc::setrlimit(libc::RLIMIT_NOFILE, &low) {
-                0 => Ok(()),
-                _ => Err(std::io::Error::last_os_error()),
-            }
-        });
-    }
-    let child = common::ChildGuard::spawn(&mut command, "start router");
-    common::wait_ready(admin).await;
+    let (child, public, _dir) = serve_with_nofile("fd", &up, "workers: 1\n", 64, 64).await;
     let pid = child.id();
     // Twice as many connections as descriptors: the rest wait in the listen backlog, and
     // every accept the router tries fails with EMFILE.
