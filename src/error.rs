@@ -18,6 +18,53 @@ pub enum Blame {
     Client,
     /// The upstream: connect, reset, timeout, bad response.
     Upstream,
+    /// Neither: the router's own limit refused the exchange (docs/overload.md). Never
+    /// counted against an upstream, never retried.
+    Router,
+}
+
+/// Why the router shed a request (docs/overload.md): the `reason` label of
+/// `iuid_router_shed_total`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ShedReason {
+    /// The region has its `limits.region_max_in_flight` (or its adaptive limit) in flight.
+    MaxInFlight,
+    /// The region has `limits.region_max_pending_connects` connections being made.
+    PendingConnects,
+    /// The process is above `overload.max_memory_mb`.
+    Memory,
+    /// No file descriptor was left for the upstream connection (`RLIMIT_NOFILE`).
+    Nofile,
+}
+
+impl ShedReason {
+    /// Every reason, in discriminant order (metric handles are indexed by it).
+    pub const ALL: [ShedReason; 4] = [
+        ShedReason::MaxInFlight,
+        ShedReason::PendingConnects,
+        ShedReason::Memory,
+        ShedReason::Nofile,
+    ];
+
+    /// The metric label.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ShedReason::MaxInFlight => "max_in_flight",
+            ShedReason::PendingConnects => "pending_connects",
+            ShedReason::Memory => "memory",
+            ShedReason::Nofile => "nofile",
+        }
+    }
+
+    /// The setting (or the resource) whose bound was reached, for problem details.
+    pub fn setting(self) -> &'static str {
+        match self {
+            ShedReason::MaxInFlight => "limits.region_max_in_flight",
+            ShedReason::PendingConnects => "limits.region_max_pending_connects",
+            ShedReason::Memory => "overload.max_memory_mb",
+            ShedReason::Nofile => "the open files limit (RLIMIT_NOFILE)",
+        }
+    }
 }
 
 /// Whether a failed attempt may be sent again to another upstream.
@@ -53,6 +100,8 @@ pub enum ErrorKind {
     /// The client read none of the response for `timeouts.idle_ms` (nginx's `send_timeout`):
     /// both connections are closed.
     SendTimeout,
+    /// The router's own limit refused the exchange before anything was sent: 503, shed.
+    Shed(ShedReason),
 }
 
 impl ErrorKind {
@@ -74,6 +123,7 @@ impl ErrorKind {
             | ErrorKind::Aborted
             | ErrorKind::BodyTimeout
             | ErrorKind::SendTimeout => Blame::Client,
+            ErrorKind::Shed(_) => Blame::Router,
         }
     }
 
@@ -96,6 +146,7 @@ impl ErrorKind {
             ErrorKind::BodyTimeout => StatusCode::REQUEST_TIMEOUT,
             // The response has begun; only the connection can be closed.
             ErrorKind::SendTimeout => StatusCode::REQUEST_TIMEOUT,
+            ErrorKind::Shed(_) => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -109,6 +160,7 @@ impl ErrorKind {
             ErrorKind::Aborted => "aborted",
             ErrorKind::BodyTimeout => "body_timeout",
             ErrorKind::SendTimeout => "send_timeout",
+            ErrorKind::Shed(_) => "shed",
         }
     }
 }
@@ -160,5 +212,8 @@ mod tests {
             assert_eq!(kind.blame(), Blame::Upstream);
             assert!(kind.status().is_server_error());
         }
+        let shed = ErrorKind::Shed(ShedReason::PendingConnects);
+        assert_eq!(shed.blame(), Blame::Router);
+        assert_eq!(shed.retry(), Retry::Never);
     }
 }

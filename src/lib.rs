@@ -27,6 +27,7 @@ pub mod inspect;
 pub mod memory;
 pub mod metrics;
 pub mod nofile;
+pub mod overload;
 pub mod problem;
 pub mod proxy;
 pub mod relay;

@@ -123,6 +123,7 @@ fn main() -> ExitCode {
                 if let Some((soft, hard)) = iuid_router::nofile::raise_to_hard() {
                     tracing::info!(soft, hard, "open files limit (RLIMIT_NOFILE)");
                 }
+                iuid_router::overload::start(config.overload.max_memory_mb);
                 runtime(serve(config))
             }
             Err(errors) => {

@@ -23,6 +23,29 @@ pub fn release_free_memory() {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 pub fn release_free_memory() {}
 
+/// Free memory glibc's arenas hold (`mallinfo2`'s `fordblks`), in bytes; 0 with other
+/// allocators.
+pub fn free_held() -> usize {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        // SAFETY: mallinfo2 returns a struct by value; it takes no pointer.
+        unsafe { libc::mallinfo2() }.fordblks
+    }
+    #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+    {
+        0
+    }
+}
+
+/// [`release_free_memory`] on the calling thread (one that may block: the memory guard's).
+pub fn trim_now() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: as in `release_free_memory`.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 /// Allocations from this size up get their own pages from the OS and give them back when
 /// freed (glibc's `M_MMAP_THRESHOLD`), in bytes.
 pub const MMAP_THRESHOLD: usize = 1 << 20;

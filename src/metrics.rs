@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use ::metrics::{Counter, Gauge, Histogram, SharedString};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `grpc`, `none`), `region`
@@ -23,9 +23,15 @@ pub const IN_FLIGHT: &str = "iuid_router_requests_in_flight";
 pub const UPSTREAM_DURATION: &str = "iuid_router_upstream_request_duration_seconds";
 /// Upstream-blamed failures by `region` and `kind` (`connect`, `timeout`, `reset`).
 pub const UPSTREAM_ERRORS: &str = "iuid_router_upstream_errors_total";
-/// Requests answered 503 at once because their region was at a limit (docs/overload.md),
-/// by `region` and `reason` (`max_in_flight`); never counted against the region's health.
+/// Requests answered 503 at once because their region or the process was at a limit
+/// (docs/overload.md), by `region` and `reason` (`max_in_flight`, `pending_connects`,
+/// `memory`, `nofile`); never counted against the region's health.
 pub const SHED: &str = "iuid_router_shed_total";
+/// 1 while the process's overload guard acts on `resource` (`memory`: shedding above
+/// `overload.max_memory_mb`; `nofile`: accepts paused at 90 % of `RLIMIT_NOFILE`), else 0.
+pub const OVERLOADED: &str = "iuid_router_overloaded";
+/// Each region's adaptive concurrency limit now (with `limits.adaptive`), by `region`.
+pub const REGION_LIMIT: &str = "iuid_router_region_limit";
 /// Client-blamed failures by `kind` (`bad_framing`, `aborted`, `body_timeout`,
 /// `send_timeout`): never counted against an upstream (docs/data-path.md).
 pub const CLIENT_ERRORS: &str = "iuid_router_client_errors_total";
@@ -136,7 +142,15 @@ fn describe() {
     );
     ::metrics::describe_counter!(
         SHED,
-        "Requests answered 503 at once at their region's limit, by region and reason."
+        "Requests answered 503 at once at their region's or the process's limit, by region and reason."
+    );
+    ::metrics::describe_gauge!(
+        OVERLOADED,
+        "1 while the overload guard acts on the resource (memory, nofile)."
+    );
+    ::metrics::describe_gauge!(
+        REGION_LIMIT,
+        "Each region's adaptive concurrency limit now."
     );
     ::metrics::describe_counter!(DECISIONS, "Routing decisions by rule kind.");
     ::metrics::describe_counter!(RELOADS, "Routing-table reloads by result.");
@@ -177,6 +191,19 @@ fn describe() {
         HTTP1_SHARED,
         "HTTP/1.x requests the own engine carried through the shared phases."
     );
+}
+
+/// Sets [`OVERLOADED`] for `resource` (`memory`, `nofile`).
+pub fn overloaded(resource: &'static str, on: bool) {
+    handle();
+    ::metrics::gauge!(OVERLOADED, "resource" => resource).set(if on { 1.0 } else { 0.0 });
+}
+
+/// Sets [`REGION_LIMIT`] of `region`.
+pub fn region_limit(region: &Arc<str>, limit: usize) {
+    handle();
+    ::metrics::gauge!(REGION_LIMIT, "region" => SharedString::from_shared(region.clone()))
+        .set(limit as f64);
 }
 
 /// Counts one HTTP/1.x request carried through the shared phases.
@@ -416,7 +443,7 @@ pub struct RegionMetrics {
     requests: [[OnceLock<Counter>; 5]; ROUTES],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
-    shed: OnceLock<Counter>,
+    shed: [OnceLock<Counter>; ShedReason::ALL.len()],
     /// Answered requests and those answered 5xx, readable (Prometheus handles are not) for
     /// the console's per-region rates (`crate::admin::rates`).
     answered: AtomicU64,
@@ -431,7 +458,7 @@ impl RegionMetrics {
             requests: Default::default(),
             upstream_duration: OnceLock::new(),
             upstream_errors: Default::default(),
-            shed: OnceLock::new(),
+            shed: Default::default(),
             answered: AtomicU64::new(0),
             answered_5xx: AtomicU64::new(0),
         }
@@ -477,12 +504,13 @@ impl RegionMetrics {
             .record(seconds);
     }
 
-    /// Counts one request shed at the region's `limits.region_max_in_flight`.
-    pub fn shed(&self) {
-        self.shed
+    /// Counts one request shed for `reason` (docs/overload.md).
+    pub fn shed(&self, reason: ShedReason) {
+        let i = reason as usize;
+        self.shed[i]
             .get_or_init(|| {
                 handle();
-                ::metrics::counter!(SHED, "region" => self.shared_label(), "reason" => "max_in_flight")
+                ::metrics::counter!(SHED, "region" => self.shared_label(), "reason" => reason.as_str())
             })
             .increment(1);
     }

@@ -5,8 +5,50 @@
 //! `worker_rlimit_nofile` and HAProxy (from its `maxconn`) do; a limit that cannot be raised
 //! is kept and said.
 
-/// Raises the soft `RLIMIT_NOFILE` to the hard one. Returns `(soft, hard)` as they are after,
-/// or `None` where the limit cannot be read (not Unix).
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// The first descriptor number of the reserve: 90 % of the soft limit (docs/overload.md).
+static RESERVE_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// The share of the soft limit that client connections may take, in tenths; the rest is
+/// kept for upstream connections, the admin API and files.
+const ACCEPT_TENTHS: u64 = 9;
+
+/// Whether a descriptor just accepted lies in the reserve (the top 10 % of the soft limit
+/// as [`raise_to_hard`] left it): the kernel hands out the lowest free number (POSIX), so
+/// every number below it is in use, and the accept loop pauses (`server::accept`). One
+/// relaxed load; never true before `raise_to_hard` ran.
+#[inline]
+pub fn in_reserve(fd: i32) -> bool {
+    usize::try_from(fd).is_ok_and(|fd| fd >= RESERVE_FROM.load(Ordering::Relaxed))
+}
+
+/// Whether the lowest free descriptor is below the reserve again (a duplicate of `fd`
+/// made at the lowest free number and closed at once): accepts may resume. `true` where
+/// it cannot be told (no duplicate could be made counts as in the reserve: `false`).
+pub fn below_reserve(fd: i32) -> bool {
+    #[cfg(unix)]
+    {
+        // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor for the same open file, closed
+        // right after; `fd` stays the caller's.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+        if dup < 0 {
+            return false;
+        }
+        // SAFETY: `dup` was just made here and is used by nothing else.
+        unsafe { libc::close(dup) };
+        !in_reserve(dup)
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = fd;
+        true
+    }
+}
+
+/// Raises the soft `RLIMIT_NOFILE` to the hard one and sets the reserve from the soft limit
+/// after. Returns `(soft, hard)` as they are after, or `None` where the limit cannot be read
+/// (not Unix).
 pub fn raise_to_hard() -> Option<(u64, u64)> {
     #[cfg(unix)]
     {
@@ -29,6 +71,11 @@ pub fn raise_to_hard() -> Option<(u64, u64)> {
                 }
             }
         }
+        let from = limit.rlim_cur.saturating_mul(ACCEPT_TENTHS) / 10;
+        RESERVE_FROM.store(
+            usize::try_from(from).unwrap_or(usize::MAX),
+            Ordering::Relaxed,
+        );
         Some((limit.rlim_cur, limit.rlim_max))
     }
     #[cfg(not(unix))]

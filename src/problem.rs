@@ -10,7 +10,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use http_body_util::Full;
 use serde_json::json;
 
-use crate::error::ErrorKind;
+use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 use crate::table::ResolveError;
 
@@ -71,13 +71,17 @@ pub enum Problem {
         /// When the first upstream returns.
         retry_after: std::time::Duration,
     },
-    /// The region already has `limits.region_max_in_flight` requests in flight from this edge
-    /// (503 at once, `Retry-After: 1`; gRPC 14 UNAVAILABLE; docs/overload.md). Shed, never
-    /// counted against the region's health, never retried.
+    /// Shed by the router's own limit (503 at once, `Retry-After: 1`; gRPC 14 UNAVAILABLE;
+    /// docs/overload.md): the region's (`limits.region_max_in_flight` or its adaptive limit,
+    /// `limits.region_max_pending_connects`: type `region-overloaded`) or the process's
+    /// (`overload.max_memory_mb`, no descriptor left: type `overloaded`). Never counted
+    /// against the region's health, never retried.
     Overloaded {
         /// The region the request was for.
         region: String,
-        /// Its limit.
+        /// Which limit.
+        reason: crate::error::ShedReason,
+        /// Its value at the time (requests, connections, MiB; 0 for descriptors).
         limit: usize,
     },
     /// The client failed its own request: invalid body framing or an abandoned upload (400),
@@ -234,7 +238,12 @@ impl Problem {
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
             Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
-            Problem::Overloaded { .. } => ("region-overloaded", "Region at its limit of requests"),
+            Problem::Overloaded { reason, .. } => match reason {
+                ShedReason::MaxInFlight | ShedReason::PendingConnects => {
+                    ("region-overloaded", "Region at its limit of requests")
+                }
+                ShedReason::Memory | ShedReason::Nofile => ("overloaded", "Router overloaded"),
+            },
             Problem::Client(e) => match e.kind {
                 ErrorKind::BodyTimeout => ("request-body-timeout", "Request body stalled"),
                 ErrorKind::Aborted => ("client-aborted", "Request body incomplete"),
@@ -304,10 +313,31 @@ impl Problem {
                 "every upstream of region {region} is ejected after failures; the first returns in {} ms",
                 retry_after.as_millis()
             ),
-            Problem::Overloaded { region, limit } => format!(
-                "region {region} already has {limit} requests in flight from this edge, its \
-                 limit (limits.region_max_in_flight); try again shortly"
-            ),
+            Problem::Overloaded {
+                region,
+                reason,
+                limit,
+            } => match reason {
+                ShedReason::MaxInFlight => format!(
+                    "region {region} already has {limit} requests in flight from this edge, its \
+                     limit ({}); try again shortly",
+                    reason.setting()
+                ),
+                ShedReason::PendingConnects => format!(
+                    "{limit} connections to region {region} are being made from this edge, its \
+                     limit ({}); try again shortly",
+                    reason.setting()
+                ),
+                ShedReason::Memory => format!(
+                    "the router uses more than {limit} MiB ({}); try again shortly",
+                    reason.setting()
+                ),
+                ShedReason::Nofile => format!(
+                    "the router has no file descriptor left to reach region {region} ({}); \
+                     try again shortly",
+                    reason.setting()
+                ),
+            },
             Problem::Client(e) => format!("reading the request body failed: {}", e.detail),
             Problem::GatewayTimeout { region, detail } => {
                 format!("upstream of region {region}: {detail}")

@@ -48,6 +48,8 @@ struct ConfigFile {
     #[serde(default)]
     shutdown: Shutdown,
     #[serde(default)]
+    overload: Overload,
+    #[serde(default)]
     access_log: bool,
     #[serde(default)]
     log_format: LogFormat,
@@ -111,6 +113,15 @@ impl Default for Shutdown {
     }
 }
 
+/// The process's overload guard (docs/overload.md, `overload:`).
+#[derive(Debug, Clone, Copy, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Overload {
+    /// Above this resident memory, in MiB, every new exchange with a region is shed (503
+    /// `overloaded`) until it is below again; `0` (the default): no bound.
+    pub max_memory_mb: usize,
+}
+
 /// How log lines are written (to stderr).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -170,6 +181,8 @@ pub struct RouterConfig {
     pub reload: Reload,
     /// Graceful shutdown settings.
     pub shutdown: Shutdown,
+    /// The process's overload guard (docs/overload.md).
+    pub overload: Overload,
     /// Log one line per request (target `iuid_router::access`).
     pub access_log: bool,
     /// Text or JSON log lines.
@@ -473,6 +486,7 @@ impl RouterConfig {
                 preserve_host: file.preserve_host,
                 reload: file.reload,
                 shutdown: file.shutdown,
+                overload: file.overload,
                 access_log: file.access_log,
                 log_format: file.log_format,
                 health: file.health,

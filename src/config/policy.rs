@@ -94,6 +94,15 @@ pub struct Limits {
     /// Most requests in flight to one region from this edge, every protocol and fan-out leg
     /// and legacy probe together (docs/overload.md); beyond, 503 `region-overloaded` at once.
     pub region_max_in_flight: usize,
+    /// Most connections being made (TCP and TLS) to one region's upstreams from this edge
+    /// at once (docs/overload.md); beyond, 503 `region-overloaded` at once. Above
+    /// `region_max_in_flight` it bounds nothing more.
+    pub region_max_pending_connects: usize,
+    /// Each region's limit follows its latency within `[adaptive_min_in_flight,
+    /// region_max_in_flight]` (docs/overload.md, "Adaptive limit").
+    pub adaptive: bool,
+    /// The adaptive limit's floor, in requests; at least 1.
+    pub adaptive_min_in_flight: usize,
 }
 
 impl Default for Limits {
@@ -113,6 +122,9 @@ impl Default for Limits {
             fanout_concurrent: 64,
             fanout_per_connection: 8,
             region_max_in_flight: 1024,
+            region_max_pending_connects: 1024,
+            adaptive: false,
+            adaptive_min_in_flight: 8,
         }
     }
 }
@@ -277,6 +289,23 @@ pub(super) fn check_bounds<E>(
         errors.push(at(
             &["limits", "region_max_in_flight"],
             "region_max_in_flight must be at least 1".to_owned(),
+        ));
+    }
+    if limits.region_max_pending_connects == 0 {
+        errors.push(at(
+            &["limits", "region_max_pending_connects"],
+            "region_max_pending_connects must be at least 1".to_owned(),
+        ));
+    }
+    if limits.adaptive_min_in_flight == 0
+        || limits.adaptive && limits.adaptive_min_in_flight > limits.region_max_in_flight.max(1)
+    {
+        errors.push(at(
+            &["limits", "adaptive_min_in_flight"],
+            format!(
+                "adaptive_min_in_flight must be from 1 to region_max_in_flight ({})",
+                limits.region_max_in_flight
+            ),
         ));
     }
     if limits.fanout_concurrent == 0 {

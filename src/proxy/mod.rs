@@ -33,7 +33,7 @@ use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{Legacy, RouterConfig, Unrouted};
-use crate::error::{Blame, ErrorKind};
+use crate::error::{Blame, ErrorKind, ShedReason};
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::extract::RouteKind;
@@ -523,6 +523,7 @@ impl Proxy {
         let policies = Policies {
             retry: &self.config.retries,
             health: &self.config.health,
+            limits: &self.config.limits,
         };
         let preserve_host = self.config.preserve_host;
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
@@ -533,8 +534,8 @@ impl Proxy {
             Ok(permit) => futures_util::future::Either::Left(forward::forward(
                 region, permit, parts, body, policies, aim,
             )),
-            Err(_) => futures_util::future::Either::Right(std::future::ready(Err(
-                ForwardError::Overloaded,
+            Err(reason) => futures_util::future::Either::Right(std::future::ready(Err(
+                ForwardError::Overloaded(reason),
             ))),
         }
     }
@@ -552,6 +553,7 @@ impl Proxy {
         let policies = Policies {
             retry: &self.config.retries,
             health: &self.config.health,
+            limits: &self.config.limits,
         };
         let preserve_host = self.config.preserve_host;
         // The same aim as `send`'s, but its own closure: a `forward` instance with this one
@@ -562,13 +564,12 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             span.record("upstream", upstream.authority.as_str());
         };
-        let permit = self.admit_region(region)?;
+        let permit = self
+            .admit_region(region)
+            .map_err(|reason| self.overloaded(region, reason))?;
         match forward::forward(region, permit, parts, body, policies, aim).await {
             Ok(answered) => Ok(answered),
-            Err(ForwardError::Overloaded) => Err(Problem::Overloaded {
-                region: region.name.clone(),
-                limit: self.config.limits.region_max_in_flight,
-            }),
+            Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),
@@ -576,6 +577,8 @@ impl Proxy {
             Err(ForwardError::Failed { error, upstream }) => match error.blame() {
                 // Already counted as the client's by `forward`, never against the upstream.
                 Blame::Client => Err(Problem::Client(error)),
+                // `forward` answers the router's own refusals as `Overloaded`.
+                Blame::Router => Err(self.overloaded(region, ShedReason::MaxInFlight)),
                 Blame::Upstream if error.kind == ErrorKind::Timeout => {
                     Err(Problem::GatewayTimeout {
                         region: region.name.clone(),

@@ -18,6 +18,7 @@ use http::{HeaderName, HeaderValue, Version};
 
 use super::route::Extraction;
 use super::{admit, headers, Proxy};
+use crate::error::ShedReason;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
 use crate::table::Decision;
@@ -140,20 +141,38 @@ impl Proxy {
     /// The phase of every exchange with a region (one request's, a fan-out leg's, a split's
     /// part, a legacy probe's), at the two sends (`upstream::forward` through `Proxy::send`
     /// and `Proxy::forward`, and the head path's `h1_forward`): the request's place in the
-    /// region's `limits.region_max_in_flight` (docs/overload.md). Errors: the region is at
-    /// its limit: 503 `region-overloaded` at once, counted in `iuid_router_shed_total`,
-    /// never against the region's health, never retried.
-    pub(super) fn admit_region(&self, region: &RegionRuntime) -> Result<RegionPermit, Problem> {
-        let limit = self.config.limits.region_max_in_flight;
-        match region.state.admit(limit) {
-            Some(permit) => Ok(permit),
-            None => {
-                region.state.metrics.shed();
-                Err(Problem::Overloaded {
-                    region: region.name.clone(),
-                    limit,
-                })
+    /// region's `limits.region_max_in_flight` (or its adaptive limit), unless the process is
+    /// above `overload.max_memory_mb` (docs/overload.md). Errors: why it is shed (answered
+    /// with [`Proxy::overloaded`]'s 503 at once), counted in `iuid_router_shed_total`, never
+    /// against the region's health, never retried.
+    pub(super) fn admit_region(&self, region: &RegionRuntime) -> Result<RegionPermit, ShedReason> {
+        let state = &region.state;
+        let refused = if crate::overload::over_memory() {
+            ShedReason::Memory
+        } else {
+            match state.admit(&self.config.limits) {
+                Some(permit) => return Ok(permit),
+                None => ShedReason::MaxInFlight,
             }
+        };
+        state.metrics.shed(refused);
+        Err(refused)
+    }
+
+    /// The answer to a request shed for `reason` on its way to `region`: 503
+    /// `region-overloaded` or `overloaded` with the limit's value (docs/overload.md).
+    pub(super) fn overloaded(&self, region: &RegionRuntime, reason: ShedReason) -> Problem {
+        let limits = &self.config.limits;
+        let limit = match reason {
+            ShedReason::MaxInFlight => region.state.limit(limits),
+            ShedReason::PendingConnects => limits.region_max_pending_connects,
+            ShedReason::Memory => self.config.overload.max_memory_mb,
+            ShedReason::Nofile => 0,
+        };
+        Problem::Overloaded {
+            region: region.name.clone(),
+            reason,
+            limit,
         }
     }
 

@@ -198,9 +198,7 @@ impl AsRawFd for PlainClient {
 
 /// Waits until `listener` has a connection and accepts it, non-blocking and unregistered.
 /// Errors: `accept4`'s (out of file descriptors and the like), or the listener's readiness.
-pub(crate) async fn accept(
-    listener: &AsyncFd<std::net::TcpListener>,
-) -> io::Result<(PlainClient, SocketAddr)> {
+pub(crate) async fn accept(listener: &AsyncFd<std::net::TcpListener>) -> io::Result<Accepted> {
     loop {
         let mut guard = listener.ready(Interest::READABLE).await?;
         match guard.try_io(|l| accept4(l.get_ref())) {
@@ -211,9 +209,13 @@ pub(crate) async fn accept(
     }
 }
 
+/// An accepted connection, its client's address, and whether its descriptor lies in the
+/// reserve of `RLIMIT_NOFILE` (`crate::nofile::in_reserve`: accepts pause).
+pub(crate) type Accepted = (PlainClient, SocketAddr, bool);
+
 /// `accept4` with `SOCK_NONBLOCK | SOCK_CLOEXEC`: the socket ready for non-blocking I/O
 /// without an `fcntl`, and its peer's address without a `getpeername`.
-fn accept4(listener: &std::net::TcpListener) -> io::Result<(PlainClient, SocketAddr)> {
+fn accept4(listener: &std::net::TcpListener) -> io::Result<Accepted> {
     // SAFETY: all-zero is a valid `sockaddr_storage`.
     let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
@@ -236,7 +238,7 @@ fn accept4(listener: &std::net::TcpListener) -> io::Result<(PlainClient, SocketA
     let client = PlainClient {
         socket: Socket::Fresh(std),
     };
-    Ok((client, addr))
+    Ok((client, addr, crate::nofile::in_reserve(fd)))
 }
 
 /// The IPv4 or IPv6 address the kernel wrote into `storage`.
@@ -295,7 +297,7 @@ mod tests {
         let addr = listener.get_ref().local_addr().unwrap();
         let mut peer = std::net::TcpStream::connect(addr).unwrap();
         peer.write_all(b"first").unwrap();
-        let (mut conn, client) = accept(&listener).await.unwrap();
+        let (mut conn, client, _) = accept(&listener).await.unwrap();
         assert_eq!(client, peer.local_addr().unwrap());
         // The bytes are there (loopback delivers on `write`), so no wait.
         let mut buf = [0u8; 16];
@@ -326,7 +328,7 @@ mod tests {
         };
         let addr = listener.get_ref().local_addr().unwrap();
         let peer = std::net::TcpStream::connect(addr).unwrap();
-        let (_conn, client) = accept(&listener).await.unwrap();
+        let (_conn, client, _) = accept(&listener).await.unwrap();
         assert_eq!(client, peer.local_addr().unwrap());
     }
 }

@@ -215,6 +215,12 @@ impl Waiting {
         Poll::Pending
     }
 
+    /// Closes every waiting connection (the process is short of descriptors: they are the
+    /// first to go, having sent nothing).
+    pub(super) fn close_all(&mut self) {
+        self.buckets.clear();
+    }
+
     /// [`Waiting::poll_ready`] as a future.
     pub(super) async fn ready(&mut self) -> Ready {
         std::future::poll_fn(|cx| self.poll_ready(cx)).await

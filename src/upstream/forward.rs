@@ -25,10 +25,10 @@ use hyper::body::Incoming;
 
 use super::body::BodyWatch;
 use super::health::{self, Pick};
-use super::regions::{RegionPermit, RegionRuntime};
+use super::regions::{Connects, RegionPermit, RegionRuntime};
 use super::{UpstreamBody, UpstreamState};
-use crate::config::{HealthPolicy, RetryPolicy};
-use crate::error::{Blame, Error, Retry};
+use crate::config::{HealthPolicy, Limits, RetryPolicy};
+use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
 
 /// The body to send: held (replayable) or streamed (one attempt).
 #[derive(Debug)]
@@ -58,9 +58,9 @@ pub struct Answered {
 /// Why no upstream answered.
 #[derive(Debug)]
 pub enum ForwardError {
-    /// The region is at `limits.region_max_in_flight` (→ 503 `region-overloaded`); nothing
-    /// was sent.
-    Overloaded,
+    /// The router's own limit for the region was reached (→ 503 `region-overloaded`;
+    /// docs/overload.md): nothing was sent. Counted as shed by whoever refused it.
+    Overloaded(ShedReason),
     /// Every upstream of the region is ejected (→ 503 with `Retry-After`).
     Unavailable {
         /// When the first ejection ends, in ms.
@@ -82,6 +82,8 @@ pub struct Policies<'a> {
     pub retry: &'a RetryPolicy,
     /// Outlier ejection.
     pub health: &'a HealthPolicy,
+    /// The region limits (docs/overload.md): connections being made, the adaptive limit.
+    pub limits: &'a Limits,
 }
 
 fn idempotent(method: &Method) -> bool {
@@ -151,19 +153,37 @@ pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
         let state = &upstream.state;
         let in_flight = state.health.start();
         let sent = std::time::Instant::now();
+        let connects = Connects {
+            region: &region.state,
+            max: policies.limits.region_max_pending_connects,
+        };
         match state
-            .send::<Aim>(Request::from_parts(head, body), watch.as_deref())
+            .send::<Aim>(
+                Request::from_parts(head, body),
+                watch.as_deref(),
+                Some(connects),
+            )
             .await
         {
             Ok(resp) => {
                 state.health.success();
-                metrics.upstream_duration(sent.elapsed().as_secs_f64());
+                let took = sent.elapsed();
+                metrics.upstream_duration(took.as_secs_f64());
+                region.state.sample(policies.limits, took);
                 return Ok(Answered {
                     response: resp,
                     upstream: upstream.authority.clone(),
                     in_flight,
                     region_permit: permit,
                 });
+            }
+            // The router's own limit: nothing was sent; not the upstream's, not retried.
+            Err(Error {
+                kind: ErrorKind::Shed(reason),
+                ..
+            }) => {
+                metrics.shed(reason);
+                return Err(ForwardError::Overloaded(reason));
             }
             Err(error) if error.blame() == Blame::Client => {
                 crate::metrics::client_error(error.kind);
@@ -174,6 +194,9 @@ pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
                 });
             }
             Err(error) => {
+                if error.kind == ErrorKind::Timeout {
+                    region.state.sample(policies.limits, sent.elapsed());
+                }
                 metrics.upstream_error(error.kind);
                 if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
                     tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");

@@ -16,6 +16,7 @@
 //! - [`regions`]: each region's runtime (upstreams, cursor, retry budget, metrics), kept in
 //!   step with the routing table by region name.
 
+pub mod adaptive;
 pub mod body;
 pub mod budget;
 pub mod check;
@@ -47,9 +48,10 @@ use io::UpstreamIo;
 use tokio::net::TcpStream;
 
 use crate::config::{CheckPolicy, Timeouts};
-use crate::error::{Error, ErrorKind};
+use crate::error::{Error, ErrorKind, ShedReason};
 use body::{BodyWatch, IdleTimeout, Watched};
 use health::Health;
+use regions::{ConnectSlot, Connects};
 
 /// A request body on its way upstream: the client's, streamed (with an idle timeout, reporting
 /// to a [`body::BodyWatch`]), or bytes the router holds (a GraphQL body it read, or a small
@@ -140,7 +142,14 @@ impl UpstreamState {
         let connected = tokio::time::timeout(self.timeouts.connect(), async {
             let stream = TcpStream::connect(self.authority.as_str())
                 .await
-                .map_err(|e| connect_failed(&e))?;
+                .map_err(|e| match e.raw_os_error() {
+                    // Out of descriptors is the router's, not the upstream's.
+                    Some(libc::EMFILE | libc::ENFILE) => Error::new(
+                        ErrorKind::Shed(ShedReason::Nofile),
+                        format!("no descriptor for the upstream connection: {e}"),
+                    ),
+                    _ => connect_failed(&e),
+                })?;
             // A proxy writes whole messages; Nagle would only add latency.
             let _ = stream.set_nodelay(true);
             match &self.tls {
@@ -224,6 +233,7 @@ impl UpstreamState {
     async fn exchange(
         self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
+        connects: Option<Connects<'_>>,
     ) -> Result<Response<Incoming>, Exchange> {
         let mut refusals = 0;
         loop {
@@ -236,6 +246,7 @@ impl UpstreamState {
                     match self.pool().checkout() {
                         Some(sender) => (sender, true),
                         None => {
+                            let _slot = connect_slot(connects).map_err(Exchange::Connect)?;
                             let sender = self.connect().await.map_err(Exchange::Connect)?;
                             if let pool::Sender::H2(shared) = &sender {
                                 self.pool().checkin(pool::Sender::H2(shared.clone()));
@@ -248,7 +259,8 @@ impl UpstreamState {
                 // which its task still finishes and pools: dropped midway, a TLS handshake was
                 // begun and reset for nothing, and under load most were.
                 None => {
-                    let connecting = self.connect_in_background();
+                    let slot = connect_slot(connects).map_err(Exchange::Connect)?;
+                    let connecting = self.connect_in_background(slot);
                     tokio::pin!(connecting);
                     tokio::select! {
                         biased;
@@ -302,14 +314,20 @@ impl UpstreamState {
     /// Plain connects stay inline, dropped as before when overtaken: one costs a SYN, and a
     /// task each would hold memory that a burst of requests waiting on a silent upstream
     /// keeps (measured: 2 KiB per waiting request).
-    async fn connect_in_background(self: &Arc<Self>) -> Result<pool::Sender, Error> {
+    async fn connect_in_background(
+        self: &Arc<Self>,
+        slot: Option<ConnectSlot>,
+    ) -> Result<pool::Sender, Error> {
         if self.tls.is_none() {
-            return self.connect().await;
+            let sender = self.connect().await;
+            drop(slot);
+            return sender;
         }
         let (made, connected) = tokio::sync::oneshot::channel();
         let upstream = Arc::clone(self);
         tokio::spawn(async move {
             let sender = upstream.connect().await;
+            drop(slot);
             if let Err(Ok(unwanted)) = made.send(sender) {
                 upstream.pool().checkin(unwanted);
             }
@@ -337,7 +355,7 @@ impl UpstreamState {
             .map_err(|e| Error::new(ErrorKind::Connect, format!("health check URI {uri}: {e}")))?;
         req.headers_mut()
             .insert(http::header::HOST, self.host.clone());
-        let resp = self.send::<Probe>(req, None).await?;
+        let resp = self.send::<Probe>(req, None, None).await?;
         let status = resp.status();
         let _ = http_body_util::BodyExt::collect(http_body_util::Limited::new(
             resp.into_body(),
@@ -366,6 +384,7 @@ impl UpstreamState {
         self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
         watch: Option<&BodyWatch>,
+        connects: Option<Connects<'_>>,
     ) -> Result<Response<Incoming>, Error> {
         match self.protocol {
             // HTTP/1.1 whatever the client spoke, in origin form.
@@ -395,7 +414,7 @@ impl UpstreamState {
                 }
             }
         }
-        let sent = self.exchange(req);
+        let sent = self.exchange(req, connects);
         tokio::pin!(sent);
         if let Some(watch) = watch {
             loop {
@@ -466,6 +485,26 @@ enum Exchange {
 
 /// Who is to blame for a failed exchange: the client if its body failed (hyper then reports
 /// an error of its own, which says nothing about the upstream), else the upstream.
+/// Room for one more connection being made to the region (`Connects::start`): `None` when
+/// the caller counts none (a health check). Errors: `Shed(PendingConnects)`: the region
+/// has `limits.region_max_pending_connects` connections being made.
+pub fn connect_slot(connects: Option<Connects<'_>>) -> Result<Option<ConnectSlot>, Error> {
+    let Some(connects) = connects else {
+        return Ok(None);
+    };
+    match connects.start() {
+        Some(slot) => Ok(Some(slot)),
+        None => Err(Error::new(
+            ErrorKind::Shed(ShedReason::PendingConnects),
+            format!(
+                "{} connections to the region are being made, its limit \
+                 (limits.region_max_pending_connects)",
+                connects.max
+            ),
+        )),
+    }
+}
+
 fn classify(
     result: Result<Response<Incoming>, Exchange>,
     watch: Option<&BodyWatch>,

@@ -14,13 +14,16 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use arc_swap::ArcSwap;
 use http::uri::Authority;
 
+use super::adaptive::AdaptiveLimit;
 use super::budget::RetryBudget;
 use super::{Registry, UpstreamState};
+use crate::config::Limits;
 use crate::metrics::{DecisionCounters, RegionMetrics};
 use crate::table::{LiveTable, RegionId, RoutingTable, SchemeSlot};
 
@@ -45,12 +48,54 @@ pub struct RegionState {
     /// Requests in flight to the region from this edge (every protocol, fan-out legs and
     /// legacy probes included), held by [`RegionPermit`]s.
     pub in_flight: AtomicUsize,
+    /// Connections being made to the region's upstreams (TCP and TLS), held by
+    /// [`ConnectSlot`]s.
+    pub connecting: AtomicUsize,
+    /// The region's concurrency limit that follows its latency (`limits.adaptive`), made on
+    /// first use with the limits' bounds.
+    pub adaptive: OnceLock<AdaptiveLimit>,
 }
 
 impl RegionState {
-    /// A permit for one more request in flight to the region, unless `max` are already
-    /// (`limits.region_max_in_flight`, docs/overload.md): `None`, the request is shed.
-    pub fn admit(self: &Arc<Self>, max: usize) -> Option<RegionPermit> {
+    /// The most requests in flight to the region now: `limits.region_max_in_flight`, or with
+    /// `limits.adaptive` the adaptive limit within `[adaptive_min_in_flight,
+    /// region_max_in_flight]` (docs/overload.md).
+    pub fn limit(&self, limits: &Limits) -> usize {
+        match limits.adaptive {
+            false => limits.region_max_in_flight,
+            true => self.adaptive(limits).limit(),
+        }
+    }
+
+    /// Feeds one exchange's latency (request sent to response head, or to its timeout or
+    /// reset) to the adaptive limit; nothing without `limits.adaptive`.
+    pub fn sample(&self, limits: &Limits, rtt: Duration) {
+        if limits.adaptive {
+            let in_flight = self.in_flight.load(Ordering::Relaxed);
+            let adaptive = self.adaptive(limits);
+            let before = adaptive.limit();
+            adaptive.sample(rtt, in_flight, Instant::now());
+            let after = adaptive.limit();
+            if after != before {
+                crate::metrics::region_limit(&self.metrics.label, after);
+            }
+        }
+    }
+
+    fn adaptive(&self, limits: &Limits) -> &AdaptiveLimit {
+        self.adaptive.get_or_init(|| {
+            AdaptiveLimit::new(
+                limits.adaptive_min_in_flight,
+                limits.region_max_in_flight,
+                Instant::now(),
+            )
+        })
+    }
+
+    /// A permit for one more request in flight to the region, unless its limit is reached
+    /// ([`RegionState::limit`], docs/overload.md): `None`, the request is shed.
+    pub fn admit(self: &Arc<Self>, limits: &Limits) -> Option<RegionPermit> {
+        let max = self.limit(limits);
         if self.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
             self.in_flight.fetch_sub(1, Ordering::AcqRel);
             return None;
@@ -67,6 +112,42 @@ pub struct RegionPermit(Arc<RegionState>);
 impl Drop for RegionPermit {
     fn drop(&mut self) {
         self.0.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Where a request about to make a new connection to one of its region's upstreams asks
+/// for room: the region's count of connections being made and its bound
+/// (`limits.region_max_pending_connects`, docs/overload.md). Health checks make theirs
+/// without one.
+#[derive(Debug, Clone, Copy)]
+pub struct Connects<'a> {
+    /// The region.
+    pub region: &'a Arc<RegionState>,
+    /// Most connections being made to it at once.
+    pub max: usize,
+}
+
+impl Connects<'_> {
+    /// A slot for one more connection being made, unless `max` are already: `None`, the
+    /// request is shed (`ShedReason::PendingConnects`).
+    pub fn start(self) -> Option<ConnectSlot> {
+        let state = self.region;
+        if state.connecting.fetch_add(1, Ordering::AcqRel) >= self.max {
+            state.connecting.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(ConnectSlot(state.clone()))
+    }
+}
+
+/// One connection being made to a region's upstream, counted while it lives (an `Arc`:
+/// a TLS connect finishes on a task of its own).
+#[derive(Debug)]
+pub struct ConnectSlot(Arc<RegionState>);
+
+impl Drop for ConnectSlot {
+    fn drop(&mut self) {
+        self.0.connecting.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
@@ -189,6 +270,8 @@ fn reconcile(
                         cursor: AtomicUsize::new(0),
                         budget: RetryBudget::default(),
                         in_flight: AtomicUsize::new(0),
+                        connecting: AtomicUsize::new(0),
+                        adaptive: OnceLock::new(),
                     })
                 })
                 .clone();

@@ -23,8 +23,8 @@ use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
 use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::RawConn;
-use crate::upstream::regions::RegionRuntime;
-use crate::upstream::UpstreamState;
+use crate::upstream::regions::{ConnectSlot, Connects, RegionRuntime};
+use crate::upstream::{connect_slot, UpstreamState};
 
 /// How a forwarded request ended, for metrics, the log and the connection.
 pub(super) struct Answered {
@@ -120,7 +120,11 @@ impl Proxy {
         // region at its limit is answered at once (no attempt, no retry).
         let (_permit, mut answer) = match self.admit_region(region) {
             Ok(permit) => (Some(permit), None),
-            Err(shed) => (None, Some(shed)),
+            Err(reason) => (None, Some(self.overloaded(region, reason))),
+        };
+        let connects = Connects {
+            region: &region.state,
+            max: self.config.limits.region_max_pending_connects,
         };
         if answer.is_none() {
             region.state.budget.deposit(retry);
@@ -149,9 +153,11 @@ impl Proxy {
             tracing::Span::current().record("upstream", chosen.authority.as_str());
             let in_flight = state.health.start();
             let sent = Instant::now();
-            let failed = match self.h1_attempt(client, state, &out).await {
+            let failed = match self.h1_attempt(client, state, &out, connects).await {
                 Ok((up, head)) => {
-                    metrics.upstream_duration(sent.elapsed().as_secs_f64());
+                    let took = sent.elapsed();
+                    metrics.upstream_duration(took.as_secs_f64());
+                    region.state.sample(&self.config.limits, took);
                     let responded = self
                         .h1_respond(client, state, up, &head, &out, id, close)
                         .await;
@@ -205,8 +211,20 @@ impl Proxy {
                     });
                     break;
                 }
+                // The router's own limit: nothing was sent; not the upstream's, not retried.
+                Failed::Upstream(Error {
+                    kind: ErrorKind::Shed(reason),
+                    ..
+                }) => {
+                    metrics.shed(reason);
+                    answer = Some(self.overloaded(region, reason));
+                    break;
+                }
                 Failed::Upstream(error) => error,
             };
+            if error.kind == ErrorKind::Timeout {
+                region.state.sample(&self.config.limits, sent.elapsed());
+            }
             metrics.upstream_error(error.kind);
             if let Some(ms) = health::record_failure(&region.upstreams, i, &self.config.health) {
                 tracing::warn!(upstream = %chosen.authority, ejected_ms = ms, "upstream ejected");
@@ -243,8 +261,10 @@ impl Proxy {
             }
         });
         let status = problem.status().as_u16();
-        // A request whose body was streamed (or broke) cannot be followed on its connection.
-        let close = close || out.held.is_none() || out.http10;
+        // A request whose body was streamed (or broke) cannot be followed on its connection;
+        // a shed one's client comes back after `Retry-After` on a new one (docs/overload.md).
+        let shed = matches!(problem, Problem::Overloaded { .. });
+        let close = close || shed || out.held.is_none() || out.http10;
         let written = write_problem(client, problem, id, close, idle).await;
         Answered {
             status,
@@ -264,11 +284,12 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &Arc<UpstreamState>,
         out: &Outbound,
+        connects: Connects<'_>,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
-        self.h1_send(client, state, out).await
+        self.h1_send(client, state, out, connects).await
     }
 
     /// The request's head with this upstream's `Host`, in a buffer from the cache (a small
@@ -296,6 +317,7 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &Arc<UpstreamState>,
         out: &Outbound,
+        connects: Connects<'_>,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
@@ -309,7 +331,10 @@ impl Proxy {
             let (mut up, reused) = match pooled.take() {
                 Some(up) => (up, true),
                 // Sent again after a stale pooled connection: a new one.
-                None if retried => (state.raw_connect().await.map_err(Failed::Upstream)?, false),
+                None if retried => {
+                    let _slot = connect_slot(Some(connects)).map_err(Failed::Upstream)?;
+                    (state.raw_connect().await.map_err(Failed::Upstream)?, false)
+                }
                 // A connection freed meanwhile is taken instead of waiting on a new one (under
                 // load, hundreds of connects at once would each risk `connect_ms`). The new
                 // one is not dropped then: its task finishes it and pools it. Dropped
@@ -318,7 +343,8 @@ impl Proxy {
                 // thousands of upstream handshakes a round, as hyper-util's pool avoids by
                 // finishing every connect it starts).
                 None => {
-                    let connecting = connect_in_background(state);
+                    let slot = connect_slot(Some(connects)).map_err(Failed::Upstream)?;
+                    let connecting = connect_in_background(state, slot);
                     tokio::pin!(connecting);
                     tokio::select! {
                         biased;
@@ -616,14 +642,20 @@ impl Proxy {
 /// A plain connect stays inline, dropped when overtaken as before: it costs a SYN, and a
 /// task each would hold memory that requests waiting on a silent upstream keep (measured
 /// by `tests/idle_memory.rs`: 2 KiB more per waiting request).
-async fn connect_in_background(state: &Arc<UpstreamState>) -> Result<RawConn, Error> {
+async fn connect_in_background(
+    state: &Arc<UpstreamState>,
+    slot: Option<ConnectSlot>,
+) -> Result<RawConn, Error> {
     if !state.is_tls() {
-        return state.raw_connect().await;
+        let conn = state.raw_connect().await;
+        drop(slot);
+        return conn;
     }
     let (made, connected) = tokio::sync::oneshot::channel();
     let upstream = Arc::clone(state);
     tokio::spawn(async move {
         let conn = upstream.raw_connect().await;
+        drop(slot);
         if let Err(Ok(unwanted)) = made.send(conn) {
             upstream.raw_pool().checkin(unwanted);
         }

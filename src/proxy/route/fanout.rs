@@ -269,10 +269,10 @@ impl Proxy {
                 .await
             {
                 Ok(answered) => answered,
-                Err(ForwardError::Overloaded) => {
+                Err(ForwardError::Overloaded(reason)) => {
                     return Err(LegFailure::new(
                         LegError::Overloaded,
-                        "the region is at limits.region_max_in_flight",
+                        format!("shed: the limit of {} was reached", reason.setting()),
                     ))
                 }
                 Err(ForwardError::Unavailable { .. }) => {
