@@ -2,42 +2,60 @@
 """Brownout: a black-hole region and a healthy one, iuid-router, nginx and HAProxy side by side
 (issue 38).
 
-Region `us` is a black hole: its upstream (a Python socket server in a process of its own)
-accepts connections, reads what is sent and never answers; it keeps every socket and counts
-the connections it accepted and the requests it read (a request: a head ending in CRLF CRLF).
-Region `eu` is an nginx upstream answering `eu\\n`. Each proxy runs with one worker/process
-(iuid-router `workers: 1` and `limits: { region_max_in_flight: 1024 }`; nginx
-`worker_processes 1`, `worker_connections 16384`, as bench/idle.py; HAProxy `nbthread 1`,
-`maxconn 4096` on the `us` server, its queue bounded by `timeout queue`) and routes by the
+Region `us` is a black hole: its upstream (`loadgen hole`, bench/loadgen, a compiled process
+of its own on one thread) accepts connections, reads what is sent and never answers; it keeps
+every socket and counts the connections it accepted and the requests it read (a request: a
+head ending in CRLF CRLF). Region `eu` is an nginx upstream answering `eu\\n`. Each proxy runs
+with one worker/process (iuid-router `workers: 1` and `limits: { region_max_in_flight: 1024 }`;
+nginx `worker_processes 1`, `worker_connections 16384`, as bench/idle.py; HAProxy `nbthread
+1`, `maxconn 4096` on the `us` server, its queue bounded by `timeout queue`) and routes by the
 id's country as bench/bench.py does. Every proxy waits 15 s for an answer (iuid-router
 `timeouts.response_headers_ms`, nginx `proxy_read_timeout`, HAProxy `timeout server` and
 `timeout queue`), so the requests let through are still waiting at the reading.
 
-For each proxy, on a fresh proxy and a fresh black hole, after 50 warm-up requests:
-  1. baseline: --trickle (400) GETs of an `eu` id on one keep-alive connection, one every
-     --interval ms (10), from a process of their own; p50/p99 of each request's time
-  2. RSS (VmRSS of the proxy's processes, /proc) before
-  3. the same trickle starts; 0.1 s later this process (RLIMIT_NOFILE raised, soft to hard)
-     opens --n (6000) non-blocking connections to the proxy at once, each sending one GET of a
-     `us` id as soon as it is connected, on one epoll loop (connects issued in batches of 50,
-     answers polled between them). Each client's time is from its request's send to the
-     first bytes of its answer, as this loop saw them (so it includes the loop's own delay)
-  4. --wait (3) s after the last connect was issued: each client is classified (answered, by
-     status; closed or reset by the proxy; connect failed; nothing yet), the black hole's
-     counts and the proxy's RSS and open file descriptors are read ("during")
-  5. the trickle's results ("during"); the sick clients close; RSS 10 s later ("after"), and
-     the black hole's connections the proxy still holds then
+The sick clients are `loadgen` too (compiled, tokio's current-thread runtime: one core at
+most), so that on a 2-core machine the measuring side takes little CPU from the proxy it
+measures (the Python clients and black hole before it did, and the router's 503s measured
+70-96 ms). Two cases (--case, both by default):
+  h1  --n (6000) HTTP/1.1 connections at once (`loadgen burst`), each sending one GET of a `us`
+      id as soon as it is connected; connects issued in batches of 50, the I/O polled between
+      them. A client's time: from its send (wall clock just before) to the kernel's receive
+      timestamp of its answer's first bytes (SO_TIMESTAMPNS), so loadgen's own delay in
+      reading is left out (the time as loadgen saw it is in the notes).
+  h2  the same requests as HTTP/2 streams (`loadgen burst-h2`): --h2-conns (60) h2c connections
+      (prior knowledge, on the proxy's plain port), each opening --h2-streams (100) streams at
+      once as soon as its handshake is done. A stream's time: from its `send_request` to its
+      response head, as loadgen saw it. Run against iuid-router and HAProxy (which detects the
+      HTTP/2 preface on its HTTP/1.1 bind); nginx 1.22 takes h2c only on a listener of its own
+      (`listen ... http2`), so its h2 row says skipped.
 
-KiB per waiting request = (RSS during − RSS before) / requests the black hole read.
+For each proxy and case, on a fresh proxy and a fresh black hole, after 50 warm-up requests:
+  1. baseline: --trickle (400) GETs of an `eu` id on one keep-alive connection, one every
+     --interval ms (10), from a (Python) process of their own; p50/p99 of each request's time
+  2. RSS (VmRSS of the proxy's processes, /proc) before
+  3. the same trickle starts; 0.1 s later loadgen starts the sick requests (RLIMIT_NOFILE
+     raised, soft to hard, here and in loadgen)
+  4. --wait (3) s after the last sick request was issued, loadgen judges each (answered, by
+     status and whether the body names `region-overloaded`; closed or reset by the proxy;
+     connect failed; nothing yet) and prints one JSON line of counts and latency percentiles
+     (p50/p90/p99/max, nearest rank), keeping its sockets open; the black hole's counts and
+     the proxy's RSS and open file descriptors are read ("during")
+  5. the trickle's results ("during"); loadgen is told to end (EOF on its stdin, SIGTERM) and
+     its sockets close; RSS 10 s and 20 s later ("after"), and the black hole's connections
+     the proxy still holds then
+
+KiB per waiting request = (RSS during - RSS before) / requests the black hole read.
 Listen overflows: the kernel's TcpExtListenOverflows during the burst (a full accept queue).
 
-  python3 bench/brownout.py [--n 6000] [--proxy router,nginx,haproxy] [--out FILE]
+  python3 bench/brownout.py [--n 6000] [--case h1,h2] [--h2-conns 60] [--h2-streams 100]
+                            [--proxy router,nginx,haproxy] [--out FILE]
 
-Uses loopback ports 18141-18148 and stops only the processes it started.
+bench/loadgen is built (`cargo build --release --manifest-path bench/loadgen/Cargo.toml`, its
+own workspace and lockfile, target bench/loadgen/target) when its binary is missing or older
+than its sources. Uses loopback ports 18141-18148 and stops only the processes it started.
 """
 
 import argparse
-import errno
 import json
 import math
 import multiprocessing
@@ -45,8 +63,6 @@ import os
 import re
 import resource
 import select
-import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -66,7 +82,8 @@ REGIONS = {"eu": EU, "us": HOLE}
 TIMEOUT_S = 15
 WARMUP = 50
 BATCH = 50  # connects issued between two polls of the answers
-SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)  # Linux: the kernel's receive time of data
+LOADGEN_DIR = os.path.join(ROOT, "bench", "loadgen")
+LOADGEN = os.path.join(LOADGEN_DIR, "target", "release", "loadgen")
 
 # The processes this script starts and how they are stopped: idle.py's.
 started, start, stop = idle.started, idle.start, idle.stop
@@ -80,80 +97,28 @@ def raise_nofile():
 
 
 # ---------------------------------------------------------------------------------------------
-# The black hole: `brownout.py --hole PORT STATS` (a process of its own, so that its accepts do
-# not wait on this process's client loop).
+# The compiled side: `loadgen hole` (the black hole) and `loadgen burst` / `burst-h2` (the sick
+# clients), bench/loadgen, each a process of its own on one thread.
 
-def hole_main(port, stats_path):
-    raise_nofile()
-    ls = socket.socket()
-    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", port))
-    ls.listen(65535)  # the kernel caps it at net.core.somaxconn
-    ls.setblocking(False)
-    ep = select.epoll()
-    ep.register(ls.fileno(), select.EPOLLIN)
-    conns, tails = {}, {}
-    counts = {"accepted": 0, "requests": 0, "closed": 0, "accept_errors": 0}
-    done = []
-    signal.signal(signal.SIGTERM, lambda *_: done.append(1))
-    written, last = None, 0.0
-
-    def write_stats():
-        tmp = stats_path + ".tmp"
-        with open(tmp, "w") as f:
-            json.dump(dict(counts, open=counts["accepted"] - counts["closed"]), f)
-        os.replace(tmp, stats_path)
-
-    write_stats()
-    while not done:
-        try:
-            events = ep.poll(0.05)
-        except InterruptedError:
-            continue
-        for fd, _ in events:
-            if fd == ls.fileno():
-                while True:
-                    try:
-                        c, _ = ls.accept()
-                    except BlockingIOError:
-                        break
-                    except OSError:
-                        counts["accept_errors"] += 1
-                        break
-                    c.setblocking(False)
-                    conns[c.fileno()], tails[c.fileno()] = c, b""
-                    ep.register(c.fileno(), select.EPOLLIN)
-                    counts["accepted"] += 1
-                continue
-            try:
-                data = conns[fd].recv(65536)
-            except BlockingIOError:
-                data = None
-            except OSError:  # reset by the proxy
-                data = b""
-            if data is None:
-                continue
-            if not data:  # the proxy closed it: kept, no longer watched
-                ep.unregister(fd)
-                counts["closed"] += 1
-                continue
-            buf = tails[fd] + data  # a tail of 3 bytes cannot hold a whole CRLF CRLF itself
-            counts["requests"] += buf.count(b"\r\n\r\n")
-            tails[fd] = buf[-3:]
-        now = time.time()
-        state = tuple(counts.values())
-        if state != written and now - last > 0.05:
-            write_stats()
-            written, last = state, now
-    write_stats()
-    for c in conns.values():
-        c.close()
+def build_loadgen(path):
+    """Builds bench/loadgen when its binary is missing or older than its sources."""
+    if path != LOADGEN:
+        if not os.access(path, os.X_OK):
+            raise SystemExit(f"--loadgen {path}: not an executable")
+        return
+    sources = [f"{LOADGEN_DIR}/Cargo.toml", f"{LOADGEN_DIR}/Cargo.lock"] + [
+        os.path.join(d, f) for d, _, fs in os.walk(f"{LOADGEN_DIR}/src") for f in fs]
+    if os.path.exists(path) and os.path.getmtime(path) >= max(map(os.path.getmtime, sources)):
+        return
+    print("== building bench/loadgen", flush=True)
+    subprocess.run(["cargo", "build", "--release", "--quiet", "--manifest-path",
+                    f"{LOADGEN_DIR}/Cargo.toml"], check=True, timeout=900)
 
 
 class Hole:
-    def __init__(self, work, log):
+    def __init__(self, work, log, loadgen):
         self.stats = f"{work}/hole-{time.time_ns()}.json"
-        self.p = start([sys.executable, os.path.abspath(__file__), "--hole", str(HOLE), self.stats], log)
+        self.p = start([loadgen, "hole", "--port", str(HOLE), "--stats", self.stats], log)
         deadline = time.time() + 10
         while not os.path.exists(self.stats):
             if time.time() > deadline or self.p.poll() is not None:
@@ -170,7 +135,7 @@ class Hole:
         raise SystemExit("the black hole's counts are unreadable")
 
     def settled(self, timeout=1.0):
-        """Counts once they stopped changing (its writes lag by up to ~0.1 s)."""
+        """Counts once they stopped changing (its writes lag by up to ~0.05 s)."""
         last, deadline = self.read(), time.time() + timeout
         while time.time() < deadline:
             time.sleep(0.15)
@@ -182,6 +147,38 @@ class Hole:
 
     def close(self):
         stop(self.p)
+
+
+class Burst:
+    """The sick clients: `loadgen burst` (HTTP/1.1, one connection per request) or `loadgen
+    burst-h2` (h2c streams). result() is its JSON, printed once it judged the clients; their
+    sockets stay open until close() (EOF on its stdin, then SIGTERM)."""
+
+    def __init__(self, loadgen, port, uid, case, args, log):
+        cmd = [loadgen, "burst", "--port", str(port), "--path", f"/v1/orders/{uid}",
+               "--n", str(args.n), "--wait", f"{args.wait:g}", "--batch", str(BATCH)]
+        if case == "h2":
+            cmd = [loadgen, "burst-h2", "--port", str(port), "--path", f"/v1/orders/{uid}",
+                   "--conns", str(args.h2_conns), "--streams", str(args.h2_streams),
+                   "--wait", f"{args.wait:g}"]
+        with open(log, "ab") as err:
+            self.p = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err)
+        started.append(self.p)
+
+    def result(self, timeout):
+        ready, _, _ = select.select([self.p.stdout], [], [], timeout)
+        line = self.p.stdout.readline() if ready else b""
+        if not line:
+            raise SystemExit(f"loadgen gave no result (exit status {self.p.poll()})")
+        return json.loads(line)
+
+    def close(self):
+        try:
+            self.p.stdin.close()
+        except OSError:
+            pass
+        stop(self.p)
+        self.p.stdout.close()
 
 
 # ---------------------------------------------------------------------------------------------
@@ -357,92 +354,6 @@ def listen_overflows():
     return 0, 0
 
 
-def sick_burst(port, uid, n, wait):
-    """n non-blocking connections, each sending one GET of `uid` once connected. Returns
-    (clients, issue time, sockets); each client a dict with 'sent', 'answer' (s since send),
-    'status', 'outcome'. Judged `wait` s after the last connect was issued."""
-    request = f"GET /v1/orders/{uid} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".encode()
-    ep = select.epoll()
-    socks, clients = {}, {}
-    OUT, IN = select.EPOLLOUT, select.EPOLLIN
-
-    def handle(timeout):
-        for fd, ev in ep.poll(timeout):
-            c, s = clients[fd], socks[fd]
-            now = time.perf_counter()
-            if c["outcome"] == "connecting":
-                err = s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
-                if err:
-                    c["outcome"] = f"connect failed ({errno.errorcode.get(err, err)})"
-                    ep.unregister(fd)
-                    continue
-                try:
-                    wall = time.time()
-                    s.send(request)
-                except OSError as e:
-                    c["outcome"] = f"send failed ({type(e).__name__})"
-                    ep.unregister(fd)
-                    continue
-                c["sent"], c["wall"], c["outcome"] = now, wall, "waiting"
-                ep.modify(fd, IN)
-                continue
-            try:
-                data, anc, _, _ = s.recvmsg(4096, socket.CMSG_SPACE(16))
-            except ConnectionResetError:
-                c["outcome"] = "reset" if not c["buf"] else c["outcome"]
-                ep.unregister(fd)
-                continue
-            except BlockingIOError:
-                continue
-            if not data:
-                if not c["buf"]:
-                    c["outcome"] = "closed, no answer"
-                ep.unregister(fd)
-                continue
-            if not c["buf"]:
-                c["seen"] = now - c["sent"]  # as this loop saw it
-                c["answer"] = c["seen"]
-                for level, kind, raw in anc:  # the kernel's receive time, when it gave one
-                    if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS and len(raw) >= 16:
-                        sec, nsec = int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:16], "little")
-                        c["answer"] = sec + nsec / 1e9 - c["wall"]
-                        c["kernel"] = True
-            c["buf"] += data
-            if b"\r\n" in c["buf"]:
-                try:
-                    c["status"] = int(c["buf"].split(b" ", 2)[1])
-                except (IndexError, ValueError):
-                    c["status"] = "?"
-                c["outcome"] = "answered"
-                c["overloaded"] = b"region-overloaded" in c["buf"]
-                ep.unregister(fd)  # kept open until the end, unread
-            elif len(c["buf"]) > 64:
-                c["outcome"] = "garbage"
-                ep.unregister(fd)
-
-    t0 = time.perf_counter()
-    for i in range(n):
-        s = socket.socket()
-        s.setblocking(False)
-        s.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
-        rc = s.connect_ex(("127.0.0.1", port))
-        fd = s.fileno()
-        socks[fd] = s
-        clients[fd] = {"outcome": "connecting", "buf": b"", "sent": None, "issued": time.perf_counter()}
-        if rc not in (0, errno.EINPROGRESS):
-            clients[fd]["outcome"] = f"connect failed ({errno.errorcode.get(rc, rc)})"
-        else:
-            ep.register(fd, OUT)
-        if i % BATCH == BATCH - 1:
-            handle(0)
-    issued = time.perf_counter()
-    deadline = issued + wait
-    while time.perf_counter() < deadline:
-        handle(min(0.02, max(0, deadline - time.perf_counter())))
-    ep.close()
-    return list(clients.values()), issued - t0, list(socks.values())
-
-
 # ---------------------------------------------------------------------------------------------
 
 def fds(pid):
@@ -455,8 +366,8 @@ def fds(pid):
     return total
 
 
-def run_proxy(name, work, args, ids):
-    hole = Hole(work, f"{work}/hole.log")
+def run_proxy(name, case, work, args, ids):
+    hole = Hole(work, f"{work}/hole.log", args.loadgen)
     proxy = None
     try:
         proxy = start_proxy(name, work, args)
@@ -476,13 +387,16 @@ def run_proxy(name, work, args, ids):
         overflow0 = listen_overflows()
         tr = Trickle(port, ids["eu"], args)
         time.sleep(0.1)
-        clients, issue_s, socks = sick_burst(port, ids["us"], args.n, args.wait)
-        rss_during, fds_during = idle.rss_kib(proxy.pid), fds(proxy.pid)
-        overflow1 = listen_overflows()
-        held = hole.settled()
-        conns_at_proxy = idle.established(port)
-        during_times, during_fail = tr.result(60)
-        idle.close_all(socks)
+        burst = Burst(args.loadgen, port, ids["us"], case, args, f"{work}/loadgen.log")
+        try:
+            sick = burst.result(args.wait + 60)
+            rss_during, fds_during = idle.rss_kib(proxy.pid), fds(proxy.pid)
+            overflow1 = listen_overflows()
+            held = hole.settled()
+            conns_at_proxy = idle.established(port)
+            during_times, during_fail = tr.result(60)
+        finally:
+            burst.close()
         t_closed = time.time()
         time.sleep(max(0, 10 - (time.time() - t_closed)))
         rss_after, fds_after = idle.rss_kib(proxy.pid), fds(proxy.pid)
@@ -498,29 +412,18 @@ def run_proxy(name, work, args, ids):
             stop(proxy)
         hole.close()
 
-    outcomes, statuses = {}, {}
-    for c in clients:
-        if c["outcome"] == "answered":
-            key = f"{c['status']}" + (" region-overloaded" if c.get("overloaded") else "")
-            statuses[key] = statuses.get(key, 0) + 1
-        else:
-            outcomes[c["outcome"]] = outcomes.get(c["outcome"], 0) + 1
-    a503 = [c for c in clients if c["outcome"] == "answered" and c["status"] == 503]
-    t503 = [c["answer"] * 1000 for c in a503]
-    seen503 = [c["seen"] * 1000 for c in a503]
-    kernel = sum(1 for c in a503 if c.get("kernel"))
-    # connects that took over 0.5 s: their SYN (or its answer) was dropped and sent again at 1 s
-    slow = [c for c in clients if c["sent"] is not None and c["sent"] - c["issued"] > 0.5]
-    slow503 = [c["answer"] * 1000 for c in slow if c["outcome"] == "answered" and c["status"] == 503]
-    fast503 = [c["answer"] * 1000 for c in a503 if c["sent"] - c["issued"] <= 0.5]
+    lat = sick["latency_ms"]
     return {
-        "proxy": name, "n": args.n, "issue_s": issue_s,
+        "proxy": name, "case": case, "n": sick["n"], "issue_s": sick["issue_s"],
         "base": base_times, "base_fail": base_fail,
         "during": during_times, "during_fail": during_fail,
         "hole": held, "hole_after": hole_after, "hole_after20": hole_after20,
-        "seen503": seen503, "slow": len(slow), "slow503": slow503, "fast503": fast503, "kernel503": kernel, "clients": len(clients),
+        "lat503": lat["503"], "seen503": lat["503_seen"], "fast503": lat["503_fast"],
+        "slow503": lat["503_slow"], "other_lat": lat["other"], "slow": sick["slow_connects"],
+        "kernel503": sick["kernel_503"], "clients": sick["clients"], "loadgen_cpu_s": sick["cpu_s"],
+        "conns_ended": sick.get("conns_ended"),
         "rss20": rss_after20, "fds20": fds_after20, "log_before_stop": log_before_stop,
-        "statuses": statuses, "outcomes": outcomes, "t503": t503,
+        "statuses": sick["statuses"], "outcomes": sick["outcomes"],
         "rss": (rss_before, rss_during, rss_after), "fds": (fds_before, fds_during, fds_after),
         "overflows": (overflow1[0] - overflow0[0], overflow1[1] - overflow0[1]),
         "conns_at_proxy": conns_at_proxy, "alive": alive,
@@ -539,14 +442,30 @@ def log_lines(work, name):
 mib = idle.mib
 
 
+def case_label(case, args):
+    if case == "h2":
+        return f"HTTP/2: {args.h2_conns} h2c connections × {args.h2_streams} streams"
+    return f"HTTP/1.1: {args.n} connections"
+
+
+def ms(x):
+    return "–" if x is None else f"{x:.1f}" if x >= 10 else f"{x:.2f}"
+
+
 def table(rows, args):
-    lines = ["| proxy | `eu` baseline: ok, p50 / p99 ms | `eu` during: ok, p50 / p99 ms (p99 × baseline) "
-             "| `us` let through (black hole: connections / requests) | 503 within "
-             f"{args.wait:g} s: count, p50 / p99 / max ms | other answers | no answer within "
-             f"{args.wait:g} s | RSS before → during → 10 s → 20 s after MiB | KiB per waiting request "
-             "(per client connection) | proxy fds before → during → 10 s → 20 s after | listen overflows |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    cols = ["proxy", "sick requests as", "`eu` baseline: ok, p50 / p99 ms",
+            "`eu` during: ok, p50 / p99 ms (p99 × baseline)",
+            "`us` let through (black hole: connections / requests)",
+            f"503 within {args.wait:g} s", "503 p50 ms", "503 p99 ms", "503 max ms", "other answers",
+            f"no answer within {args.wait:g} s", "RSS before → during → 10 s → 20 s after MiB",
+            "KiB per waiting request (per sick client connection or stream)",
+            "proxy fds before → during → 10 s → 20 s after", "listen overflows"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
+        if r.get("skipped"):
+            lines.append(f"| {r['proxy']} | {case_label(r['case'], args)} | skipped: {r['skipped']} |"
+                         + " |" * (len(cols) - 3))
+            continue
         total = args.trickle
         bp99, dp99 = pct(r["base"], 99), pct(r["during"], 99)
         base = f"{len(r['base'])}/{total}, {pct(r['base'], 50):.2f} / {bp99:.2f}"
@@ -556,8 +475,8 @@ def table(rows, args):
             during += "; failed: " + ", ".join(f"{v} {k}" for k, v in r["during_fail"].items())
         h = r["hole"]
         through = f"{h['requests']} ({h['accepted']} / {h['requests']})"
-        t = r["t503"]
-        n503 = (f"{len(t)}, {pct(t, 50):.1f} / {pct(t, 99):.1f} / {max(t):.1f}" if t else "0")
+        t = r["lat503"]
+        n503 = str(t["count"])
         kinds = {k: v for k, v in r["statuses"].items() if not k.startswith("503")}
         other = ", ".join(f"{v} × {k}" for k, v in sorted(kinds.items())) or "none"
         over = [k for k in r["statuses"] if k.startswith("503") and "overloaded" not in k]
@@ -569,24 +488,37 @@ def table(rows, args):
         per = f"{(d - b) / h['requests']:.1f}" if h["requests"] else "–"
         per += f" ({(d - b) / r['clients']:.1f})"
         fb, fd, fa = r["fds"]
-        lines.append(f"| {r['proxy']} | {base} | {during} | {through} | {n503} | {other} | {nothing} "
+        lines.append(f"| {r['proxy']} | {case_label(r['case'], args)} | {base} | {during} | {through} "
+                     f"| {n503} | {ms(t.get('p50'))} | {ms(t.get('p99'))} | {ms(t.get('max'))} "
+                     f"| {other} | {nothing} "
                      f"| {mib(b)} → {mib(d)} → {mib(a)} → {mib(r['rss20'])} | {per} "
                      f"| {fb} → {fd} → {fa} → {r['fds20']} "
                      f"| {r['overflows'][0]} |")
     return lines
 
 
+# nginx 1.22 speaks h2c only on a listener of its own (`listen … http2`, no HTTP/1.1 there);
+# HAProxy takes it on its HTTP/1.1 bind (it detects the HTTP/2 preface), as iuid-router does.
+H2_SKIP = {"nginx": "nginx 1.22 takes h2c only on a listener of its own (`listen … http2`), "
+                    "not beside HTTP/1.1; not run"}
+
+
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--hole":
-        return hole_main(int(sys.argv[2]), sys.argv[3])
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=6000, help="sick clients, one `us` GET each")
+    ap.add_argument("--n", type=int, default=6000, help="sick HTTP/1.1 clients, one `us` GET each")
+    ap.add_argument("--case", default="h1,h2",
+                    help="comma-separated: h1 (the sick requests on --n HTTP/1.1 connections), "
+                         "h2 (as --h2-conns × --h2-streams h2c streams)")
+    ap.add_argument("--h2-conns", type=int, default=60, help="h2c connections of the h2 case")
+    ap.add_argument("--h2-streams", type=int, default=100, help="streams at once on each")
     ap.add_argument("--proxy", default="iuid-router,nginx,haproxy",
                     help="comma-separated: iuid-router (or router), nginx, haproxy")
     ap.add_argument("--trickle", type=int, default=400, help="healthy-region requests per phase")
     ap.add_argument("--interval", type=float, default=10, help="ms between trickle requests")
     ap.add_argument("--wait", type=float, default=3, help="s the sick clients wait for an answer")
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "iuid-router"))
+    ap.add_argument("--loadgen", default=LOADGEN,
+                    help="the loadgen binary (default: bench/loadgen's, built when stale)")
     ap.add_argument("--out", help="append the results, a markdown section, to this file")
     args = ap.parse_args()
     bench.BIN = args.bin
@@ -594,6 +526,10 @@ def main():
     for p in proxies:
         if p not in PORTS:
             sys.exit(f"unknown proxy {p}")
+    cases = [c.strip() for c in args.case.split(",") if c.strip()]
+    for c in cases:
+        if c not in ("h1", "h2"):
+            sys.exit(f"unknown case {c}")
 
     soft, hard = raise_nofile()  # the proxies and the black hole inherit it
     if soft < args.n + 1000:
@@ -603,6 +539,7 @@ def main():
                               text=True).stdout.strip()]
     if busy:
         sys.exit(f"ports in use: {busy}")
+    build_loadgen(args.loadgen)
 
     work = tempfile.mkdtemp(prefix="iuid-brownout-")
     rows, notes = [], []
@@ -612,24 +549,29 @@ def main():
         upstreams = start(["nginx", "-c", f"{work}/upstreams.conf", "-p", work], f"{work}/upstreams.log")
         bench.wait_tcp(EU)
         for name in proxies:
-            print(f"== {name}", flush=True)
-            r = run_proxy(name, work, args, ids)
-            rows.append(r)
-            print("\n".join(table([r], args)[2:]), flush=True)
-            if not r["alive"]:
-                notes.append(f"{name} had exited by the last reading.")
+            for case in cases:
+                print(f"== {name}, {case_label(case, args)}", flush=True)
+                if case == "h2" and name in H2_SKIP:
+                    r = {"proxy": name, "case": case, "skipped": H2_SKIP[name]}
+                else:
+                    r = run_proxy(name, case, work, args, ids)
+                    if not r["alive"]:
+                        notes.append(f"{name} ({case}) had exited by the last reading.")
+                rows.append(r)
+                print("\n".join(table([r], args)[2:]), flush=True)
         stop(upstreams)
-        for log in ("router.log", "nginx.err", "haproxy.log"):
+        for log in ("router.log", "nginx.err", "haproxy.log", "loadgen.log", "hole.log"):
             path = f"{work}/{log}"
             if os.path.exists(path):
                 with open(path, errors="replace") as f:
                     text = f.read()
                 kinds = {}
                 for l in text.splitlines():
-                    if any(w in l.lower() for w in ("error", "alert", "warn", "emerg")):
+                    if log in ("loadgen.log", "hole.log") or any(
+                            w in l.lower() for w in ("error", "alert", "warn", "emerg")):
                         # iuid-router: "<time>  WARN target: message fields"; nginx: "<date> <time> [level] pid#tid: *conn message"
                         key = re.sub(r"^\S+\s+", "", l) if log == "router.log" else re.sub(
-                            r"^\S+ \S+ |\d+#\d+: |\*\d+ |, client: .*$", "", l)
+                            r"^\S+ \S+ |\d+#\d+: |\*\d+ |, client: .*$", "", l) if log == "nginx.err" else l
                         key = re.sub(r"\d+", "N", key)[:160]
                         kinds[key] = kinds.get(key, 0) + 1
                 for key, count in sorted(kinds.items(), key=lambda kv: -kv[1])[:4]:
@@ -640,50 +582,79 @@ def main():
         subprocess.run(["rm", "-rf", work])
 
     for r in rows:
-        notes.append(f"{r['proxy']}: {r['n']} connects issued in {r['issue_s']:.2f} s; at the reading "
+        if r.get("skipped"):
+            continue
+        who = f"{r['proxy']} ({r['case']})"
+        if r["case"] == "h2":
+            opened = (f"{r['n']} streams on {args.h2_conns} connections issued in {r['issue_s']:.2f} s; "
+                      f"{r['conns_ended']} of the client's connections had ended by the judging")
+        else:
+            opened = f"{r['n']} connects issued in {r['issue_s']:.2f} s"
+        notes.append(f"{who}: {opened}; at the reading "
                      f"the proxy had {r['conns_at_proxy']} established client connections; "
                      f"listen overflows / drops during the burst {r['overflows'][0]} / "
                      f"{r['overflows'][1]}; black hole 10 s after the clients closed: "
                      f"{r['hole_after']['open']} of {r['hole_after']['accepted']} connections still "
                      f"open (the proxy had not closed them), 20 s after {r['hole_after20']['open']}; "
                      f"{r['hole_after20']['requests']} requests read in all; {r['log_before_stop']} "
-                     f"log lines before the proxy was stopped; {r['slow']} clients' connects took "
-                     f"over 0.5 s (a SYN sent again at 1 s), sending later.")
-        if r["slow503"] and r["fast503"]:
-            notes.append(f"{r['proxy']}: 503s to clients connected at once: {len(r['fast503'])}, p50 "
-                         f"{pct(r['fast503'], 50):.1f} / p99 {pct(r['fast503'], 99):.1f} ms; to those "
-                         f"connected after a SYN retry: {len(r['slow503'])}, p50 "
-                         f"{pct(r['slow503'], 50):.1f} / p99 {pct(r['slow503'], 99):.1f} ms.")
-        if r["t503"]:
-            notes.append(f"{r['proxy']}: the 503s' times from the kernel's receive timestamps "
-                         f"(SO_TIMESTAMPNS, {r['kernel503']} of {len(r['t503'])}); as the client loop "
-                         f"saw them: p50 {pct(r['seen503'], 50):.1f} ms, p99 {pct(r['seen503'], 99):.1f} ms.")
+                     f"log lines before the proxy was stopped; loadgen used {r['loadgen_cpu_s']:.2f} "
+                     f"CPU-s up to the judging"
+                     + (f"; {r['slow']} clients' connects took over 0.5 s (a SYN sent again at "
+                        f"1 s), sending later." if r["case"] == "h1" else "."))
+        fast, slow = r["fast503"], r["slow503"]
+        if r["case"] == "h1" and fast["count"] and slow["count"]:
+            notes.append(f"{who}: 503s to clients connected at once: {fast['count']}, p50 "
+                         f"{ms(fast['p50'])} / p99 {ms(fast['p99'])} ms; to those connected after "
+                         f"a SYN retry: {slow['count']}, p50 {ms(slow['p50'])} / p99 "
+                         f"{ms(slow['p99'])} ms.")
+        if r["case"] == "h1" and r["lat503"]["count"]:
+            seen = r["seen503"]
+            notes.append(f"{who}: the 503s' times from the kernel's receive timestamps "
+                         f"(SO_TIMESTAMPNS, {r['kernel503']} of {r['lat503']['count']}); as "
+                         f"loadgen's loop saw them: p50 {ms(seen['p50'])} ms, p99 {ms(seen['p99'])} "
+                         f"ms, max {ms(seen['max'])} ms.")
+        t = r["lat503"]
+        if t["count"]:
+            notes.append(f"{who}: 503s min / p50 / p90 / p99 / max {ms(t['min'])} / {ms(t['p50'])} / "
+                         f"{ms(t['p90'])} / {ms(t['p99'])} / {ms(t['max'])} ms.")
+        if r["other_lat"]["count"]:
+            o = r["other_lat"]
+            notes.append(f"{who}: answers other than 503 within {args.wait:g} s: {o['count']}, p50 "
+                         f"{ms(o['p50'])} / p99 {ms(o['p99'])} / max {ms(o['max'])} ms.")
     commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"],
                             capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no", "src"],
+                           capture_output=True, text=True).stdout.strip()
     cmd = " ".join(["python3 bench/brownout.py"] + sys.argv[1:])
     lines = ["## Brownout: a black-hole region beside a healthy one (issue 38)", "",
-             f"`{cmd}` on {time.strftime('%Y-%m-%d')}, commit {commit}, {os.cpu_count()} CPUs; "
-             f"RLIMIT_NOFILE {soft}/{hard}. Region `us` is a black hole (a Python server that "
-             "accepts, reads and never answers), `eu` an nginx upstream. One worker each: "
-             "iuid-router `workers: 1`, `limits: { region_max_in_flight: 1024 }`; nginx "
+             f"`{cmd}` on {time.strftime('%Y-%m-%d')}, commit {commit}"
+             + (" (src/ with uncommitted changes)" if dirty else "") + f", {os.cpu_count()} CPUs; "
+             f"RLIMIT_NOFILE {soft}/{hard}. Region `us` is a black hole (`loadgen hole`, "
+             "bench/loadgen: accepts, reads and never answers), `eu` an nginx upstream. One worker "
+             "each: iuid-router `workers: 1`, `limits: { region_max_in_flight: 1024 }`; nginx "
              "`worker_processes 1`, `worker_connections 16384`; HAProxy `nbthread 1`, `maxconn 4096` "
              f"on the server, global `maxconn 9000`. Response timeouts {TIMEOUT_S} s on every proxy "
              "(HAProxy's `timeout queue` too). Listen backlogs left at each proxy's default. "
-             f"`eu`: {args.trickle} GETs on one keep-alive connection, one every {args.interval:g} ms, "
-             f"alone (baseline) and while {args.n} clients each connect at once and send one GET of a "
-             f"`us` id; each sick client is judged {args.wait:g} s after the last connect was issued. "
-             "Times of the 503s: from each client's send (wall clock just before it) to the kernel's "
-             "receive timestamp of the answer's first bytes (SO_TIMESTAMPNS), so the client loop's "
-             "own delay in reading is left out; a client whose connect completed on its side while "
-             "the proxy's accept queue was full (the kernel drops the handshake's last ACK: *listen "
-             "overflows*) sent at once and waits until the proxy accepts it, and that wait is in. "
-             "2-core machine shared by the proxy, the black hole, the trickle and the clients' one "
-             "epoll loop (connects issued in batches of 50 between polls). *Let through*: requests the black hole read. RSS: VmRSS of the proxy's "
-             "processes; *during* read at the judging; KiB per waiting request = (during − before) / "
-             "let through (all the growth, the client connections answered 503 and still open "
-             "included, charged to the waiting requests); per client connection = (during − before) "
-             "/ --n. Readings 10 s and 20 s after the sick clients closed (20 s: past every "
-             "15 s timeout).", ""] + table(rows, args)
+             f"`eu`: {args.trickle} GETs on one keep-alive connection, one every {args.interval:g} ms "
+             "(Python, a process of its own), alone (baseline) and while the sick `us` requests "
+             "come, from `loadgen` (compiled, one thread): in the HTTP/1.1 case "
+             f"{args.n} clients each connect at once and send one GET (connects issued in batches "
+             f"of {BATCH}, the I/O polled between batches); in the HTTP/2 case {args.h2_conns} h2c "
+             f"connections (prior knowledge) each open {args.h2_streams} streams at once, one GET "
+             f"each. Each sick request is judged {args.wait:g} s after the last was issued. "
+             "Times of the HTTP/1.1 503s: from each client's send (wall clock just before it) to "
+             "the kernel's receive timestamp of the answer's first bytes (SO_TIMESTAMPNS), so the "
+             "client loop's own delay in reading is left out; a client whose connect completed on "
+             "its side while the proxy's accept queue was full (the kernel drops the handshake's "
+             "last ACK: *listen overflows*) sent at once and waits until the proxy accepts it, and "
+             "that wait is in. HTTP/2: from the stream's `send_request` to its response head, as "
+             "loadgen's loop saw it. 2-core machine shared by the proxy, the black hole, the "
+             "trickle and loadgen. *Let through*: requests the black hole read. RSS: VmRSS of the "
+             "proxy's processes; *during* read at the judging; KiB per waiting request = (during − "
+             "before) / let through (all the growth, the client connections or streams answered "
+             "503 and still open included, charged to the waiting requests); per sick client "
+             "connection or stream = (during − before) / sick requests sent. Readings 10 s and 20 s "
+             "after the sick clients closed (20 s: past every 15 s timeout).", ""] + table(rows, args)
     lines += [""] + [f"- {n}" for n in notes] + [""]
     text = "\n".join(lines)
     print()
