@@ -39,7 +39,7 @@ pub fn rss_bytes() -> u64 {
 const HELD_FREE: usize = 16 << 20;
 
 /// Starts the guard thread for a bound of `max_mb` MiB (`0`: no bound, the thread only
-/// hands back free memory the allocator holds beyond [`HELD_FREE`], checked every second:
+/// hands back free memory the allocator holds beyond 16 MiB, checked every second:
 /// glibc keeps what a burst freed, e.g. 120 MiB after 6,000 HTTP/2 streams had ended).
 /// Nothing where the resident size cannot be read (not Linux). Once per process.
 pub fn start(max_mb: usize) {
