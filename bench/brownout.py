@@ -271,11 +271,28 @@ timeouts: {{ response_headers_ms: {TIMEOUT_S * 1000} }}
 
 
 def start_proxy(name, work, args):
+    # --nofile: every proxy under the same soft and hard RLIMIT_NOFILE (prlimit, util-linux).
+    limit = ["prlimit", f"--nofile={args.nofile}:{args.nofile}", "--"] if args.nofile else []
     if name == "iuid-router":
-        return start([args.bin, "serve", "--config", f"{work}/router.yaml"], f"{work}/router.log")
+        return start(limit + [args.bin, "serve", "--config", f"{work}/router.yaml"], f"{work}/router.log")
     if name == "nginx":
-        return start(["nginx", "-c", f"{work}/nginx.conf", "-p", work], f"{work}/nginx.log")
-    return start(["haproxy", "-f", f"{work}/haproxy.cfg"], f"{work}/haproxy.log")
+        return start(limit + ["nginx", "-c", f"{work}/nginx.conf", "-p", work], f"{work}/nginx.log")
+    return start(limit + ["haproxy", "-f", f"{work}/haproxy.cfg"], f"{work}/haproxy.log")
+
+
+def admin_probe(name):
+    """iuid-router's admin `/healthz` during the burst: (status or error, ms)."""
+    if name != "iuid-router":
+        return None
+    t = time.perf_counter()
+    try:
+        with socket.create_connection(("127.0.0.1", ADMIN), timeout=2) as s:
+            s.sendall(b"GET /healthz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n")
+            head = s.recv(64).split(b" ", 2)
+            status = head[1].decode() if len(head) > 1 else "?"
+    except OSError as e:
+        status = type(e).__name__
+    return status, (time.perf_counter() - t) * 1000
 
 
 # ---------------------------------------------------------------------------------------------
@@ -387,9 +404,13 @@ def run_proxy(name, case, work, args, ids):
         overflow0 = listen_overflows()
         tr = Trickle(port, ids["eu"], args)
         time.sleep(0.1)
+        cpu0, t_cpu0 = sum(bench.cpu_seconds(proxy.pid)), time.perf_counter()
         burst = Burst(args.loadgen, port, ids["us"], case, args, f"{work}/loadgen.log")
         try:
+            time.sleep(1)
+            admin = admin_probe(name)
             sick = burst.result(args.wait + 60)
+            cpu = (sum(bench.cpu_seconds(proxy.pid)) - cpu0) / (time.perf_counter() - t_cpu0)
             rss_during, fds_during = idle.rss_kib(proxy.pid), fds(proxy.pid)
             overflow1 = listen_overflows()
             held = hole.settled()
@@ -426,7 +447,7 @@ def run_proxy(name, case, work, args, ids):
         "statuses": sick["statuses"], "outcomes": sick["outcomes"],
         "rss": (rss_before, rss_during, rss_after), "fds": (fds_before, fds_during, fds_after),
         "overflows": (overflow1[0] - overflow0[0], overflow1[1] - overflow0[1]),
-        "conns_at_proxy": conns_at_proxy, "alive": alive,
+        "conns_at_proxy": conns_at_proxy, "alive": alive, "admin": admin, "cpu": cpu,
     }
 
 
@@ -517,6 +538,9 @@ def main():
     ap.add_argument("--interval", type=float, default=10, help="ms between trickle requests")
     ap.add_argument("--wait", type=float, default=3, help="s the sick clients wait for an answer")
     ap.add_argument("--bin", default=os.path.join(ROOT, "target", "release", "iuid-router"))
+    ap.add_argument("--nofile", type=int, default=0,
+                    help="run every proxy under this soft and hard RLIMIT_NOFILE (prlimit), "
+                         "e.g. fewer than the sick clients need")
     ap.add_argument("--loadgen", default=LOADGEN,
                     help="the loadgen binary (default: bench/loadgen's, built when stale)")
     ap.add_argument("--out", help="append the results, a markdown section, to this file")
@@ -598,7 +622,10 @@ def main():
                      f"open (the proxy had not closed them), 20 s after {r['hole_after20']['open']}; "
                      f"{r['hole_after20']['requests']} requests read in all; {r['log_before_stop']} "
                      f"log lines before the proxy was stopped; loadgen used {r['loadgen_cpu_s']:.2f} "
-                     f"CPU-s up to the judging"
+                     f"CPU-s up to the judging; the proxy used {r['cpu'] * 100:.0f} % of a core from "
+                     f"the burst's start to the judging"
+                     + (f"; its admin `/healthz` 1 s into the burst: {r['admin'][0]} in "
+                        f"{r['admin'][1]:.1f} ms" if r["admin"] else "")
                      + (f"; {r['slow']} clients' connects took over 0.5 s (a SYN sent again at "
                         f"1 s), sending later." if r["case"] == "h1" else "."))
         fast, slow = r["fast503"], r["slow503"]
@@ -629,7 +656,9 @@ def main():
     lines = ["## Brownout: a black-hole region beside a healthy one (issue 38)", "",
              f"`{cmd}` on {time.strftime('%Y-%m-%d')}, commit {commit}"
              + (" (src/ with uncommitted changes)" if dirty else "") + f", {os.cpu_count()} CPUs; "
-             f"RLIMIT_NOFILE {soft}/{hard}. Region `us` is a black hole (`loadgen hole`, "
+             f"RLIMIT_NOFILE {soft}/{hard}"
+             + (f" (each proxy under {args.nofile}/{args.nofile}, prlimit)" if args.nofile else "")
+             + ". Region `us` is a black hole (`loadgen hole`, "
              "bench/loadgen: accepts, reads and never answers), `eu` an nginx upstream. One worker "
              "each: iuid-router `workers: 1`, `limits: { region_max_in_flight: 1024 }`; nginx "
              "`worker_processes 1`, `worker_connections 16384`; HAProxy `nbthread 1`, `maxconn 4096` "

@@ -393,8 +393,12 @@ impl Problem {
             status,
             detail: self.detail(),
         };
+        let shed = matches!(self, Problem::Overloaded { .. });
         let mut resp = self.into_problem_response();
         resp.extensions_mut().insert(made);
+        if shed {
+            resp.extensions_mut().insert(Shed);
+        }
         resp
     }
 
@@ -468,6 +472,11 @@ impl Problem {
         resp
     }
 }
+
+/// Marks a shed answer (`Problem::Overloaded`): an HTTP/1.x connection closes after it
+/// (docs/overload.md).
+#[derive(Debug, Clone, Copy)]
+pub struct Shed;
 
 /// Marks a response the router made itself (a refusal), with what a gRPC client is told.
 #[derive(Debug, Clone)]

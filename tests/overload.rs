@@ -138,6 +138,24 @@ async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after
     }
     assert!(took < Duration::from_secs(1), "answered at once: {took:?}");
 
+    // HTTP/1.1 off the head path (an absolute-form target: the shared phases through the
+    // bridge): the same answer, the connection closed after it too.
+    let absolute = format!("GET http://t{sick} HTTP/1.1\r\nHost: t\r\n\r\n");
+    let (bridged, closed) = tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        c.write_all(absolute.as_bytes()).expect("send");
+        let answer = common::read_answer(&mut c);
+        let mut rest = [0u8; 16];
+        (answer, std::io::Read::read(&mut c, &mut rest))
+    })
+    .await
+    .expect("client");
+    assert!(bridged.starts_with("HTTP/1.1 503 "), "{bridged}");
+    assert!(bridged.contains("region-overloaded"), "{bridged}");
+    assert!(matches!(closed, Ok(0)), "closed after the 503: {closed:?}");
+
     // HTTP/2 (hyper's server, the shared phases): the same.
     let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
     let (mut h2, conn) =
@@ -191,8 +209,8 @@ async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after
         )
         .await;
     assert_eq!(
-        shed, 5.0,
-        "two HTTP/1.1, one HTTP/2, one gRPC, one fan-out leg"
+        shed, 6.0,
+        "three HTTP/1.1 (one through the bridge), one HTTP/2, one gRPC, one fan-out leg"
     );
     let blamed = router
         .metric("iuid_router_upstream_errors_total", &["region=\"ovsick\""])

@@ -7,7 +7,7 @@
 //! evaluated once per window:
 //!
 //! ```text
-//! gradient = clamp((min_rtt + min_rtt / 10) / sample_rtt, 0.5, 2.0)
+//! gradient = clamp((min_rtt + min_rtt / 4) / sample_rtt, 0.5, 2.0)   // Envoy's default 25 % buffer
 //! new      = gradient * limit + sqrt(gradient * limit)      // Envoy's burst headroom
 //! ```
 //!
@@ -25,7 +25,7 @@
 //!   where it is, since a limit the load never reached says nothing about the region.
 //!
 //! So 10 ms → 200 ms sustained halves the limit (plus headroom) each window down to `min`,
-//! and back at 10 ms it grows by ×1.1 plus headroom (up to ×2 if faster than `min_rtt`)
+//! and back at 10 ms it grows by ×1.25 plus headroom (up to ×2 if faster than `min_rtt`)
 //! per window back to `max`, as long as the load fills it.
 //!
 //! Lock-free: atomics only, no allocation. One caller, the one whose compare-exchange on the
@@ -163,7 +163,9 @@ impl AdaptiveLimit {
             .fetch_min(sample_ns, Relaxed)
             .min(sample_ns);
         let min_rtt = cur.min(self.min_rtt_prev.load(Relaxed)) as f64;
-        let gradient = ((min_rtt + min_rtt / 10.0) / sample_ns as f64).clamp(0.5, 2.0);
+        // Envoy's default jitter buffer, 25 %: `min_rtt` is the lowest of noisy window
+        // means, so a tighter one holds a recovered region at a small limit.
+        let gradient = ((min_rtt + min_rtt / 4.0) / sample_ns as f64).clamp(0.5, 2.0);
 
         let old = self.limit.load(Relaxed) as f64;
         let scaled = gradient * old;

@@ -19,6 +19,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::problem::Shed;
 use bytes::Bytes;
 use futures_util::FutureExt;
 use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
@@ -132,8 +133,10 @@ impl Proxy {
                     break 'carried Outcome::Close;
                 };
                 // A client still waiting for `100 Continue` sends no body: closed after.
+                // A shed answer closes the connection, as on the head path (docs/overload.md).
                 let close = client_close
                     || !continued
+                    || resp.extensions().get::<Shed>().is_some()
                     || (resp.status() != StatusCode::SWITCHING_PROTOCOLS && body_failed);
                 let writing =
                     write_answer(&mut write_half, resp, http10, head_request, close, idle);
