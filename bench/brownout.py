@@ -63,6 +63,7 @@ import os
 import re
 import resource
 import select
+import socket
 import subprocess
 import sys
 import tempfile

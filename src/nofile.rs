@@ -10,9 +10,22 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 /// The first descriptor number of the reserve: 90 % of the soft limit (docs/overload.md).
 static RESERVE_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
 
+/// The first descriptor number kept for the admin API alone: the last 2 % of the soft
+/// limit and 4 more (docs/overload.md).
+static ADMIN_FROM: AtomicUsize = AtomicUsize::new(usize::MAX);
+
 /// The share of the soft limit that client connections may take, in tenths; the rest is
 /// kept for upstream connections, the admin API and files.
 const ACCEPT_TENTHS: u64 = 9;
+
+/// Whether a descriptor an upstream connection just took lies in the admin API's part of
+/// the reserve: the connection is closed and its request shed (`ShedReason::Nofile`), so
+/// that requests waiting on a sick region cannot take the last descriptors and the admin
+/// API still accepts. One relaxed load.
+#[inline]
+pub fn in_admin_reserve(fd: i32) -> bool {
+    usize::try_from(fd).is_ok_and(|fd| fd >= ADMIN_FROM.load(Ordering::Relaxed))
+}
 
 /// Whether a descriptor just accepted lies in the reserve (the top 10 % of the soft limit
 /// as [`raise_to_hard`] left it): the kernel hands out the lowest free number (POSIX), so
@@ -74,6 +87,14 @@ pub fn raise_to_hard() -> Option<(u64, u64)> {
         let from = limit.rlim_cur.saturating_mul(ACCEPT_TENTHS) / 10;
         RESERVE_FROM.store(
             usize::try_from(from).unwrap_or(usize::MAX),
+            Ordering::Relaxed,
+        );
+        let admin = limit
+            .rlim_cur
+            .saturating_sub(limit.rlim_cur / 50 + 4)
+            .max(from);
+        ADMIN_FROM.store(
+            usize::try_from(admin).unwrap_or(usize::MAX),
             Ordering::Relaxed,
         );
         Some((limit.rlim_cur, limit.rlim_max))

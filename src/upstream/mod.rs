@@ -150,6 +150,14 @@ impl UpstreamState {
                     ),
                     _ => connect_failed(&e),
                 })?;
+            // The last descriptors are the admin API's (`crate::nofile`): a request that
+            // would hold one waiting on its region is shed instead.
+            if crate::nofile::in_admin_reserve(std::os::fd::AsRawFd::as_raw_fd(&stream)) {
+                return Err(Error::new(
+                    ErrorKind::Shed(ShedReason::Nofile),
+                    "no descriptor left for the upstream connection but the admin API's",
+                ));
+            }
             // A proxy writes whole messages; Nagle would only add latency.
             let _ = stream.set_nodelay(true);
             match &self.tls {
