@@ -44,6 +44,8 @@ routes:
 unrouted: default_region
 legacy: probe
 legacy_cache: { entries: 10000, ttl_s: 600 }
+limits: { adaptive: true }
+overload: { max_memory_mb: 4096 }
 ";
 
 /// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
@@ -212,6 +214,9 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr) -> Result<(), Box<dyn st
         .replace("{admin}", &admin.to_string());
     std::fs::write(&config_path, config_text)?;
     let config = RouterConfig::load(&config_path)?;
+    // As `serve` does: the descriptor reserve and the memory guard (docs/overload.md).
+    crate::nofile::raise_to_hard();
+    crate::overload::start(config.overload.max_memory_mb);
 
     let listener = crate::server::bind(listen, config.limits.listen_backlog).await?;
     let admin_listener = crate::server::bind(admin, crate::config::DEFAULT_BACKLOG).await?;
@@ -461,9 +466,11 @@ fn tour(
     );
     line(
         "200",
-        "Prometheus metrics; a region never holds more than limits.region_max_in_flight \
-         (1,024) requests of this edge, the rest answered 503 region-overloaded at once and \
-         counted in iuid_router_shed_total (docs/overload.md)",
+        "Prometheus metrics; a region never holds more than its limit of requests of this \
+         edge, here adaptive (limits.adaptive: iuid_router_region_limit follows its latency, \
+         up to 1,024), the rest answered 503 region-overloaded at once and counted in \
+         iuid_router_shed_total; above overload.max_memory_mb (4,096 here) new requests are \
+         shed too (iuid_router_overloaded; docs/overload.md)",
         format!("curl -s {admin_base}/metrics"),
     );
     line(

@@ -47,6 +47,9 @@ pub fn start(max_mb: usize) {
         return;
     }
     let max = (max_mb as u64) << 20;
+    if max_mb > 0 {
+        crate::metrics::overloaded("memory", false);
+    }
     let spawned = std::thread::Builder::new()
         .name("memory-guard".into())
         .spawn(move || {

@@ -84,11 +84,13 @@ impl RegionState {
 
     fn adaptive(&self, limits: &Limits) -> &AdaptiveLimit {
         self.adaptive.get_or_init(|| {
-            AdaptiveLimit::new(
+            let limit = AdaptiveLimit::new(
                 limits.adaptive_min_in_flight,
                 limits.region_max_in_flight,
                 Instant::now(),
-            )
+            );
+            crate::metrics::region_limit(&self.metrics.label, limit.limit());
+            limit
         })
     }
 
