@@ -559,3 +559,92 @@ async fn above_max_memory_new_requests_are_shed() {
         "{metrics}"
     );
 }
+
+/// `limits.region_max_pending_connects`: a region whose upstream takes TCP connections and
+/// never finishes the TLS handshake (a black hole behind `https://`) holds each new
+/// connection until `connect_ms`; with a bound of 2, the third request is shed at once
+/// (503 `region-overloaded`, `Retry-After: 1`, `reason="pending_connects"`), never counted
+/// against the region.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_being_made_to_a_region_are_bounded() {
+    let (hole, seen) = black_hole().await;
+    let table = format!(
+        "version: pc\nregions:\n  pcsick: {{ upstreams: [\"https://{hole}\"] }}\ncountries:\n  1: pcsick\ndefault_region: pcsick\n"
+    );
+    let config = common::orders_config()
+        .limits("region_max_pending_connects: 2")
+        .timeouts(10_000, 60_000, 60_000)
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let addr = router.addr;
+    let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
+    let mut waiting = Vec::new();
+    for _ in 0..2 {
+        let r = request.clone();
+        waiting.push(
+            tokio::task::spawn_blocking(move || {
+                let mut c = TcpStream::connect(addr).expect("connect");
+                c.write_all(r.as_bytes()).expect("send");
+                c
+            })
+            .await
+            .expect("client"),
+        );
+    }
+    // Both handshakes begun (the black hole read their ClientHello) and hanging.
+    let begun = eventually(Duration::from_secs(5), || async {
+        seen.load(Ordering::SeqCst) >= 2
+    })
+    .await;
+    assert!(begun.is_some(), "two connects in progress");
+    let third = request.clone();
+    let (answer, took) = tokio::task::spawn_blocking(move || {
+        let started = Instant::now();
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        c.write_all(third.as_bytes()).expect("send");
+        (common::read_answer(&mut c), started.elapsed())
+    })
+    .await
+    .expect("client");
+    assert!(answer.starts_with("HTTP/1.1 503 "), "{answer}");
+    assert!(answer.contains("region-overloaded"), "{answer}");
+    assert!(answer.contains("region_max_pending_connects"), "{answer}");
+    assert!(
+        answer.to_ascii_lowercase().contains("retry-after: 1\r\n"),
+        "{answer}"
+    );
+    assert!(took < Duration::from_secs(2), "shed at once: {took:?}");
+    // HTTP/2 (the shared phases, hyper's client to the upstream): the same.
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (mut h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2c handshake");
+    tokio::spawn(conn);
+    let req = hyper::Request::get(router.url(&format!("/v1/orders/{}", iuid_for(1))))
+        .body(Empty::<Bytes>::new())
+        .expect("request");
+    let resp = tokio::time::timeout(Duration::from_secs(2), h2.send_request(req))
+        .await
+        .expect("shed at once")
+        .expect("h2 answer");
+    assert_eq!(resp.status(), 503);
+    assert_eq!(resp.headers()["retry-after"], "1");
+    let body = resp.into_body().collect().await.expect("body").to_bytes();
+    assert!(String::from_utf8_lossy(&body).contains("region_max_pending_connects"));
+    assert_eq!(seen.load(Ordering::SeqCst), 2, "no third connect was made");
+    let shed = router
+        .metric(
+            "iuid_router_shed_total",
+            &["region=\"pcsick\"", "reason=\"pending_connects\""],
+        )
+        .await;
+    assert_eq!(shed, 2.0, "one HTTP/1.1, one HTTP/2");
+    let blamed = router
+        .metric("iuid_router_upstream_errors_total", &["region=\"pcsick\""])
+        .await;
+    assert_eq!(blamed, 0.0, "not the region's failure");
+    drop(waiting);
+}
