@@ -690,13 +690,7 @@ def main():
     print()
     print(text)
     if args.out:
-        old = ""
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                old = f.read()
-        with open(args.out, "a") as f:
-            f.write(("" if not old or old.endswith("\n\n") else "\n" if old.endswith("\n") else "\n\n")
-                    + text)
+        idle.append_section(args.out, text)
 
 
 if __name__ == "__main__":

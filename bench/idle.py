@@ -852,6 +852,17 @@ def run_proxy(proxy, work, args, ids, hole, notes):
     return rows
 
 
+def append_section(path, text):
+    """Appends `text` (a markdown section) to `path`, one blank line after what is there."""
+    old = ""
+    if os.path.exists(path):
+        with open(path) as f:
+            old = f.read()
+    with open(path, "a") as f:
+        f.write(("" if not old or old.endswith("\n\n") else "\n" if old.endswith("\n") else "\n\n")
+                + text + "\n")
+
+
 def mib(kib):
     return f"{kib / 1024:.1f}"
 
@@ -980,13 +991,7 @@ def main():
     print()
     print(text)
     if args.out:
-        old = ""
-        if os.path.exists(args.out):
-            with open(args.out) as f:
-                old = f.read()
-        with open(args.out, "a") as f:
-            f.write(("" if not old or old.endswith("\n\n") else "\n" if old.endswith("\n") else "\n\n")
-                    + text + "\n")
+        append_section(args.out, text)
 
 
 if __name__ == "__main__":

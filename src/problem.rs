@@ -384,6 +384,13 @@ impl Problem {
         }
     }
 
+    /// Whether an HTTP/1.x connection closes after this answer whatever else holds: a shed
+    /// request's client comes back after `Retry-After` on a new one (docs/overload.md). The
+    /// head path reads it here, the bridge from the response's [`Shed`] mark.
+    pub fn closes_connection(&self) -> bool {
+        matches!(self, Problem::Overloaded { .. })
+    }
+
     /// The response: RFC 9457 body, `Content-Type: application/problem+json`. It carries a
     /// [`RouterMade`] extension, so that the data path can answer a gRPC request with a gRPC
     /// status instead ([`grpc_response`]).
@@ -393,7 +400,7 @@ impl Problem {
             status,
             detail: self.detail(),
         };
-        let shed = matches!(self, Problem::Overloaded { .. });
+        let shed = self.closes_connection();
         let mut resp = self.into_problem_response();
         resp.extensions_mut().insert(made);
         if shed {

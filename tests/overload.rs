@@ -53,6 +53,29 @@ async fn black_hole() -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, seen)
 }
 
+/// A client that sends `request` to `addr` and keeps its connection open, unread.
+async fn hold(addr: SocketAddr, request: &str) -> TcpStream {
+    let request = request.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let mut c = TcpStream::connect(addr).expect("connect");
+        c.write_all(request.as_bytes()).expect("send");
+        c
+    })
+    .await
+    .expect("client")
+}
+
+/// An HTTP/2 client connection to `addr` (h2c, prior knowledge).
+async fn h2c(addr: SocketAddr) -> hyper::client::conn::http2::SendRequest<Empty<Bytes>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let (h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+            .await
+            .expect("h2c handshake");
+    tokio::spawn(conn);
+    h2
+}
+
 /// Regions `<name>sick` (the black hole, country 1) and `<name>well` (country 2), names of
 /// their own (metrics are per process); a fan-out over both at `/v1/list`.
 async fn world(name: &str) -> (Router, Arc<AtomicUsize>, ListRegion) {
@@ -157,12 +180,7 @@ async fn a_region_at_its_limit_is_shed_at_once_on_every_protocol_and_frees_after
     assert!(matches!(closed, Ok(0)), "closed after the 503: {closed:?}");
 
     // HTTP/2 (hyper's server, the shared phases): the same.
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut h2, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("h2c handshake");
-    tokio::spawn(conn);
+    let mut h2 = h2c(addr).await;
     let req = hyper::Request::get(router.url(&sick))
         .body(Empty::<Bytes>::new())
         .expect("request");
@@ -294,9 +312,9 @@ async fn serve_with_nofile(
     (child, public, admin, dir)
 }
 
-/// A table of one region, `name`, at `upstream`.
+/// A table (without its `version`) of one region, `name`, at `upstream`, owning country 1.
 fn one_region(name: &str, upstream: &str) -> String {
-    format!("regions:\n  {name}: {{ upstreams: [\"{upstream}\"] }}\ndefault_region: {name}\n")
+    format!("regions:\n  {name}: {{ upstreams: [\"{upstream}\"] }}\ncountries:\n  1: {name}\ndefault_region: {name}\n")
 }
 
 /// The soft `RLIMIT_NOFILE` a service starts with (often 1,024) is raised to the hard one
@@ -342,7 +360,8 @@ async fn the_open_files_limit_is_raised_to_the_hard_one_at_start() {
 async fn a_client_that_leaves_frees_its_place_at_once() {
     let (hole, seen) = black_hole().await;
     let table = format!(
-        "version: g\nregions:\n  gone: {{ upstreams: [\"http://{hole}\"] }}\ncountries:\n  1: gone\ndefault_region: gone\n"
+        "version: g\n{}",
+        one_region("gone", &format!("http://{hole}"))
     );
     let config = common::orders_config()
         .limits("region_max_in_flight: 1")
@@ -354,14 +373,7 @@ async fn a_client_that_leaves_frees_its_place_at_once() {
         .metric("iuid_router_client_errors_total", &["kind=\"aborted\""])
         .await;
     let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
-    let first = request.clone();
-    let leaving = tokio::task::spawn_blocking(move || {
-        let mut c = TcpStream::connect(addr).expect("connect");
-        c.write_all(first.as_bytes()).expect("send");
-        c
-    })
-    .await
-    .expect("client");
+    let leaving = hold(addr, &request).await;
     let reached = eventually(Duration::from_secs(5), || async {
         seen.load(Ordering::SeqCst) >= 1
     })
@@ -379,14 +391,7 @@ async fn a_client_that_leaves_frees_its_place_at_once() {
     .await;
     assert!(counted.is_some(), "the client's leaving is counted");
     // Its place is free: the next request reaches the region (not a 503).
-    let next = request.clone();
-    let _waiting = tokio::task::spawn_blocking(move || {
-        let mut c = TcpStream::connect(addr).expect("connect");
-        c.write_all(next.as_bytes()).expect("send");
-        c
-    })
-    .await
-    .expect("client");
+    let _waiting = hold(addr, &request).await;
     let again = eventually(Duration::from_secs(5), || async {
         seen.load(Ordering::SeqCst) >= 2
     })
@@ -569,7 +574,8 @@ async fn above_max_memory_new_requests_are_shed() {
 async fn connections_being_made_to_a_region_are_bounded() {
     let (hole, seen) = black_hole().await;
     let table = format!(
-        "version: pc\nregions:\n  pcsick: {{ upstreams: [\"https://{hole}\"] }}\ncountries:\n  1: pcsick\ndefault_region: pcsick\n"
+        "version: pc\n{}",
+        one_region("pcsick", &format!("https://{hole}"))
     );
     let config = common::orders_config()
         .limits("region_max_pending_connects: 2")
@@ -578,19 +584,7 @@ async fn connections_being_made_to_a_region_are_bounded() {
     let router = Router::start(&config, &table).await;
     let addr = router.addr;
     let request = format!("GET /v1/orders/{} HTTP/1.1\r\nHost: t\r\n\r\n", iuid_for(1));
-    let mut waiting = Vec::new();
-    for _ in 0..2 {
-        let r = request.clone();
-        waiting.push(
-            tokio::task::spawn_blocking(move || {
-                let mut c = TcpStream::connect(addr).expect("connect");
-                c.write_all(r.as_bytes()).expect("send");
-                c
-            })
-            .await
-            .expect("client"),
-        );
-    }
+    let waiting = [hold(addr, &request).await, hold(addr, &request).await];
     // Both handshakes begun (the black hole read their ClientHello) and hanging.
     let begun = eventually(Duration::from_secs(5), || async {
         seen.load(Ordering::SeqCst) >= 2
@@ -617,12 +611,7 @@ async fn connections_being_made_to_a_region_are_bounded() {
     );
     assert!(took < Duration::from_secs(2), "shed at once: {took:?}");
     // HTTP/2 (the shared phases, hyper's client to the upstream): the same.
-    let stream = tokio::net::TcpStream::connect(addr).await.expect("connect");
-    let (mut h2, conn) =
-        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
-            .await
-            .expect("h2c handshake");
-    tokio::spawn(conn);
+    let mut h2 = h2c(addr).await;
     let req = hyper::Request::get(router.url(&format!("/v1/orders/{}", iuid_for(1))))
         .body(Empty::<Bytes>::new())
         .expect("request");

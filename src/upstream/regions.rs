@@ -97,13 +97,17 @@ impl RegionState {
     /// A permit for one more request in flight to the region, unless its limit is reached
     /// ([`RegionState::limit`], docs/overload.md): `None`, the request is shed.
     pub fn admit(self: &Arc<Self>, limits: &Limits) -> Option<RegionPermit> {
-        let max = self.limit(limits);
-        if self.in_flight.fetch_add(1, Ordering::AcqRel) >= max {
-            self.in_flight.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(RegionPermit(self.clone()))
+        take_place(&self.in_flight, self.limit(limits)).then(|| RegionPermit(self.clone()))
     }
+}
+
+/// One more in `count` unless it is at `max` already (then unchanged): `false`.
+fn take_place(count: &AtomicUsize, max: usize) -> bool {
+    if count.fetch_add(1, Ordering::AcqRel) >= max {
+        count.fetch_sub(1, Ordering::AcqRel);
+        return false;
+    }
+    true
 }
 
 /// One request counted in flight to its region while it lives: until its answer's body
@@ -134,11 +138,7 @@ impl Connects<'_> {
     /// request is shed (`ShedReason::PendingConnects`).
     pub fn start(self) -> Option<ConnectSlot> {
         let state = self.region;
-        if state.connecting.fetch_add(1, Ordering::AcqRel) >= self.max {
-            state.connecting.fetch_sub(1, Ordering::AcqRel);
-            return None;
-        }
-        Some(ConnectSlot(state.clone()))
+        take_place(&state.connecting, self.max).then(|| ConnectSlot(state.clone()))
     }
 }
 

@@ -263,8 +263,7 @@ impl Proxy {
         let status = problem.status().as_u16();
         // A request whose body was streamed (or broke) cannot be followed on its connection;
         // a shed one's client comes back after `Retry-After` on a new one (docs/overload.md).
-        let shed = matches!(problem, Problem::Overloaded { .. });
-        let close = close || shed || out.held.is_none() || out.http10;
+        let close = close || problem.closes_connection() || out.held.is_none() || out.http10;
         let written = write_problem(client, problem, id, close, idle).await;
         Answered {
             status,
