@@ -14,12 +14,14 @@ use crate::admin::{self, AdminState};
 use crate::config::RouterConfig;
 use crate::proxy::route::Routes;
 use crate::proxy::Proxy;
-use crate::server;
+use crate::server::{self, Drain};
 use crate::source::SourceErrors;
 use crate::table::{watch, LiveTable};
 use crate::tls::Certificates;
+use crate::upgrade::{self, Handover, Handshake, Listeners, Origin};
 use crate::upstream::regions::Regions;
 use crate::upstream::Registry;
+use axum::serve::ListenerExt;
 
 /// Why the router could not start or stopped with an error.
 #[derive(Debug)]
@@ -34,6 +36,8 @@ pub enum StartError {
     Watch(watch::WatchError),
     /// The listener's TLS certificates cannot be loaded or watched.
     Tls(String),
+    /// The listening sockets cannot be opened, passed or taken over (docs/upgrades.md).
+    Listen(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -43,6 +47,7 @@ impl std::fmt::Display for StartError {
             StartError::Io(e) => write!(f, "{e}"),
             StartError::Watch(e) => write!(f, "{e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
+            StartError::Listen(e) => write!(f, "{e}"),
         }
     }
 }
@@ -131,6 +136,28 @@ impl App {
         admin: Option<TcpListener>,
         shutdown: impl Future<Output = ()>,
     ) -> Result<(), StartError> {
+        let listeners = Listeners {
+            public: vec![listener.into_std()?],
+            admin: admin.map(|a| a.into_std()).transpose()?,
+            upgrade: None,
+            origin: Origin::Bound,
+        };
+        self.run_on(listeners, None, shutdown).await
+    }
+
+    /// Runs the router on `listeners` until `shutdown` completes (then drains as [`App::run`]
+    /// says) or, with an upgrade socket, until a new process took the sockets over (then
+    /// it stops accepting and drains the connections it has, docs/upgrades.md). With
+    /// `handshake` (this process took them over itself), the old process is told to drain
+    /// once this one serves.
+    ///
+    /// Errors: as [`App::run`], or a socket cannot be duplicated or registered.
+    pub async fn run_on(
+        self,
+        listeners: Listeners,
+        handshake: Option<Handshake>,
+        shutdown: impl Future<Output = ()>,
+    ) -> Result<(), StartError> {
         let App {
             config,
             routes,
@@ -156,7 +183,31 @@ impl App {
             _ => None,
         };
         let draining = Arc::new(AtomicBool::new(false));
-        if let Some(admin) = admin {
+        let group = server::group(
+            listeners.public,
+            config.workers,
+            config.limits.listen_backlog,
+        );
+        let handover = match listeners.upgrade {
+            Some(upgrade) => {
+                let sockets = upgrade::duplicates(&group, listeners.admin.as_ref(), &upgrade)?;
+                let (_, listener) = upgrade;
+                listener.set_nonblocking(true)?;
+                let listener = tokio::net::UnixListener::from_std(listener)?;
+                Some(Handover::new(sockets, listener))
+            }
+            None => None,
+        };
+        let (handed_tx, handed_over) = tokio::sync::watch::channel(false);
+        let handed = handed_over.clone();
+        let mut admin_open = None;
+        if let Some(admin) = listeners.admin {
+            admin.set_nonblocking(true)?;
+            let admin =
+                upgrade::AdminListener::new(TcpListener::from_std(admin)?, handed_over.clone());
+            admin_open = Some(admin.open());
+            // `tap_io` for `ConnectInfo`: axum gives it to any listener so wrapped.
+            let admin = admin.tap_io(|_| {});
             let state = AdminState {
                 table: table.clone(),
                 draining: draining.clone(),
@@ -167,7 +218,7 @@ impl App {
             };
             tokio::spawn(async move {
                 // With each client's address, for the admin token throttle.
-                let service = admin::router(state)
+                let service = upgrade::close_after_handover(admin::router(state), handed_over)
                     .into_make_service_with_connect_info::<std::net::SocketAddr>();
                 if let Err(e) = axum::serve(admin, service).await {
                     tracing::error!(error = %e, "admin API stopped");
@@ -181,35 +232,87 @@ impl App {
         let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
         let grace = Duration::from_millis(config.shutdown.grace_ms);
         let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions));
+        // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
-            shutdown.await;
-            draining.store(true, Ordering::Relaxed);
-            tracing::info!("shutting down: /readyz answers 503");
-            tokio::time::sleep(drain_delay).await;
+            if let Some(handshake) = handshake {
+                let old_pid = handshake.old_pid;
+                match handshake.ready().await {
+                    Ok(()) => {
+                        tracing::info!(old_pid, "upgraded: serving; the old process drains");
+                        announce_upgraded(old_pid);
+                    }
+                    Err(e) => {
+                        tracing::error!(old_pid, error = %e, "upgrade: the old process did not confirm; it may still be serving")
+                    }
+                }
+            }
+            upgrade::systemd::notify_ready();
+            let handed = async {
+                match handover {
+                    Some(handover) => handover.serve().await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                () = shutdown => {
+                    draining.store(true, Ordering::Relaxed);
+                    tracing::info!("shutting down: /readyz answers 503");
+                    tokio::time::sleep(drain_delay).await;
+                    Drain::CloseIdle
+                }
+                () = handed => {
+                    // The admin API stops accepting too; `/readyz` stays 200 for the
+                    // connections it still has: the router is not going away.
+                    let _ = handed_tx.send(true);
+                    Drain::Handover
+                }
+            }
         };
         let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
-        server::serve(listener, proxy, acceptor, begin_drain, grace).await?;
+        server::serve(group, proxy, acceptor, begin_drain, grace).await?;
+        let handed = *handed.borrow();
+        if let (true, Some(open)) = (handed, admin_open) {
+            // After a hand-over the admin API's connections close after their next
+            // response; the process waits for them (`grace` at most) rather than cut one
+            // mid-request.
+            open.closed(grace).await;
+        }
         tracing::info!("drained; exiting");
         Ok(())
     }
 
-    /// Binds the configured addresses and runs until `SIGTERM` or `SIGINT`.
+    /// Opens the configured sockets (docs/upgrades.md: bound, passed by systemd, or, with
+    /// `upgrade`, taken over from the running router) and runs until `SIGTERM` or
+    /// `SIGINT`, or until a newer process takes them over.
     ///
-    /// Errors: as [`App::run`], or an address cannot be bound.
-    pub async fn serve(self) -> Result<(), StartError> {
-        let listener = server::bind(self.config.listen, self.config.limits.listen_backlog).await?;
-        let admin = match self.config.admin_listen {
-            Some(addr) => Some(server::bind(addr, crate::config::DEFAULT_BACKLOG).await?),
-            None => None,
-        };
+    /// Errors: as [`App::run_on`], or [`Listeners::open`]'s.
+    pub async fn serve(self, upgrade: bool) -> Result<(), StartError> {
+        let (listeners, handshake) = Listeners::open(&self.config, upgrade)
+            .await
+            .map_err(StartError::Listen)?;
         tracing::info!(
-            listen = %listener.local_addr()?,
+            listen = %self.config.listen,
             admin = ?self.config.admin_listen,
             region = %self.config.region,
+            sockets = ?listeners.origin,
             "serving"
         );
-        self.run(listener, admin, terminate()).await
+        self.run_on(listeners, handshake, terminate()).await
     }
+}
+
+/// The one line `serve --upgrade` writes to stdout, once it serves: what
+/// `iuid-router upgrade` waits for (docs/upgrades.md). Nothing else is written there, so a
+/// closed stdout costs nothing.
+fn announce_upgraded(old_pid: u32) {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    let _ = writeln!(
+        out,
+        "upgraded: pid {} serves, pid {old_pid} drains",
+        std::process::id()
+    );
+    let _ = out.flush();
 }
 
 /// Completes on the first `SIGTERM` or `SIGINT` (Ctrl-C).

@@ -37,6 +37,7 @@ pub mod server;
 pub mod source;
 pub mod table;
 pub mod tls;
+pub mod upgrade;
 pub mod upstream;
 pub mod watch;
 pub mod workers;

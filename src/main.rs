@@ -34,6 +34,18 @@ enum Command {
         /// Router config (docs/config.md).
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
+        /// Take the listening sockets over from the router running on the config's
+        /// `upgrade_socket`, which then drains and exits (docs/upgrades.md).
+        #[arg(long)]
+        upgrade: bool,
+    },
+    /// Start a new router (this binary, this config) that takes the running one's sockets
+    /// over; returns once it serves, or fails with the new config's errors and changes
+    /// nothing (docs/upgrades.md; systemd's `ExecReload`).
+    Upgrade {
+        /// Router config (docs/config.md); it must set `upgrade_socket`.
+        #[arg(long, default_value = DEFAULT_CONFIG)]
+        config: PathBuf,
     },
     /// Run the router with three embedded regional echo clusters, and print ids to try.
     Demo {
@@ -116,7 +128,8 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Serve { config } => match RouterConfig::load(&config) {
+        Command::Upgrade { config } => upgrade(&config),
+        Command::Serve { config, upgrade } => match RouterConfig::load(&config) {
             Ok(config) => {
                 init_tracing(config.log_format);
                 iuid_router::memory::tune_allocator();
@@ -124,7 +137,7 @@ fn main() -> ExitCode {
                     tracing::info!(soft, hard, "open files limit (RLIMIT_NOFILE)");
                 }
                 iuid_router::overload::start(config.overload.max_memory_mb);
-                runtime(serve(config))
+                runtime(serve(config, upgrade))
             }
             Err(errors) => {
                 eprintln!("{errors}");
@@ -255,9 +268,72 @@ fn load(config_path: &Path) -> Result<(RouterConfig, Routes, RoutingTable), Sour
     }
 }
 
-async fn serve(config: RouterConfig) -> Result<(), Box<dyn std::error::Error>> {
-    App::new(config)?.serve().await?;
+async fn serve(config: RouterConfig, upgrade: bool) -> Result<(), Box<dyn std::error::Error>> {
+    App::new(config)?.serve(upgrade).await?;
     Ok(())
+}
+
+/// `upgrade`: checks the config as `check` does (its errors change nothing), then starts
+/// `serve --upgrade` in a process group of its own and waits for the line it writes once
+/// it serves; the new process's log goes where this one's stderr goes.
+fn upgrade(config_path: &Path) -> ExitCode {
+    use std::io::BufRead;
+    let config = match load(config_path) {
+        Ok((config, _, _)) => config,
+        Err(errors) => {
+            eprintln!("{errors}");
+            eprintln!(
+                "{} error(s); the running router is unchanged",
+                errors.0.len()
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    if config.upgrade_socket.is_none() {
+        eprintln!(
+            "{}: upgrade needs upgrade_socket (docs/upgrades.md)",
+            config_path.display()
+        );
+        return ExitCode::FAILURE;
+    }
+    let exe = match std::env::current_exe() {
+        Ok(exe) => exe,
+        Err(e) => {
+            eprintln!("error: cannot find this binary: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let mut command = std::process::Command::new(exe);
+    command
+        .args(["serve", "--upgrade", "--config"])
+        .arg(config_path)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped());
+    // Not in this command's process group: a terminal's Ctrl-C, or systemd ending
+    // ExecReload's group, must not reach the new router.
+    std::os::unix::process::CommandExt::process_group(&mut command, 0);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            eprintln!("error: cannot start the new process: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if let Some(out) = child.stdout.take() {
+        for line in std::io::BufReader::new(out).lines().map_while(Result::ok) {
+            if line.starts_with("upgraded:") {
+                println!("{line}");
+                return ExitCode::SUCCESS;
+            }
+        }
+    }
+    match child.wait() {
+        Ok(status) => eprintln!(
+            "the new process ended ({status}) before serving; the running router is unchanged"
+        ),
+        Err(e) => eprintln!("error: waiting for the new process: {e}"),
+    }
+    ExitCode::FAILURE
 }
 
 fn check(config_path: &Path) -> ExitCode {

@@ -23,6 +23,12 @@
 //! every open connection is told to finish: HTTP/1 connections close after the response in
 //! progress (idle keep-alive ones at once), HTTP/2 ones send GOAWAY; requests in flight get
 //! up to the grace period to complete.
+//!
+//! After a hand-over to a new process ([`Drain::Handover`], docs/upgrades.md) the listening
+//! sockets stay open there, so nothing is refused; the drain is the same but for idle
+//! HTTP/1 connections, which are kept for their next request (answered with
+//! `Connection: close`) rather than closed under a client that may be sending: HTTP/1.1
+//! has no GOAWAY to close one without that race.
 
 mod accept;
 mod announce;
@@ -34,6 +40,7 @@ mod waiting;
 use std::convert::Infallible;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -53,17 +60,38 @@ use crate::upstream::body::Inbound;
 use crate::workers::Workers;
 use announce::Protocol;
 
-/// Serves `listener` on `proxy.config().workers` worker threads until `shutdown` completes,
-/// then drains for at most `grace`. With `tls`, connections are HTTPS.
+/// How the listener drains once its `shutdown` future completes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Drain {
+    /// `SIGTERM`/`SIGINT`: the listening sockets close (new connections are refused), idle
+    /// HTTP/1 connections close at once.
+    CloseIdle,
+    /// The listening sockets were handed to a new process (docs/upgrades.md), which accepts
+    /// on them now: this process only stops accepting, and an idle HTTP/1 connection is
+    /// kept until its next request, answered with `Connection: close`, or its idle timeout.
+    Handover,
+}
+
+/// Serves the listening sockets of `group` (one, or a `SO_REUSEPORT` group: [`group`]) on
+/// `proxy.config().workers` worker threads until `shutdown` completes, then drains as it
+/// says for at most `grace`. With `tls`, connections are HTTPS. Call inside a tokio
+/// runtime.
 ///
-/// Errors: the worker threads could not be started.
+/// Errors: the worker threads could not be started, or a socket could not be registered.
 pub async fn serve(
-    listener: TcpListener,
+    group: Vec<std::net::TcpListener>,
     proxy: Arc<Proxy>,
     tls: Option<tokio_rustls::TlsAcceptor>,
-    shutdown: impl Future<Output = ()>,
+    shutdown: impl Future<Output = Drain>,
     grace: Duration,
 ) -> std::io::Result<()> {
+    let group = group
+        .into_iter()
+        .map(|socket| {
+            socket.set_nonblocking(true)?;
+            TcpListener::from_std(socket)
+        })
+        .collect::<std::io::Result<Vec<_>>>()?;
     let workers = Workers::start(proxy.config().workers)?;
     let settings = Arc::new(Settings::new(proxy.config()));
     let drain_settings = settings.clone();
@@ -80,12 +108,9 @@ pub async fn serve(
     });
     // Accept on every worker (each its own socket of a SO_REUSEPORT group) when the listener
     // allows it; else here, handing each connection to a worker.
-    let listener = match accept::per_worker(listener, &workers, &shared) {
-        Ok(()) => {
-            shutdown.as_mut().await;
-            None
-        }
-        Err(listener) => Some(listener),
+    let (listener, mut drain) = match accept::per_worker(group, &workers, &shared) {
+        Ok(()) => (None, Some(shutdown.as_mut().await)),
+        Err(listener) => (Some(listener), None),
     };
     if let Some(listener) = &listener {
         loop {
@@ -99,7 +124,10 @@ pub async fn serve(
                         continue;
                     }
                 },
-                () = &mut shutdown => break,
+                how = &mut shutdown => {
+                    drain = Some(how);
+                    break;
+                }
             };
             // The socket moves to the worker's event loop: deregistered here, registered there.
             let stream = match stream.into_std() {
@@ -121,10 +149,16 @@ pub async fn serve(
         }
     }
     drop(listener);
-    tracing::info!("listener closed; draining");
+    let drain = drain.unwrap_or(Drain::CloseIdle);
+    tracing::info!(?drain, "listener closed; draining");
+    if drain == Drain::CloseIdle {
+        drain_settings.close_idle.store(true, Ordering::Release);
+    }
     let _ = draining_tx.send(true);
     // The own engine's idle connections wait on this, not on the watch (`h1::next_bytes`).
-    drain_settings.drain.notify_waiters();
+    if drain == Drain::CloseIdle {
+        drain_settings.drain.notify_waiters();
+    }
     // Each accept loop drops its listener, and its hold on `shared`, when it sees the drain.
     drop(shared);
     if tokio::time::timeout(grace, open_rx.recv()).await.is_err() {
@@ -245,9 +279,12 @@ struct Settings {
     /// `tls.client_auth.forward_client_cert: set`: the verified client certificate goes
     /// upstream in `X-Forwarded-Client-Cert`, made once per connection.
     forward_client_cert: bool,
-    /// Notified when the listener starts draining (after `Shared::draining` is set): what
-    /// the own engine's idle connections wait on, a smaller waiter than the watch's.
+    /// Notified when the listener starts draining with [`Drain::CloseIdle`] (after
+    /// `close_idle` is set): what the own engine's idle connections wait on, a smaller
+    /// waiter than the watch's.
     drain: tokio::sync::Notify,
+    /// Set when the drain closes idle connections (not on a hand-over).
+    close_idle: AtomicBool,
 }
 
 impl Settings {
@@ -259,12 +296,20 @@ impl Settings {
             idle: config.timeouts.idle(),
             max_header_list_size: limits.max_header_bytes as u32,
             drain: tokio::sync::Notify::new(),
+            close_idle: AtomicBool::new(false),
             forward_client_cert: config
                 .tls
                 .as_ref()
                 .and_then(|t| t.client_auth.as_ref())
                 .is_some_and(|c| c.forward_client_cert == crate::tls::ForwardClientCert::Set),
         }
+    }
+}
+
+impl Settings {
+    /// Whether the drain closes idle connections (set before `drain` is notified).
+    fn close_idle(&self) -> bool {
+        self.close_idle.load(Ordering::Acquire)
     }
 }
 
@@ -353,6 +398,11 @@ impl Conn {
 /// `TCP_NODELAY` is set on the listener: Linux (and the BSDs) give it to every connection
 /// accepted from it, which saves a `setsockopt` per connection (`accept::nodelay`).
 pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
+    bind_now(addr, backlog)
+}
+
+/// [`bind`], for a caller outside an async context (needs a tokio runtime all the same).
+pub fn bind_now(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
     bind_reuseport(addr, backlog)
         .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
 }
@@ -369,4 +419,31 @@ fn bind_reuseport(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
     socket.set_nodelay(true)?;
     socket.bind(addr)?;
     socket.listen(backlog)
+}
+
+/// The listening sockets the workers accept on: `first`, and, when it is in a
+/// `SO_REUSEPORT` group and has fewer than `workers` members, more bound to its address
+/// until every worker has one (`accept`). A socket that cannot be bound is logged and the
+/// group stays as it is (each worker then takes `i % workers`).
+pub fn group(
+    mut first: Vec<std::net::TcpListener>,
+    workers: usize,
+    backlog: u32,
+) -> Vec<std::net::TcpListener> {
+    let Some(addr) = first.first().and_then(|s| s.local_addr().ok()) else {
+        return first;
+    };
+    if !first.first().is_some_and(accept::reuseport) {
+        return first;
+    }
+    while first.len() < workers {
+        match bind_reuseport(addr, backlog).and_then(|l| l.into_std()) {
+            Ok(socket) => first.push(socket),
+            Err(e) => {
+                tracing::warn!(%addr, error = %e, "fewer listening sockets than workers");
+                break;
+            }
+        }
+    }
+    first
 }

@@ -71,6 +71,8 @@ struct ConfigFile {
     tls: Option<crate::tls::TlsSpec>,
     #[serde(default)]
     admin: Option<admin::AdminSpec>,
+    #[serde(default)]
+    upgrade_socket: Option<String>,
 }
 
 /// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
@@ -207,6 +209,9 @@ pub struct RouterConfig {
     /// HTTPS on `listen` (docs/tls-h2-grpc.md): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// `upgrade_socket`: the Unix socket a new process asks for the listening sockets on
+    /// (`serve --upgrade`, docs/upgrades.md), resolved against the config's directory.
+    pub upgrade_socket: Option<PathBuf>,
 }
 
 /// The `routes:` list as written: the config file (each entry is read from it by its kind,
@@ -449,6 +454,17 @@ impl RouterConfig {
 
         let base = source.path.parent().unwrap_or(Path::new("."));
         let routing_table = base.join(&file.routing_table);
+        let upgrade_socket = match file.upgrade_socket.as_deref() {
+            Some("") => {
+                errors.push(source.error_at(
+                    &[key("upgrade_socket")],
+                    "upgrade_socket must be a path (or left out)",
+                ));
+                None
+            }
+            Some(path) => Some(base.join(path)),
+            None => None,
+        };
         let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
         let admin = admin::settings(file.admin.as_ref(), base, source, &mut errors);
         if let (Some(addr), None) = (admin_listen, &admin.token_file) {
@@ -498,6 +514,7 @@ impl RouterConfig {
                 legacy_probe: file.legacy_probe,
                 tls,
                 admin,
+                upgrade_socket,
             }),
             _ => Err(SourceErrors(errors)),
         }

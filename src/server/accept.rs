@@ -4,10 +4,18 @@
 //! its socket, no wake-up of another thread), and the kernel spreads connections over the
 //! workers.
 //!
-//! The group is this process's: `server::bind` sets `SO_REUSEPORT` on the listener, and the
-//! workers' sockets are bound to its address here. A listener bound without it (a test's, or
-//! one handed in) is accepted on the caller's thread instead, each connection handed to a
-//! worker.
+//! The group is made by `server::group`: `server::bind` sets `SO_REUSEPORT` on the listener,
+//! and the workers' sockets are bound to its address there; after an upgrade the group is
+//! the one the old process handed over (`crate::upgrade`), whatever its size: each socket
+//! is accepted on, worker `i % workers` taking socket `i`, since a member of the group that
+//! nobody accepts on would keep the connections the kernel gives it. A listener bound
+//! without it (a test's, or one systemd hands in) is accepted on the caller's thread
+//! instead, each connection handed to a worker.
+//!
+//! When the drain begins each loop closes its socket (this process's descriptor: after a
+//! hand-over the socket stays open in the new process). On a hand-over
+//! ([`Drain::Handover`](crate::server::Drain)) the connections that have sent nothing yet are
+//! still served: each gets its task, and its request is answered with `Connection: close`.
 
 use std::os::fd::AsRawFd;
 use std::sync::Arc;
@@ -22,42 +30,28 @@ use super::{connection, Shared};
 use crate::relay::Buffered;
 use crate::workers::Workers;
 
-/// Starts an accept loop on every worker, worker 1 taking `listener` itself. Errors: the
-/// listener is not in a `SO_REUSEPORT` group, or a worker's socket could not be bound:
-/// `listener` comes back to be accepted on the caller's thread.
+/// Starts an accept loop for every socket of `group`, socket `i` on worker `i % workers`.
+/// Errors: the group is one socket without `SO_REUSEPORT`: it comes back to be accepted on
+/// the caller's thread.
 pub(super) fn per_worker(
-    listener: TcpListener,
+    mut group: Vec<TcpListener>,
     workers: &Workers,
     shared: &Arc<Shared>,
 ) -> Result<(), TcpListener> {
-    if !reuseport(&listener) {
-        return Err(listener);
+    if group.len() == 1 && !reuseport(&group[0]) {
+        return Err(group.remove(0));
     }
-    let Ok(addr) = listener.local_addr() else {
-        return Err(listener);
-    };
-    let backlog = shared.proxy.config().limits.listen_backlog;
-    let mut sockets = Vec::with_capacity(workers.len());
-    for _ in 1..workers.len() {
-        match super::bind_reuseport(addr, backlog).and_then(|l| l.into_std()) {
-            Ok(socket) => sockets.push(socket),
+    for (i, socket) in group.into_iter().enumerate() {
+        let socket = match socket.into_std() {
+            Ok(socket) => socket,
             Err(e) => {
-                tracing::warn!(%addr, error = %e, "no socket per worker; accepting on one thread");
-                return Err(listener);
+                // Not expected: the socket is open. Say so loudly.
+                tracing::error!(error = %e, "a listening socket could not move to a worker");
+                continue;
             }
-        }
-    }
-    let first = match listener.into_std() {
-        Ok(first) => first,
-        Err(e) => {
-            // Not expected: the socket is open. Its listener is gone with it; say so loudly.
-            tracing::error!(%addr, error = %e, "the listener could not move to a worker");
-            return Ok(());
-        }
-    };
-    for (worker, socket) in std::iter::once(first).chain(sockets).enumerate() {
+        };
         let shared = shared.clone();
-        workers.spawn_on(worker, async move {
+        workers.spawn_on(i % workers.len(), async move {
             // SAFETY: the std listener owns its fd, open until it is dropped with the
             // `AsyncFd`, which hands out no way to replace it.
             match unsafe { AsyncFd::register_with_interest(socket, Interest::READABLE) } {
@@ -73,6 +67,30 @@ pub(super) fn per_worker(
 
 /// Accepts until the drain begins, then closes this worker's socket.
 async fn accept_loop(listener: AsyncFd<std::net::TcpListener>, shared: Arc<Shared>) {
+    let mut waiting = accept_until_drain(&listener, &shared).await;
+    drop(listener);
+    if shared.settings.close_idle() {
+        return;
+    }
+    // Handed over: the connections that have sent nothing yet are this process's to serve.
+    while !waiting.is_empty() {
+        tokio::select! {
+            (stream, client, bytes) = waiting.ready() => {
+                let start = super::h1::Start::Plain(shared.clone(), client);
+                let conn = Buffered::with_bytes(PlainClient::from(stream), bytes);
+                tokio::spawn(super::h1::serve(start, conn, true));
+            }
+            // `ready` closes the buckets past their deadline as it goes.
+            () = tokio::time::sleep(std::time::Duration::from_millis(50)) => {}
+        }
+    }
+}
+
+/// The accept loop proper; what still waits for its first bytes when the drain begins.
+async fn accept_until_drain(
+    listener: &AsyncFd<std::net::TcpListener>,
+    shared: &Arc<Shared>,
+) -> Waiting {
     let mut draining = shared.draining.clone();
     let own = shared.tls.is_none();
     let nodelay = nodelay(listener.get_ref());
@@ -80,14 +98,14 @@ async fn accept_loop(listener: AsyncFd<std::net::TcpListener>, shared: Arc<Share
     let mut waiting = Waiting::new(shared.settings.header_timeout);
     loop {
         let accepted = tokio::select! {
-            accepted = plain::accept(&listener) => accepted,
+            accepted = plain::accept(listener) => accepted,
             (stream, client, bytes) = waiting.ready() => {
                 let start = super::h1::Start::Plain(shared.clone(), client);
                 let conn = Buffered::with_bytes(PlainClient::from(stream), bytes);
                 tokio::spawn(super::h1::serve(start, conn, true));
                 continue;
             }
-            _ = draining.wait_for(|d| *d) => return,
+            _ = draining.wait_for(|d| *d) => return waiting,
         };
         // Out of descriptors is the reserve's case too, reached by upstream connections.
         let reserved = match &accepted {
@@ -135,8 +153,8 @@ async fn accept_loop(listener: AsyncFd<std::net::TcpListener>, shared: Arc<Share
                 tokio::time::sleep(std::time::Duration::from_millis(50)).await;
             }
         }
-        if reserved && !pause_in_reserve(&listener, &shared, &mut waiting).await {
-            return;
+        if reserved && !pause_in_reserve(listener, shared, &mut waiting).await {
+            return waiting;
         }
     }
 }
@@ -176,7 +194,7 @@ async fn pause_in_reserve(
 }
 
 /// Whether the socket has `SO_REUSEPORT` set.
-fn reuseport(listener: &impl AsRawFd) -> bool {
+pub(super) fn reuseport(listener: &impl AsRawFd) -> bool {
     flag(listener, libc::SOL_SOCKET, libc::SO_REUSEPORT)
 }
 

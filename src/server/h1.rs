@@ -16,7 +16,6 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use super::announce::{self, Protocol, Rewind};
 use super::{Conn, Settings, Shared};
@@ -95,14 +94,7 @@ pub(super) fn serve<S: ClientIo>(
         };
         if let (Start::Plain(shared, _), true) = (&start, client.pending().is_empty()) {
             let settings = &shared.settings;
-            if !next_bytes(
-                &mut client,
-                settings.header_timeout,
-                settings,
-                &shared.draining,
-            )
-            .await
-            {
+            if !next_bytes(&mut client, settings.header_timeout, settings).await {
                 return;
             }
         }
@@ -121,9 +113,7 @@ pub(super) fn serve<S: ClientIo>(
             } else {
                 settings.header_timeout
             };
-            if client.pending().is_empty()
-                && !next_bytes(&mut client, wait, settings, &conn.draining).await
-            {
+            if client.pending().is_empty() && !next_bytes(&mut client, wait, settings).await {
                 return;
             }
             // Not live across the idle wait above, so the idle task has no room for it.
@@ -192,7 +182,7 @@ pub(super) fn serve<S: ClientIo>(
 
 /// Waits (at most `within`) for the client's next bytes and reads what is there, holding
 /// no buffer while it waits. `false`: the connection is done (closed, silent for `within`,
-/// or the listener drains).
+/// or the listener drains with `Drain::CloseIdle`).
 ///
 /// One future for the three sources: the socket's readiness (its waker kept by the
 /// socket), one timer, and the drain's `Notify` (`Settings::drain`). tokio takes a new
@@ -202,12 +192,11 @@ async fn next_bytes<S: ClientIo>(
     client: &mut Buffered<S>,
     within: Duration,
     settings: &Settings,
-    draining: &watch::Receiver<bool>,
 ) -> bool {
     let drain = settings.drain.notified();
     let mut drain = std::pin::pin!(drain);
     drain.as_mut().enable();
-    if *draining.borrow() {
+    if settings.close_idle() {
         return false;
     }
     let timer = tokio::time::sleep(within);

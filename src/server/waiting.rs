@@ -13,8 +13,8 @@
 //! closed whole when the last deadline in it has passed, so a silent connection is closed
 //! between the timeout and a sixteenth of it later. One timer, for the oldest bucket; a
 //! bucket's connections are polled only when one of them was woken, so an accept loop
-//! with nothing waiting pays one flag test per turn. Draining drops them all (the accept
-//! loop ends).
+//! with nothing waiting pays one flag test per turn. A drain on `SIGTERM` drops them all
+//! (the accept loop ends); a hand-over to a new process serves them to the end.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -219,6 +219,11 @@ impl Waiting {
     /// first to go, having sent nothing).
     pub(super) fn close_all(&mut self) {
         self.buckets.clear();
+    }
+
+    /// Whether no connection waits any more.
+    pub(super) fn is_empty(&self) -> bool {
+        self.buckets.iter().all(|b| b.conns.is_empty())
     }
 
     /// [`Waiting::poll_ready`] as a future.
