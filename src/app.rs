@@ -199,7 +199,9 @@ impl App {
             None => None,
         };
         let (handed_tx, handed_over) = tokio::sync::watch::channel(false);
-        let handed = handed_over.clone();
+        // When the hand-over happened: the drain timeout counts from there.
+        let handed_at = Arc::new(std::sync::OnceLock::new());
+        let handed_at_set = handed_at.clone();
         let mut admin_open = None;
         if let Some(admin) = listeners.admin {
             admin.set_nonblocking(true)?;
@@ -231,6 +233,7 @@ impl App {
 
         let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
         let grace = Duration::from_millis(config.shutdown.grace_ms);
+        let drain_timeout = config.shutdown.drain_timeout();
         let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions));
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
@@ -263,19 +266,20 @@ impl App {
                 () = handed => {
                     // The admin API stops accepting too; `/readyz` stays 200 for the
                     // connections it still has: the router is not going away.
+                    let _ = handed_at_set.set(tokio::time::Instant::now());
                     let _ = handed_tx.send(true);
-                    Drain::Handover
+                    Drain::Handover { within: drain_timeout }
                 }
             }
         };
         let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
         server::serve(group, proxy, acceptor, begin_drain, grace).await?;
-        let handed = *handed.borrow();
-        if let (true, Some(open)) = (handed, admin_open) {
+        if let (Some(at), Some(open)) = (handed_at.get(), admin_open) {
             // After a hand-over the admin API's connections close after their next
-            // response; the process waits for them (`grace` at most) rather than cut one
-            // mid-request.
-            open.closed(grace).await;
+            // response; the process waits for them (within the drain timeout) rather than
+            // cut one mid-request.
+            open.closed(drain_timeout.saturating_sub(at.elapsed()))
+                .await;
         }
         tracing::info!("drained; exiting");
         Ok(())

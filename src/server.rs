@@ -69,12 +69,16 @@ pub enum Drain {
     /// The listening sockets were handed to a new process (docs/upgrades.md), which accepts
     /// on them now: this process only stops accepting, and an idle HTTP/1 connection is
     /// kept until its next request, answered with `Connection: close`, or its idle timeout.
-    Handover,
+    /// What is still open after `within` (`shutdown.drain_timeout_ms`) is cut.
+    Handover {
+        /// How long the connections may take to finish.
+        within: Duration,
+    },
 }
 
 /// Serves the listening sockets of `group` (one, or a `SO_REUSEPORT` group: [`group`]) on
 /// `proxy.config().workers` worker threads until `shutdown` completes, then drains as it
-/// says for at most `grace`. With `tls`, connections are HTTPS. Call inside a tokio
+/// says, for at most `grace` ([`Drain::CloseIdle`]) or the hand-over's own bound. With `tls`, connections are HTTPS. Call inside a tokio
 /// runtime.
 ///
 /// Errors: the worker threads could not be started, or a socket could not be registered.
@@ -151,6 +155,10 @@ pub async fn serve(
     drop(listener);
     let drain = drain.unwrap_or(Drain::CloseIdle);
     tracing::info!(?drain, "listener closed; draining");
+    let grace = match drain {
+        Drain::CloseIdle => grace,
+        Drain::Handover { within } => within,
+    };
     if drain == Drain::CloseIdle {
         drain_settings.close_idle.store(true, Ordering::Release);
     }

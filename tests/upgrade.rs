@@ -69,8 +69,14 @@ struct Edge {
 }
 
 impl Edge {
-    /// An edge in front of `upstream`; `extra` is more top-level YAML (e.g. `tls:`).
+    /// An edge in front of `upstream`; `extra` is more top-level YAML (e.g. `tls:`), else
+    /// a drain timeout of 30 s.
     fn new(upstream: SocketAddr, extra: &str) -> Edge {
+        let extra = if extra.contains("shutdown:") {
+            extra.to_owned()
+        } else {
+            format!("shutdown: {{ drain_timeout_ms: 30000 }}\n{extra}")
+        };
         let dir = tempfile::tempdir().expect("tempdir");
         let (public, admin) = (common::free_port(), common::free_port());
         common::write(
@@ -81,8 +87,8 @@ impl Edge {
         let yaml = common::orders_config()
             .listen(public)
             .admin_listen(admin)
-            .extra("upgrade_socket: up.sock\nshutdown: { grace_ms: 30000 }\n")
-            .extra(extra)
+            .extra("upgrade_socket: up.sock\n")
+            .extra(&extra)
             .yaml();
         common::write(&dir, "router.yaml", &yaml);
         Edge {
@@ -421,6 +427,47 @@ async fn upgrades_under_keep_alive_load_lose_no_request() {
         &failures[..failures.len().min(20)]
     );
     assert!(alive(third));
+}
+
+/// The old process drains for `shutdown.drain_timeout_ms` at most, not `grace_ms`: a
+/// WebSocket still open then is cut, and the process exits.
+#[tokio::test]
+async fn the_old_process_exits_at_the_drain_timeout() {
+    let edge = Edge::new(
+        upstream().await,
+        "shutdown: { grace_ms: 60000, drain_timeout_ms: 500 }\n",
+    );
+    let mut first = edge.serve("first");
+    common::wait_ready(edge.admin).await;
+    let mut started = Started::default();
+    let (mut ws, _) = tokio_tungstenite::connect_async(edge.id_url("ws", "/ws"))
+        .await
+        .expect("WebSocket through the router");
+    ws.send(Message::text("held")).await.expect("send");
+    assert_eq!(
+        ws.next().await.expect("echo").expect("echo"),
+        Message::text("held")
+    );
+    started
+        .0
+        .push(edge.upgrade("second").await.expect("the upgrade"));
+    // Well before grace_ms (60 s): the drain timeout (0.5 s) is what bounds it.
+    let exited = common::eventually(Duration::from_secs(15), || {
+        let done = first.get_mut().try_wait().expect("wait").is_some();
+        async move { done }
+    })
+    .await;
+    assert!(exited.is_some(), "the old process is still draining");
+    assert!(first.get_mut().wait().expect("status").success());
+    // The WebSocket was the old process's: it is gone with it.
+    let next = tokio::time::timeout(Duration::from_secs(5), ws.next()).await;
+    assert!(
+        matches!(
+            next,
+            Ok(None) | Ok(Some(Err(_))) | Ok(Some(Ok(Message::Close(_))))
+        ),
+        "the WebSocket outlived the drain: {next:?}"
+    );
 }
 
 /// Runs curl with `args` (blocking: call off the runtime): each `-w` line, and whether it

@@ -104,6 +104,16 @@ pub struct Shutdown {
     pub drain_delay_ms: u64,
     /// Longest wait for requests in flight once the listener is closed, in ms.
     pub grace_ms: u64,
+    /// After an upgrade handed the sockets over, the longest the old process may finish its
+    /// requests, streams and WebSockets, in ms (docs/upgrades.md); `grace_ms` when unset.
+    pub drain_timeout_ms: Option<u64>,
+}
+
+impl Shutdown {
+    /// `drain_timeout_ms`, or `grace_ms` when it is unset.
+    pub fn drain_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.drain_timeout_ms.unwrap_or(self.grace_ms))
+    }
 }
 
 impl Default for Shutdown {
@@ -111,6 +121,7 @@ impl Default for Shutdown {
         Shutdown {
             drain_delay_ms: 0,
             grace_ms: 30_000,
+            drain_timeout_ms: None,
         }
     }
 }
