@@ -16,6 +16,7 @@
 
 pub mod admin;
 pub mod app;
+pub mod checks;
 pub mod clock;
 pub mod config;
 pub mod demo;

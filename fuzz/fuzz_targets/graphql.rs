@@ -1,0 +1,5 @@
+//! `iuid_router::checks::graphql` on arbitrary bytes: its invariants, beyond "no panic", are in
+//! that module (replayed over `fuzz/corpus/graphql/` by `tests/fuzz_corpus.rs` on stable).
+#![no_main]
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| iuid_router::checks::graphql::check(data));
