@@ -652,10 +652,10 @@ async fn a_second_router_on_a_live_upgrade_socket_is_refused() {
     common::wait_ready(edge.admin).await;
 }
 
-/// Ten upgrades in a row under the same load, for hunting rare races: not in the suite
-/// (`cargo test --test upgrade -- --ignored`).
+/// Ten upgrades in a row under the same load (about 4 s): rare races between a request
+/// and a hand-over show here first (hyper-util's client, which does not retry a request
+/// refused by GOAWAY, failed one request in about 30 upgrades).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-#[ignore = "a longer run: cargo test --test upgrade -- --ignored"]
 async fn ten_upgrades_in_a_row_lose_no_request() {
     let edge = Edge::new(upstream().await, "");
     let _first = edge.serve("first");
