@@ -437,3 +437,57 @@ async fn active_health_checks_keep_a_hung_upstream_out_of_rotation() {
         .count();
     assert_eq!(routed, 20);
 }
+
+/// A partition, then the link back: the region's only upstream hangs, its requests time out
+/// and eject it for a minute, then it answers again; the first passing active check ends
+/// the ejection (as Envoy's `successful_active_health_check_uneject_host`), so requests are
+/// served again within a check interval or so, not a minute later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_passing_check_brings_an_ejected_region_back() {
+    let down = Arc::new(AtomicBool::new(false));
+    let app = {
+        let down = down.clone();
+        axum::Router::new().fallback(move || {
+            let down = down.clone();
+            async move {
+                if down.load(Ordering::Relaxed) {
+                    tokio::time::sleep(Duration::from_secs(10)).await;
+                }
+                "back"
+            }
+        })
+    };
+    let upstream = common::serve(app).await;
+    let router = Router::start(
+        &config()
+            .extra("health: { eject_after: 2, ejection_ms: 60000, max_ejection_ms: 60000 }")
+            .extra("health_check: { path: /healthz, interval_ms: 1000, timeout_ms: 200 }")
+            .yaml(),
+        &table(&[url(upstream)], &[url(upstream)], &[url(upstream)]),
+    )
+    .await;
+    let http = client();
+    let target = router.url(&format!("/o/{}", iuid_for(1)));
+    let ok = http.get(&target).send().await.expect("answer");
+    assert_eq!(ok.status(), 200);
+    // The link goes: two requests time out together (504) and eject the region (before a
+    // check notices), so the next is 503 at once.
+    down.store(true, Ordering::Relaxed);
+    let (a, b) = tokio::join!(http.get(&target).send(), http.get(&target).send());
+    assert_eq!(a.expect("answer").status(), 504);
+    assert_eq!(b.expect("answer").status(), 504);
+    let out = http.get(&target).send().await.expect("answer");
+    assert_eq!(out.status(), 503, "the region was not ejected");
+    down.store(false, Ordering::Relaxed);
+    let back = eventually(Duration::from_secs(5), || async {
+        http.get(&target)
+            .send()
+            .await
+            .is_ok_and(|r| r.status() == 200)
+    })
+    .await;
+    assert!(
+        back.is_some(),
+        "the region answers again but is still ejected (ejection_ms: 60000)"
+    );
+}

@@ -104,9 +104,16 @@ impl Health {
         }
     }
 
-    /// The result of an active health check.
+    /// The result of an active health check. A check that passes also ends an ejection
+    /// (the upstream stays on probation: its next request decides), as Envoy's
+    /// `successful_active_health_check_uneject_host` does by default: a region cut off by a
+    /// partition is back within a check interval of the link's return, not at the end of an
+    /// ejection that doubled while the link was down (up to `max_ejection_ms`).
     pub fn checked(&self, passed: bool) {
         self.check_failed.store(!passed, Ordering::Relaxed);
+        if passed && self.ejected_until.load(Ordering::Relaxed) != 0 {
+            self.ejected_until.store(0, Ordering::Relaxed);
+        }
     }
 
     fn eject(&self, now: u64, policy: &HealthPolicy) -> u64 {
@@ -309,6 +316,27 @@ mod tests {
             .store(0, Ordering::Relaxed);
         ups[0].state.health.success();
         assert_eq!(record_failure(&ups, 0, &policy), None);
+    }
+
+    /// A passing active check ends an ejection at once; the upstream is on probation, so one
+    /// failure ejects it again, for longer.
+    #[test]
+    fn a_passing_check_ends_an_ejection() {
+        let ups = upstreams(1);
+        let policy = HealthPolicy {
+            eject_after: 1,
+            ejection_ms: 60_000,
+            max_ejection_ms: 600_000,
+            max_ejected_percent: 100,
+        };
+        assert_eq!(record_failure(&ups, 0, &policy), Some(60_000));
+        let health = &ups[0].state.health;
+        assert!(!health.available(now_ms()));
+        health.checked(false);
+        assert!(!health.available(now_ms()));
+        health.checked(true);
+        assert!(health.available(now_ms()));
+        assert_eq!(record_failure(&ups, 0, &policy), Some(120_000));
     }
 
     #[test]
