@@ -34,6 +34,36 @@
 //! by status, `503 region-overloaded` when the body names it), `latency_ms` (count, min, p50, p90,
 //! p99, max, nearest rank) for `503`, `503_seen`, `503_fast`, `503_slow`, `other` and by
 //! status, and `issue_s`, `clients`, `answered`, `kernel_503`, `slow_connects`, `cpu_s`.
+//!
+//! ```text
+//! loadgen steady --port P --path /a[,/b,...] [--conns 8] [--rate 200] [--duration 30]
+//!                [--timeout-ms 5000] [--per-conn 0] [--tls-ca FILE --sni NAME]
+//! loadgen delay --port P [--listen-host 127.0.0.1] --to HOST:PORT --delay-ms D
+//! ```
+//!
+//! `steady` (bench/chaos.py): `--conns` keep-alive HTTP/1.1 connections (HTTPS with
+//! `--tls-ca`, verifying the server as `--sni`), each sending `GET` after `GET` for
+//! `--duration` s, paced so that all together send `--rate` requests/s (a connection that
+//! falls behind skips the slots it missed rather than bursting). Connection c sends path
+//! c mod (number of paths), so a stalled path holds up only its own connections.
+//! A connection is replaced after an answer with `Connection: close`, after any failure, and
+//! after `--per-conn` requests (0: never), so `--per-conn` sets the share of new handshakes.
+//! Every request is judged: `ok` (2xx), another status, `refused` (connect ECONNREFUSED),
+//! `connect_error` (another connect error), `tls_error` (handshake failed), `reset`
+//! (ECONNRESET/EPIPE before the whole answer), `closed` (EOF before the whole answer) or
+//! `timeout` (no whole answer `--timeout-ms` after the request was due, connect included).
+//! A status other than 2xx is counted with the router's problem slug when the body has one
+//! (`status 503 region-unavailable`). With `--tls-ca`, sessions are never resumed: every
+//! handshake is a full one and sees the certificate served at that moment.
+//! Prints one JSON line: `start_unix`, `requests`, `ok`, `failures` (by kind, `5xx`/`4xx`
+//! statuses as `status NNN`), `latency_ms` (answered requests, write to last byte),
+//! `by_path` (the same per path), `timeline` (`[bucket, path, ok, failed]` per 100 ms of
+//! send time with something in it), `failed` (the first 5000 failures: `[t_s, path, kind]`),
+//! `certs` (handshakes by a hash of the leaf certificate), `connects`, `cpu_s`.
+//!
+//! `delay`: a TCP proxy on LISTEN-HOST:P to `--to`; each chunk read either way is written on
+//! `--delay-ms` later (order kept). SIGUSR1 turns the delay on, SIGUSR2 off (it starts on
+//! only with `--start-on 1`); SIGTERM ends it. bench/chaos.py's latency between edges.
 
 use std::collections::BTreeMap;
 use std::io::{self, Read, Write};
@@ -50,6 +80,8 @@ use serde_json::{json, Value};
 use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
+
+mod steady;
 
 /// Linux's SO_TIMESTAMPNS (SO_TIMESTAMPNS_OLD on x86-64 and arm64), also its SCM type.
 const SO_TIMESTAMPNS: libc::c_int = 35;
@@ -78,6 +110,7 @@ fn main() {
     if port == 0 {
         usage("--port is required");
     }
+    let text = |k: &str, d: &str| opts.get(k).cloned().unwrap_or_else(|| d.to_string());
     let path = || {
         opts.get("path")
             .cloned()
@@ -112,6 +145,32 @@ fn main() {
             );
             rt.block_on(burst_h2(port, path(), conns, streams, wait));
         }
+        "steady" => {
+            let paths: Vec<String> = path().split(',').map(str::to_string).collect();
+            let tls = opts.get("tls-ca").map(|ca| steady::tls_config(ca, &text("sni", "localhost")));
+            let cfg = steady::Config {
+                port,
+                paths,
+                conns: (num("conns", 8.0) as usize).max(1),
+                rate: num("rate", 200.0).max(1.0),
+                duration: num("duration", 30.0),
+                timeout: Duration::from_secs_f64(num("timeout-ms", 5000.0) / 1000.0),
+                per_conn: num("per-conn", 0.0) as u64,
+                tls,
+            };
+            rt.block_on(steady::run(cfg));
+        }
+        "delay" => {
+            let listen: SocketAddr = format!("{}:{port}", text("listen-host", "127.0.0.1"))
+                .parse()
+                .unwrap_or_else(|_| usage("--listen-host: not an IP address"));
+            let to: SocketAddr = opts
+                .get("to")
+                .and_then(|t| t.parse().ok())
+                .unwrap_or_else(|| usage("--to HOST:PORT is required"));
+            let delay = Duration::from_millis(num("delay-ms", 100.0) as u64);
+            rt.block_on(steady::delay(listen, to, delay, num("start-on", 0.0) != 0.0));
+        }
         _ => usage(&format!("unknown subcommand {cmd:?}")),
     }
     // Every socket (the burst's clients, the hole's connections) closes with the process.
@@ -119,7 +178,7 @@ fn main() {
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("loadgen: {why}\nusage: loadgen hole --port P --stats FILE\n       loadgen burst --port P --path PATH [--n 6000] [--wait 3] [--batch 50]\n       loadgen burst-h2 --port P --path PATH [--conns 60] [--streams 100] [--wait 3]");
+    eprintln!("loadgen: {why}\nusage: loadgen hole --port P --stats FILE\n       loadgen burst --port P --path PATH [--n 6000] [--wait 3] [--batch 50]\n       loadgen burst-h2 --port P --path PATH [--conns 60] [--streams 100] [--wait 3]\n       loadgen steady --port P --path PATH[,PATH...] [--conns 8] [--rate 200] [--duration 30] [--timeout-ms 5000] [--per-conn 0] [--tls-ca FILE --sni NAME]\n       loadgen delay --port P [--listen-host IP] --to IP:PORT [--delay-ms 100] [--start-on 0]");
     std::process::exit(2);
 }
 
