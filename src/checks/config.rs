@@ -13,7 +13,10 @@ pub fn check(data: &[u8]) {
         return;
     };
     let text = String::from_utf8_lossy(text).into_owned();
-    let lines = text.lines().count() + 1;
+    // YAML's line breaks (1.2 §5.4): LF, CRLF, and a CR alone, as an editor counts them too.
+    let breaks =
+        text.matches('\n').count() + text.matches('\r').count() - text.matches("\r\n").count();
+    let lines = breaks + 1;
     let within = |errors: &SourceErrors| {
         for e in &errors.0 {
             if let Some((line, column)) = e.position {
