@@ -129,7 +129,9 @@ impl Source {
     }
 
     fn serde_error(&self, e: &serde_yaml::Error) -> SourceError {
-        let position = e.location().map(|l| (l.line(), l.column()));
+        let position = e
+            .location()
+            .map(|l| within(&self.text, (l.line(), l.column())));
         // The message repeats "at line L column C"; the prefix already says where.
         let mut message = e.to_string();
         if let Some(cut) = message.find(" at line ") {
@@ -150,6 +152,20 @@ impl Source {
             message: message.into(),
         }
     }
+}
+
+/// `at` (1-based line and column), or the end of the last line when it lies past it: the
+/// parser's end-of-stream mark on a text that does not end with a line break is on the
+/// line after it (found by fuzzing: `router.yaml:2:1` for a one-line file). Lines are
+/// YAML's (1.2 §5.4): a break is LF, CRLF or a CR alone.
+fn within(text: &str, at: (usize, usize)) -> (usize, usize) {
+    let breaks =
+        text.matches('\n').count() + text.matches('\r').count() - text.matches("\r\n").count();
+    if at.0 <= breaks + 1 {
+        return at;
+    }
+    let last = text.rsplit(['\n', '\r']).next().unwrap_or_default();
+    (breaks + 1, last.chars().count() + 1)
 }
 
 /// Finds the 1-based `(line, column)` where the node at `path` starts in a YAML document.
@@ -435,6 +451,29 @@ mod tests {
 
     fn key(s: &str) -> Seg {
         Seg::Key(s.into())
+    }
+
+    /// A shape error found at the end of a text without a final line break points at the
+    /// end of its last line, not at a line after it (found by the `config` fuzz target).
+    #[test]
+    fn an_error_at_the_end_stays_inside_the_text() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Needs {
+            listen: String,
+        }
+        let source = Source {
+            path: "r.yaml".into(),
+            text: "# no listen".into(),
+        };
+        let e = source.parse::<Needs>().expect_err("missing field");
+        assert_eq!(e.position, Some((1, 12)), "{e}");
+        let source = Source {
+            path: "r.yaml".into(),
+            text: "# no listen\n".into(),
+        };
+        let e = source.parse::<Needs>().expect_err("missing field");
+        assert!(e.position.is_some_and(|(line, _)| line <= 2), "{e}");
     }
 
     #[test]
