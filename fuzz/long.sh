@@ -38,7 +38,7 @@ echo "|---|---|---|---|---|---|---|---|"
 for t in "${targets[@]}"; do
   log="target/fuzz-logs/$t.log"
   execs=$(grep -o 'stat::number_of_executed_units: [0-9]*' "$log" | grep -o '[0-9]*$')
-  rate=$(grep -o 'stat::average_exec_per_sec: [0-9]*' "$log" | grep -o '[0-9]*$')
+  rate=$(grep -o 'stat::average_exec_per_sec: *[0-9]*' "$log" | grep -o '[0-9]*$')
   last=$(grep -E '^#[0-9]+' "$log" | tail -n 1)
   cov=$(grep -o 'cov: [0-9]*' <<<"$last" | grep -o '[0-9]*$')
   ft=$(grep -o 'ft: [0-9]*' <<<"$last" | grep -o '[0-9]*$')
