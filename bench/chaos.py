@@ -328,6 +328,12 @@ TABLE_B = table_r("chaos-b", [E2, E1], extra_country=True)
 TABLE_BAD = table_r("chaos-bad", [E1, E2]).replace("2: us", "2: nowhere")
 
 
+# The mesh edges check each other actively: a passing check ends an ejection
+# (docs/data-path.md), so a partitioned region is back within a check interval of the
+# link's return rather than when its doubled ejection runs out.
+MESH_CHECKS = "health_check: { path: /healthz, interval_ms: 1000, timeout_ms: 500 }\n"
+
+
 def router_yaml(listen, admin, region, extra=""):
     return f"""listen: 127.0.0.1:{listen}
 admin_listen: 127.0.0.1:{admin}
@@ -433,7 +439,7 @@ class Bench:
             tls = "" if r == "eu" else (f"tls:\n  certificates: [ {{ cert: ../certs/{r}.pem, key: ../certs/{r}-key.pem }} ]\n"
                                         "  client_auth: { ca: ../certs/ca.pem, required: true }\n")
             with open(os.path.join(d, "router.yaml"), "w") as f:
-                f.write(router_yaml(EDGE[r], EDGE_ADMIN[r], r, tls + "reload: { watch: false }\n"))
+                f.write(router_yaml(EDGE[r], EDGE_ADMIN[r], r, tls + "reload: { watch: false }\n" + MESH_CHECKS))
             self.procs.start(f"echo-{r}", [self.bin, "echo", "--region", r, "--listen",
                                            f"127.0.0.1:{EDGE_ECHO[r]}"], ns=ns)
         self.procs.start(f"edge-{r}", [self.bin, "serve", "--config", os.path.join(d, "router.yaml")], ns=ns)
@@ -855,7 +861,7 @@ over {LOAD_R[0]} connections to R, {LOAD_T[1]} req/s over {LOAD_T[0]} HTTPS conn
 full handshake, every 10 requests) to T, {LOAD_MESH[1]} req/s over {LOAD_MESH[0]} connections to the
 mesh's eu edge (a third of them for each of eu, us and ap ids). Every router: `timeouts: {{ connect_ms: {CONNECT_MS}, response_headers_ms:
 {HEADERS_MS} }}`, retries and health at their defaults (2 retries, eject after 5 failures for
-1 s, doubling). A request is *no answer* when nothing whole came within {CLIENT_TIMEOUT_MS} ms
+1 s, doubling); the mesh edges also check each other (`{MESH_CHECKS.strip()}`). A request is *no answer* when nothing whole came within {CLIENT_TIMEOUT_MS} ms
 (the config's worst case is {BOUND_MS} ms: 3 connects and the headers' wait); *closed*: the
 connection ended before a whole answer; *other*: 4xx and connect/TLS errors other than a refusal;
 5xx are split by status and the router's problem slug. Each client connection waits for its
