@@ -230,82 +230,68 @@ fn chain(e: &dyn std::error::Error) -> String {
     text
 }
 
-/// Steady keep-alive load until `stop`: HTTP/1.1 through reqwest, h2c through hyper's
-/// pooled client, and the admin API's `/readyz` (200 throughout: the router never goes
-/// away), each a loop of one request after another.
+/// Steady keep-alive load until `stop`: HTTP/1.1 and h2c through reqwest, and the admin
+/// API's `/readyz` (200 throughout: the router never goes away), each a loop of one
+/// request after another.
 fn load(
     edge: &Edge,
     stop: &Arc<AtomicBool>,
     tally: &Arc<Tally>,
 ) -> Vec<tokio::task::JoinHandle<()>> {
-    let mut tasks = Vec::new();
     let h1 = common::client();
-    for _ in 0..3 {
-        let (client, url, stop, tally) = (
-            h1.clone(),
-            edge.id_url("http", ""),
-            stop.clone(),
-            tally.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..MAX_REQUESTS {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let got = client.get(&url).send().await;
-                tally.count(
-                    got.map(|r| r.status().as_u16()).map_err(|e| chain(&e)),
-                    "h1",
-                );
-            }
-        }));
-    }
     // reqwest retries a request the server refused unprocessed: one sent after its GOAWAY
     // (RFC 9113 §8.7), as browsers and gRPC clients do; hyper-util's client does not.
     let h2 = reqwest::Client::builder()
         .http2_prior_knowledge()
         .build()
         .expect("h2c client");
-    for _ in 0..2 {
-        let (client, url, stop, tally) = (
-            h2.clone(),
-            edge.id_url("http", ""),
-            stop.clone(),
-            tally.clone(),
-        );
-        tasks.push(tokio::spawn(async move {
-            for _ in 0..MAX_REQUESTS {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                let got = client.get(&url).send().await;
-                tally.count(
-                    got.map(|r| r.status().as_u16()).map_err(|e| chain(&e)),
-                    "h2",
-                );
-            }
-        }));
+    let url = edge.id_url("http", "");
+    let admin = format!("http://{}/readyz", edge.admin);
+    let mut tasks = Vec::new();
+    for _ in 0..3 {
+        tasks.push(request_loop(&h1, &url, "h1", Duration::ZERO, stop, tally));
     }
-    let (admin, stop, tally) = (
-        format!("http://{}/readyz", edge.admin),
-        stop.clone(),
-        tally.clone(),
-    );
-    tasks.push(tokio::spawn(async move {
-        let client = common::client();
+    for _ in 0..2 {
+        tasks.push(request_loop(&h2, &url, "h2", Duration::ZERO, stop, tally));
+    }
+    let pause = Duration::from_millis(5);
+    tasks.push(request_loop(
+        &common::client(),
+        &admin,
+        "admin /readyz",
+        pause,
+        stop,
+        tally,
+    ));
+    tasks
+}
+
+/// One loop of `GET url` on `client` until `stop`, each outcome counted as `what`, `pause`
+/// between requests.
+fn request_loop(
+    client: &reqwest::Client,
+    url: &str,
+    what: &'static str,
+    pause: Duration,
+    stop: &Arc<AtomicBool>,
+    tally: &Arc<Tally>,
+) -> tokio::task::JoinHandle<()> {
+    let (client, url, stop, tally) = (client.clone(), url.to_owned(), stop.clone(), tally.clone());
+    tokio::spawn(async move {
         for _ in 0..MAX_REQUESTS {
             if stop.load(Ordering::Relaxed) {
                 break;
             }
-            let got = client.get(&admin).send().await;
+            let got = client.get(&url).send().await;
             tally.count(
                 got.map(|r| r.status().as_u16()).map_err(|e| chain(&e)),
-                "admin /readyz",
+                what,
             );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            if !pause.is_zero() {
+                tokio::time::sleep(pause).await;
+            }
         }
-    }));
-    tasks
+    })
 }
 
 /// Stops the load and returns what failed.

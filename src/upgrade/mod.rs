@@ -81,7 +81,7 @@ impl Listeners {
             let (sockets, shake) = handover::take(path).await?;
             let origin = Origin::Upgrade(shake.old_pid);
             handshake = Some(shake);
-            found.handed(config, sockets)?;
+            found.handed(config, sockets);
             origin
         } else {
             let passed = systemd::listen_fds()?;
@@ -129,11 +129,7 @@ struct Found {
 impl Found {
     /// Keeps what the config still asks for; a socket it no longer does (its address
     /// changed) is closed here, and the running process closes its own when it exits.
-    fn handed(
-        &mut self,
-        config: &RouterConfig,
-        sockets: Vec<(Socket, OwnedFd)>,
-    ) -> Result<(), String> {
+    fn handed(&mut self, config: &RouterConfig, sockets: Vec<(Socket, OwnedFd)>) {
         for (socket, fd) in sockets {
             match socket {
                 Socket::Public { addr } if addr == config.listen => self.public.push(fd.into()),
@@ -149,7 +145,6 @@ impl Found {
                 ),
             }
         }
-        Ok(())
     }
 
     /// Each socket systemd passed, by its name (`public`, `admin`) or else its address.
