@@ -284,6 +284,38 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
     }
 }
 
+impl<S: AsyncRead + Unpin> Buffered<S> {
+    /// [`more`] as a poll, for a body read when it is polled (`upstream::h1::RawBody`): with
+    /// nothing pending, reads into a [`LARGE`] buffer; `Ok(0)`: the connection closed.
+    pub fn poll_fill(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<io::Result<usize>> {
+        if self.pending().is_empty() {
+            self.large();
+        } else if self.buf.len() == self.buf.capacity() {
+            if self.start > 0 {
+                self.buf.copy_within(self.start.., 0);
+                self.buf.truncate(self.buf.len() - self.start);
+                self.start = 0;
+            } else {
+                self.buf.reserve(BUFFER);
+            }
+        }
+        let filled = {
+            let mut read = tokio::io::ReadBuf::uninit(self.buf.spare_capacity_mut());
+            std::task::ready!(std::pin::Pin::new(&mut self.io).poll_read(cx, &mut read))?;
+            read.filled().len()
+        };
+        // SAFETY: `poll_read` initialized the `filled` bytes after `len`.
+        unsafe { self.buf.set_len(self.buf.len() + filled) };
+        if filled == 0 {
+            self.release();
+        }
+        std::task::Poll::Ready(Ok(filled))
+    }
+}
+
 impl<S: AsyncRead + AsyncWrite + Unpin> Buffered<S> {
     /// Reads until `total` bytes are pending (a body to hold after its head), each read
     /// waiting at most `within`, into one buffer that holds them all (moved there first if

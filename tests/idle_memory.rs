@@ -164,3 +164,83 @@ async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
     );
     drop((idle, waiting, upstream_side));
 }
+
+/// Requests that came as HTTP/2 streams and wait on a silent HTTP/1.1 upstream go through
+/// the shared phases, which ask the upstream through the own engine's pooled sockets: a
+/// waiting stream holds its stream state, its request's task and a socket with no buffer
+/// (measured here: 6.8 KiB). Through hyper's HTTP/1.1 client each also held a connection
+/// task and two 8 KiB buffers, and its stream task held the request's future three times
+/// over: 28.9 KiB here with the first and not the second fixed (42.8 KiB of `VmRSS` on the
+/// release build before both, docs/overload.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http2_streams_waiting_on_a_silent_upstream_cost_a_few_kib() {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let room = raise_nofile(4096);
+    let (conns, streams) = if room >= 4096 { (10, 100) } else { (3, 100) };
+    let n = conns * streams;
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind hole");
+    let hole_addr = hole.local_addr().expect("addr");
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for c in hole.incoming().flatten() {
+            holder.lock().expect("hole").push(c);
+        }
+    });
+    let (child, public, _dir) = router(hole_addr).await;
+    let pid = child.id();
+    let mut senders = Vec::new();
+    for _ in 0..conns {
+        let stream = tokio::net::TcpStream::connect(public)
+            .await
+            .expect("connect");
+        let (h2, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(stream))
+                .await
+                .expect("h2c handshake");
+        tokio::spawn(conn);
+        senders.push(h2);
+    }
+    // One stream on each connection first, so that the connections' own buffers are in
+    // `before`: what follows is the streams'.
+    let uri = format!("http://m/o/{}", iuid_for(1));
+    let mut waiting = Vec::new();
+    let mut ask =
+        |h2: &mut hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>| {
+            let req = http::Request::get(&uri)
+                .body(http_body_util::Empty::new())
+                .expect("request");
+            waiting.push(tokio::spawn(h2.send_request(req)));
+        };
+    for h2 in &mut senders {
+        ask(h2);
+    }
+    eventually(Duration::from_secs(30), || async {
+        held.lock().expect("hole").len() >= conns
+    })
+    .await;
+    let before = settled_rss(pid).await;
+    for h2 in &mut senders {
+        for _ in 1..streams {
+            ask(h2);
+        }
+    }
+    let all = eventually(Duration::from_secs(60), || async {
+        held.lock().expect("hole").len() >= n
+    })
+    .await;
+    let finished = waiting.iter().filter(|w| w.is_finished()).count();
+    assert_eq!(
+        held.lock().expect("hole").len(),
+        n,
+        "every stream reached the upstream ({all:?}); {finished} streams ended already"
+    );
+    let with_waiting = settled_rss(pid).await;
+    let per_waiting = (with_waiting.saturating_sub(before)) as f64 / (n - conns) as f64;
+    eprintln!("{per_waiting:.2} KiB per HTTP/2 stream waiting on its upstream");
+    assert!(
+        per_waiting < 8.5,
+        "{per_waiting:.2} KiB per HTTP/2 stream waiting on its upstream ({before} -> {with_waiting} KiB)"
+    );
+    drop((waiting, senders));
+}

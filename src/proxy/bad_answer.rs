@@ -5,9 +5,9 @@
 //! - A `101 Switching Protocols` to a request that asked for no upgrade.
 //! - A chunked answer whose body fails in what arrived with its head: a chunk size that is not
 //!   hex (`2zz`, `0x2`, `+2`), `Transfer-Encoding: chunked` over a `Content-Length` body.
-//!   hyper's client hands over the head before it decodes the body, so unless the first frame
-//!   is looked at first, the head is relayed and the client's connection is then closed with
-//!   no answer.
+//!   An answer is handed over at its head, before its body is decoded (by hyper's client or
+//!   `upstream::h1`), so unless the first frame is looked at first, the head is relayed and
+//!   the client's connection is then closed with no answer.
 
 use std::future::poll_fn;
 use std::pin::Pin;
@@ -17,11 +17,11 @@ use bytes::Bytes;
 use http::header::TRANSFER_ENCODING;
 use http::Response;
 use http_body::{Body as _, Frame};
-use hyper::body::Incoming;
 
 use super::{Target, Trail};
 use crate::error::ErrorKind;
 use crate::problem::Problem;
+use crate::upstream::body::{BoxError, Inbound};
 use crate::upstream::forward::Answered;
 
 /// How often a request lets its worker run its other tasks while it looks for the first
@@ -56,7 +56,7 @@ pub(super) fn unsolicited_switch(target: &Target, answered: &Answered) -> Proble
 /// Any other answer (its length known, or no body) is not looked at: the REST path pays a
 /// header lookup.
 pub(super) async fn first_frame(
-    resp: &mut Response<Incoming>,
+    resp: &mut Response<Inbound>,
     trail: &Trail,
 ) -> Result<Option<Frame<Bytes>>, Problem> {
     if !resp.headers().contains_key(TRANSFER_ENCODING) || resp.body().is_end_stream() {
@@ -76,8 +76,8 @@ pub(super) async fn first_frame(
 }
 
 /// The 502 for an answer whose body failed before any of it was relayed.
-fn broken(e: &hyper::Error, trail: &Trail) -> Problem {
-    let mut cause: &(dyn std::error::Error + 'static) = e;
+fn broken(e: &BoxError, trail: &Trail) -> Problem {
+    let mut cause: &(dyn std::error::Error + 'static) = &**e;
     while let Some(next) = cause.source() {
         cause = next;
     }

@@ -19,6 +19,7 @@ pub mod request_id;
 pub mod route;
 mod upgrade;
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -29,7 +30,6 @@ use http::uri::Authority;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Either, Full, Limited};
-use hyper::body::Incoming;
 use tracing::Instrument;
 
 use crate::config::{Legacy, RouterConfig, Unrouted};
@@ -167,11 +167,15 @@ impl Proxy {
     /// Handles one request end to end; never fails: refusals are problem+json responses.
     /// Around the phases: the request id (`x-request-id`, taken or made, passed upstream and
     /// returned), one tracing span, metrics, and the optional access log line.
-    pub async fn handle(
-        &self,
+    ///
+    /// What comes before the phases is done before the returned future, which so keeps no
+    /// copy of the request beside the one the phases hold (rustc keeps an `async fn`'s
+    /// arguments beside what they are moved into: bytes every waiting request holds).
+    pub fn handle<'a>(
+        &'a self,
         mut req: Request<Inbound>,
-        client: &ClientAddr,
-    ) -> Response<ProxyBody> {
+        client: &'a ClientAddr,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
         let started = Instant::now();
         let request_id = request_id::take_or_make(req.headers_mut());
         // Debug level: at the default `info`, tracing-subscriber's fmt layer would format every
@@ -196,122 +200,134 @@ impl Proxy {
         let grpc = crate::extract::grpc::is_grpc(req.headers());
         let method = self.config.access_log.then(|| req.method().clone());
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
-        let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
-        if grpc {
-            // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
-            if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
-                resp = crate::problem::grpc_response(made).map(Either::Right);
+        async move {
+            let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
+            if grpc {
+                // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
+                if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
+                    resp = crate::problem::grpc_response(made).map(Either::Right);
+                }
             }
-        }
-        resp.headers_mut()
-            .insert(request_id::HEADER.clone(), request_id.clone());
+            resp.headers_mut()
+                .insert(request_id::HEADER.clone(), request_id.clone());
 
-        let status = resp.status().as_u16();
-        let region = trail.region.as_deref().unwrap_or(&self.no_region);
-        region.request(trail.route, status);
-        if let (Some(method), Some(path)) = (method, path) {
-            access::log(&access::Access {
-                request_id: request_id::as_str(&request_id),
-                method: method.as_str(),
-                path: &path,
-                status,
-                route: trail.route,
-                region: trail.region.as_ref().map(|r| &*r.label),
-                regions: trail.regions.as_deref(),
-                upstream: trail.upstream.as_ref().map(Authority::as_str),
-                started,
-            });
+            let status = resp.status().as_u16();
+            let region = trail.region.as_deref().unwrap_or(&self.no_region);
+            region.request(trail.route, status);
+            if let (Some(method), Some(path)) = (method, path) {
+                access::log(&access::Access {
+                    request_id: request_id::as_str(&request_id),
+                    method: method.as_str(),
+                    path: &path,
+                    status,
+                    route: trail.route,
+                    region: trail.region.as_ref().map(|r| &*r.label),
+                    regions: trail.regions.as_deref(),
+                    upstream: trail.upstream.as_ref().map(Authority::as_str),
+                    started,
+                });
+            }
+            resp
         }
-        resp
     }
 
     /// The phases in order; each refusal returns early as problem+json.
-    async fn phases(
-        &self,
+    fn phases<'a>(
+        &'a self,
         req: Request<Inbound>,
-        client: &ClientAddr,
-        trail: &mut Trail,
-    ) -> Response<ProxyBody> {
+        client: &'a ClientAddr,
+        trail: &'a mut Trail,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
+        // Split before the future, which then keeps no copy of the request (see `handle`).
         let (mut parts, body) = req.into_parts();
-        let (target, body) = match self.route(&parts, body, trail).await {
-            Ok(Routed::Region(target, body)) => (target, body),
-            Ok(Routed::Fanout(route, body)) => {
-                // A body cut midway is the client's error, and no region is asked for it.
-                if let Err(problem) = self.drop_body(body).await {
-                    return problem.into_response().map(Either::Right);
+        async move {
+            let (target, body) = match self.route(&parts, body, trail).await {
+                Ok(Routed::Region(target, body)) => (target, body),
+                Ok(Routed::Fanout(route, body)) => {
+                    // A body cut midway is the client's error, and no region is asked for it.
+                    if let Err(problem) = self.drop_body(body).await {
+                        return problem.into_response().map(Either::Right);
+                    }
+                    self.rewrite_request(&mut parts, client);
+                    // Boxed, as are the other several-region paths below: their futures are large
+                    // and would otherwise grow every request's future (measured: +2 % instructions
+                    // on the REST path, in memcpy and malloc).
+                    let answer = match self.admit_fanout(client) {
+                        Ok(_permit) => {
+                            Box::pin(self.fanout(&route, parts, &mut trail.regions)).await
+                        }
+                        Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                    };
+                    return answer
+                        .unwrap_or_else(Problem::into_response)
+                        .map(Either::Right);
                 }
-                self.rewrite_request(&mut parts, client);
-                // Boxed, as are the other several-region paths below: their futures are large
-                // and would otherwise grow every request's future (measured: +2 % instructions
-                // on the REST path, in memcpy and malloc).
-                let answer = match self.admit_fanout(client) {
-                    Ok(_permit) => Box::pin(self.fanout(&route, parts, &mut trail.regions)).await,
-                    Err(refusal) => Err(Problem::FanoutBusy(refusal)),
-                };
-                return answer
-                    .unwrap_or_else(Problem::into_response)
-                    .map(Either::Right);
+                Ok(Routed::Split {
+                    scheme,
+                    split,
+                    body,
+                }) => {
+                    self.rewrite_request(&mut parts, client);
+                    let splitting = Box::pin(self.split_nodes(
+                        &scheme,
+                        &split,
+                        parts,
+                        body,
+                        &mut trail.regions,
+                    ));
+                    let answer = match self.admit_fanout(client) {
+                        Ok(_permit) => splitting.await,
+                        Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                    };
+                    return answer
+                        .unwrap_or_else(Problem::into_response)
+                        .map(Either::Right);
+                }
+                Err(problem) => return problem.into_response().map(Either::Right),
+            };
+            let client_upgrade = upgrade::take(&mut parts);
+            self.rewrite_request(&mut parts, client);
+            let body = match self.hold_or_stream(&parts, body).await {
+                Ok(body) => body,
+                Err(problem) => return problem.into_response().map(Either::Right),
+            };
+            // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
+            let probe_head = match (&target.probe, &body) {
+                (Some(_), Outgoing::Held(b)) if b.is_empty() => Some(forward::copy_head(&parts)),
+                _ => None,
+            };
+            let mut answered = match self.forward(&target, parts, body, &trail.span).await {
+                Ok(answered) => answered,
+                Err(problem) => return problem.into_response().map(Either::Right),
+            };
+            if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && !client_upgrade {
+                let problem = bad_answer::unsolicited_switch(&target, &answered);
+                return problem.into_response().map(Either::Right);
             }
-            Ok(Routed::Split {
-                scheme,
-                split,
-                body,
-            }) => {
-                self.rewrite_request(&mut parts, client);
-                let splitting =
-                    Box::pin(self.split_nodes(&scheme, &split, parts, body, &mut trail.regions));
-                let answer = match self.admit_fanout(client) {
-                    Ok(_permit) => splitting.await,
-                    Err(refusal) => Err(Problem::FanoutBusy(refusal)),
-                };
-                return answer
-                    .unwrap_or_else(Problem::into_response)
-                    .map(Either::Right);
+            if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
+                // Boxed, as the fan-out paths are: its future is large and would otherwise grow
+                // every request's.
+                let probing = self.legacy_probe(&target, probe, head, answered, trail);
+                answered = Box::pin(probing).await;
             }
-            Err(problem) => return problem.into_response().map(Either::Right),
-        };
-        let client_upgrade = upgrade::take(&mut parts);
-        self.rewrite_request(&mut parts, client);
-        let body = match self.hold_or_stream(&parts, body).await {
-            Ok(body) => body,
-            Err(problem) => return problem.into_response().map(Either::Right),
-        };
-        // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
-        let probe_head = match (&target.probe, &body) {
-            (Some(_), Outgoing::Held(b)) if b.is_empty() => Some(forward::copy_head(&parts)),
-            _ => None,
-        };
-        let mut answered = match self.forward(&target, parts, body, &trail.span).await {
-            Ok(answered) => answered,
-            Err(problem) => return problem.into_response().map(Either::Right),
-        };
-        if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && !client_upgrade {
-            let problem = bad_answer::unsolicited_switch(&target, &answered);
-            return problem.into_response().map(Either::Right);
+            let Answered {
+                mut response,
+                upstream,
+                in_flight,
+                region_permit,
+            } = answered;
+            trail.upstream = Some(upstream);
+            let first = match bad_answer::first_frame(&mut response, trail).await {
+                Ok(first) => first,
+                Err(problem) => return problem.into_response().map(Either::Right),
+            };
+            let in_flight = InFlightGuards {
+                _request: trail.in_flight.take(),
+                _upstream: in_flight,
+                _region: region_permit,
+            };
+            self.respond(response, first, in_flight, client_upgrade)
         }
-        if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
-            // Boxed, as the fan-out paths are: its future is large and would otherwise grow
-            // every request's.
-            let probing = self.legacy_probe(&target, probe, head, answered, trail);
-            answered = Box::pin(probing).await;
-        }
-        let Answered {
-            mut response,
-            upstream,
-            in_flight,
-            region_permit,
-        } = answered;
-        trail.upstream = Some(upstream);
-        let first = match bad_answer::first_frame(&mut response, trail).await {
-            Ok(first) => first,
-            Err(problem) => return problem.into_response().map(Either::Right),
-        };
-        let in_flight = InFlightGuards {
-            _request: trail.in_flight.take(),
-            _upstream: in_flight,
-            _region: region_permit,
-        };
-        self.respond(response, first, in_flight, client_upgrade)
     }
 
     /// Phase 5b, legacy ids only: a 404/410 from the region first asked sends the request to
@@ -542,13 +558,17 @@ impl Proxy {
 
     /// Phase 5: an upstream of the region (`upstream::forward`); its failure as the problem
     /// to answer.
-    async fn forward(
-        &self,
-        target: &Target,
+    ///
+    /// A combinator, not an `async fn`: the forwarding future is kept once, in place (an
+    /// `async fn` would keep its arguments beside it while the request waits).
+    fn forward<'a>(
+        &'a self,
+        target: &'a Target,
         parts: Parts,
         body: Outgoing,
-        span: &tracing::Span,
-    ) -> Result<Answered, Problem> {
+        span: &'a tracing::Span,
+    ) -> impl Future<Output = Result<Answered, Problem>> + Send + 'a {
+        use futures_util::future::{ready, Either as Fut, FutureExt};
         let region = target.region();
         let policies = Policies {
             retry: &self.config.retries,
@@ -560,14 +580,27 @@ impl Proxy {
         // caller is inlined here, as it was before the several-region paths shared `send`'s
         // (measured: sharing it cost the REST path about 500 instructions per request in
         // moves of the request head between the two futures).
-        let aim = |head: &mut Parts, upstream: &UpstreamState| {
+        let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
             span.record("upstream", upstream.authority.as_str());
         };
-        let permit = self
-            .admit_region(region)
-            .map_err(|reason| self.overloaded(region, reason))?;
-        match forward::forward(region, permit, parts, body, policies, aim).await {
+        let permit = match self.admit_region(region) {
+            Ok(permit) => permit,
+            Err(reason) => return Fut::Left(ready(Err(self.overloaded(region, reason)))),
+        };
+        Fut::Right(
+            forward::forward(region, permit, parts, body, policies, aim)
+                .map(move |forwarded| self.judged(region, forwarded)),
+        )
+    }
+
+    /// [`Proxy::forward`]'s outcome as the answer or the problem to send.
+    fn judged(
+        &self,
+        region: &RegionRuntime,
+        forwarded: Result<Answered, ForwardError>,
+    ) -> Result<Answered, Problem> {
+        match forwarded {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
@@ -601,7 +634,7 @@ impl Proxy {
     /// it is done (a `101` answer to an upgrade starts the tunnel instead).
     fn respond(
         &self,
-        mut resp: Response<Incoming>,
+        mut resp: Response<Inbound>,
         first: Option<http_body::Frame<Bytes>>,
         in_flight: InFlightGuards,
         client_upgrade: bool,

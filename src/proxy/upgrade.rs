@@ -9,7 +9,8 @@
 
 use http::request::Parts;
 use http::Response;
-use hyper::body::Incoming;
+
+use crate::upstream::body::Inbound;
 use hyper::upgrade::OnUpgrade;
 
 /// Marks a request whose client connection can be switched (an HTTP/1.1 request that asks
@@ -29,7 +30,7 @@ pub fn take(parts: &mut Parts) -> bool {
 }
 
 /// Keeps the upstream's side of a `101` answer in the answer for the client's connection.
-pub fn keep(resp: &mut Response<Incoming>) {
+pub fn keep(resp: &mut Response<Inbound>) {
     let upstream = hyper::upgrade::on(&mut *resp);
     resp.extensions_mut().insert(UpstreamUpgrade(upstream));
 }

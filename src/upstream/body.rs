@@ -333,6 +333,9 @@ pub enum Inbound {
     Hyper(hyper::body::Incoming),
     /// Read by the own engine.
     Own(OwnBody),
+    /// An HTTP/1.1 upstream's answer, read by the own engine (`upstream::h1`). Boxed: every
+    /// request's future holds `Inbound`s, most of them client bodies (40 bytes).
+    Raw(Box<super::h1::RawBody>),
 }
 
 impl From<hyper::body::Incoming> for Inbound {
@@ -360,6 +363,7 @@ impl Body for Inbound {
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(Into::into))),
             Inbound::Own(body) => Pin::new(body).poll_frame(cx),
+            Inbound::Raw(body) => Pin::new(body).poll_frame(cx),
         }
     }
 
@@ -367,6 +371,7 @@ impl Body for Inbound {
         match self {
             Inbound::Hyper(body) => body.is_end_stream(),
             Inbound::Own(body) => body.is_end_stream(),
+            Inbound::Raw(body) => body.is_end_stream(),
         }
     }
 
@@ -374,6 +379,7 @@ impl Body for Inbound {
         match self {
             Inbound::Hyper(body) => body.size_hint(),
             Inbound::Own(body) => body.size_hint(),
+            Inbound::Raw(body) => body.size_hint(),
         }
     }
 }

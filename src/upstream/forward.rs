@@ -16,19 +16,17 @@
 
 use std::sync::Arc;
 
-use bytes::Bytes;
-use http::request::Parts;
-use http::uri::Authority;
-use http::{Method, Request, Response};
-use http_body_util::{Either, Full};
-use hyper::body::Incoming;
-
-use super::body::BodyWatch;
+use super::body::{BodyWatch, Inbound};
 use super::health::{self, Pick};
 use super::regions::{Connects, RegionPermit, RegionRuntime};
 use super::{UpstreamBody, UpstreamState};
 use crate::config::{HealthPolicy, Limits, RetryPolicy};
 use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
+use bytes::Bytes;
+use http::request::Parts;
+use http::uri::Authority;
+use http::{Method, Request, Response};
+use http_body_util::{Either, Full};
 
 /// The body to send: held (replayable) or streamed (one attempt).
 #[derive(Debug)]
@@ -45,7 +43,7 @@ pub enum Outgoing {
 #[derive(Debug)]
 pub struct Answered {
     /// The upstream's response.
-    pub response: Response<Incoming>,
+    pub response: Response<Inbound>,
     /// The upstream that gave it.
     pub upstream: Authority,
     /// Keep it with the response body (P2C balances on this count).
@@ -106,118 +104,125 @@ pub fn copy_head(parts: &Parts) -> Parts {
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
 /// points the request at the chosen upstream (URI, `Host`). `permit`: the request's place
 /// in the region's limit, taken by the caller (`proxy::phases`), kept in the answer.
-pub async fn forward<Aim: Fn(&mut Parts, &UpstreamState)>(
-    region: &RegionRuntime,
+///
+/// The returned future keeps the head and body once: they are split before it (an `async fn`
+/// keeps its arguments beside what they are moved into, bytes every waiting request holds).
+pub fn forward<'a, Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync + 'a>(
+    region: &'a RegionRuntime,
     permit: RegionPermit,
     mut parts: Parts,
     body: Outgoing,
-    policies: Policies<'_>,
+    policies: Policies<'a>,
     aim: Aim,
-) -> Result<Answered, ForwardError> {
+) -> impl std::future::Future<Output = Result<Answered, ForwardError>> + Send + 'a {
     region.state.budget.deposit(policies.retry);
-    let metrics = &region.state.metrics;
     let retry_ok = idempotent(&parts.method);
     let (held, mut streamed, watch) = match body {
         Outgoing::Held(bytes) => (Some(bytes), None, None),
         Outgoing::Streamed(b, watch) => (None, Some(b), Some(watch)),
     };
-    let mut tried = 0u64;
-    let mut last: Option<(Error, Authority)> = None;
-    for attempt in 0..=policies.retry.max_retries {
-        if attempt > 0 && (held.is_none() || !region.state.budget.withdraw(policies.retry)) {
-            break;
+    async move {
+        let metrics = &region.state.metrics;
+        let mut tried = 0u64;
+        let mut last: Option<(Error, Authority)> = None;
+        for attempt in 0..=policies.retry.max_retries {
+            if attempt > 0 && (held.is_none() || !region.state.budget.withdraw(policies.retry)) {
+                break;
+            }
+            let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
+                Pick::Upstream(i) => i,
+                Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                    return Err(ForwardError::Unavailable { retry_after_ms })
+                }
+                Pick::AllEjected { .. } | Pick::Exhausted => break,
+            };
+            tried |= 1 << (i % 64);
+            let upstream = &region.upstreams[i];
+            let body = match (&held, streamed.take()) {
+                (Some(bytes), _) => Either::Right(Full::new(bytes.clone())),
+                (None, Some(b)) => b,
+                (None, None) => break,
+            };
+            // A retry goes to another upstream, so a region of one never needs the head again.
+            let more_to_come = held.is_some()
+                && attempt < policies.retry.max_retries
+                && region.upstreams.len() > 1;
+            let mut head = if more_to_come {
+                copy_head(&parts)
+            } else {
+                std::mem::replace(&mut parts, copy_head_empty())
+            };
+            aim(&mut head, &upstream.state);
+            let state = &upstream.state;
+            let in_flight = state.health.start();
+            let sent = std::time::Instant::now();
+            let connects = Connects {
+                region: &region.state,
+                max: policies.limits.region_max_pending_connects,
+            };
+            match state
+                .send::<Aim>(
+                    Request::from_parts(head, body),
+                    watch.as_deref(),
+                    Some(connects),
+                )
+                .await
+            {
+                Ok(resp) => {
+                    state.health.success();
+                    let took = sent.elapsed();
+                    metrics.upstream_duration(took.as_secs_f64());
+                    region.state.sample(policies.limits, took);
+                    return Ok(Answered {
+                        response: resp,
+                        upstream: upstream.authority.clone(),
+                        in_flight,
+                        region_permit: permit,
+                    });
+                }
+                // The router's own limit: nothing was sent; not the upstream's, not retried.
+                Err(Error {
+                    kind: ErrorKind::Shed(reason),
+                    ..
+                }) => {
+                    metrics.shed(reason);
+                    return Err(ForwardError::Overloaded(reason));
+                }
+                Err(error) if error.blame() == Blame::Client => {
+                    crate::metrics::client_error(error.kind);
+                    tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
+                    return Err(ForwardError::Failed {
+                        error,
+                        upstream: upstream.authority.clone(),
+                    });
+                }
+                Err(error) => {
+                    if error.kind == ErrorKind::Timeout {
+                        region.state.sample(policies.limits, sent.elapsed());
+                    }
+                    metrics.upstream_error(error.kind);
+                    if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health)
+                    {
+                        tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
+                    }
+                    let retryable = match error.kind.retry() {
+                        Retry::Always => true,
+                        Retry::IfIdempotent => retry_ok,
+                        Retry::Never => false,
+                    };
+                    tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
+                    last = Some((error, upstream.authority.clone()));
+                    if !retryable || !more_to_come {
+                        break;
+                    }
+                }
+            }
         }
-        let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
-            Pick::Upstream(i) => i,
-            Pick::AllEjected { retry_after_ms } if last.is_none() => {
-                return Err(ForwardError::Unavailable { retry_after_ms })
-            }
-            Pick::AllEjected { .. } | Pick::Exhausted => break,
-        };
-        tried |= 1 << (i % 64);
-        let upstream = &region.upstreams[i];
-        let body = match (&held, streamed.take()) {
-            (Some(bytes), _) => Either::Right(Full::new(bytes.clone())),
-            (None, Some(b)) => b,
-            (None, None) => break,
-        };
-        // A retry goes to another upstream, so a region of one never needs the head again.
-        let more_to_come =
-            held.is_some() && attempt < policies.retry.max_retries && region.upstreams.len() > 1;
-        let mut head = if more_to_come {
-            copy_head(&parts)
-        } else {
-            std::mem::replace(&mut parts, copy_head_empty())
-        };
-        aim(&mut head, &upstream.state);
-        let state = &upstream.state;
-        let in_flight = state.health.start();
-        let sent = std::time::Instant::now();
-        let connects = Connects {
-            region: &region.state,
-            max: policies.limits.region_max_pending_connects,
-        };
-        match state
-            .send::<Aim>(
-                Request::from_parts(head, body),
-                watch.as_deref(),
-                Some(connects),
-            )
-            .await
-        {
-            Ok(resp) => {
-                state.health.success();
-                let took = sent.elapsed();
-                metrics.upstream_duration(took.as_secs_f64());
-                region.state.sample(policies.limits, took);
-                return Ok(Answered {
-                    response: resp,
-                    upstream: upstream.authority.clone(),
-                    in_flight,
-                    region_permit: permit,
-                });
-            }
-            // The router's own limit: nothing was sent; not the upstream's, not retried.
-            Err(Error {
-                kind: ErrorKind::Shed(reason),
-                ..
-            }) => {
-                metrics.shed(reason);
-                return Err(ForwardError::Overloaded(reason));
-            }
-            Err(error) if error.blame() == Blame::Client => {
-                crate::metrics::client_error(error.kind);
-                tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
-                return Err(ForwardError::Failed {
-                    error,
-                    upstream: upstream.authority.clone(),
-                });
-            }
-            Err(error) => {
-                if error.kind == ErrorKind::Timeout {
-                    region.state.sample(policies.limits, sent.elapsed());
-                }
-                metrics.upstream_error(error.kind);
-                if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
-                    tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
-                }
-                let retryable = match error.kind.retry() {
-                    Retry::Always => true,
-                    Retry::IfIdempotent => retry_ok,
-                    Retry::Never => false,
-                };
-                tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
-                last = Some((error, upstream.authority.clone()));
-                if !retryable || !more_to_come {
-                    break;
-                }
-            }
+        match last {
+            Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
+            // Every upstream was unusable before any attempt.
+            None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
         }
-    }
-    match last {
-        Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
-        // Every upstream was unusable before any attempt.
-        None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
     }
 }
 

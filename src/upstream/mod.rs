@@ -3,8 +3,9 @@
 //! Each upstream (`host:port`) has its own [`UpstreamState`]: pooled HTTP/1.1 connections and
 //! a health record. Separate pools mean a slow or dead upstream cannot hold up another
 //! region's requests. There is one pool per worker thread (`crate::workers`), so a pooled
-//! connection is only ever used by the thread whose event loop drives it; the pools are ours,
-//! on `hyper::client::conn` (`pool`). States live in a [`Registry`] keyed by
+//! connection is only ever used by the thread whose event loop drives it; the pools are ours:
+//! the own engine's sockets for HTTP/1.1 (`raw`, driven by `proxy::h1` and [`h1`]), hyper's
+//! client connections for HTTP/2 and upgrades (`pool`). States live in a [`Registry`] keyed by
 //! authority, so a routing-table reload keeps the warm connections and the health of the
 //! upstreams that stay.
 //!
@@ -21,6 +22,7 @@ pub mod body;
 pub mod budget;
 pub mod check;
 pub mod forward;
+pub mod h1;
 pub mod health;
 pub mod io;
 mod pool;
@@ -28,13 +30,14 @@ pub mod raw;
 pub mod regions;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, Weak};
 
 use bytes::Bytes;
 use http::uri::Authority;
 use http::{HeaderValue, Request, Response, Version};
 use http_body_util::{Either, Full};
-use hyper::body::Incoming;
 use hyper::client::conn::{http1, http2};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 
@@ -49,7 +52,7 @@ use tokio::net::TcpStream;
 
 use crate::config::{CheckPolicy, Timeouts};
 use crate::error::{Error, ErrorKind, ShedReason};
-use body::{BodyWatch, IdleTimeout, Watched};
+use body::{BodyWatch, IdleTimeout, Inbound, Watched};
 use health::Health;
 use regions::{ConnectSlot, Connects};
 
@@ -118,7 +121,8 @@ impl UpstreamState {
     }
 
     /// Whether the own HTTP/1.1 engine can talk to this upstream itself: an HTTP/1.1 one,
-    /// plain or TLS (HTTP/2 upstreams are hyper's client's).
+    /// plain or TLS (HTTP/2 upstreams are hyper's client's), from either driver: the head
+    /// path's exchange (`proxy::h1`) or the shared phases' ([`h1`]).
     pub fn raw_capable(&self) -> bool {
         self.protocol == UpstreamProtocol::Http1
     }
@@ -162,10 +166,11 @@ impl UpstreamState {
             let _ = stream.set_nodelay(true);
             match &self.tls {
                 None => Ok(UpstreamIo::Plain(stream)),
+                // Boxed: a handshake's future is ~1 KiB, which every plain connect (and, in
+                // a burst, every request being connected) would otherwise carry.
                 Some(tls) => {
                     let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
-                    let stream = connector
-                        .connect(tls.server_name.clone(), stream)
+                    let stream = Box::pin(connector.connect(tls.server_name.clone(), stream))
                         .await
                         .map_err(|e| connect_failed(&format_args!("TLS: {e}")))?;
                     Ok(UpstreamIo::Tls(Box::new(stream)))
@@ -242,7 +247,7 @@ impl UpstreamState {
         self: &Arc<Self>,
         mut req: Request<UpstreamBody>,
         connects: Option<Connects<'_>>,
-    ) -> Result<Response<Incoming>, Exchange> {
+    ) -> Result<Response<Inbound>, Exchange> {
         let mut refusals = 0;
         loop {
             let (mut sender, pooled) = match self.pool().checkout() {
@@ -303,7 +308,7 @@ impl UpstreamState {
                     if let pool::Sender::H1(_) = sender {
                         self.pool().checkin(sender);
                     }
-                    return Ok(resp);
+                    return Ok(resp.map(Inbound::Hyper));
                 }
                 Err(mut e) => match e.take_message() {
                     Some(again) if pooled => req = again,
@@ -382,18 +387,28 @@ impl UpstreamState {
     /// that reads none of it for `idle_ms` is a timeout (the upstream's). The
     /// `response_headers_ms` timer starts when the body has ended (docs/data-path.md).
     ///
-    /// Errors: the client's, when its body failed (whatever hyper then reports); else
+    /// An HTTP/1.1 upstream is asked through the own engine's pooled sockets (`h1`), unless
+    /// the request asks for an upgrade (hyper's client hands over the switched connection).
+    ///
+    /// Errors: the client's, when its body failed (whatever the exchange then reports); else
     /// `Connect`, `Reset` or `Timeout`.
     ///
     /// `Caller` is not used: each caller's type makes its own copy of this function, so that
     /// the proxied path's copy has one caller and is inlined into it (measured: shared with
     /// the fan-out paths, it was not, at +390 instructions per proxied request).
-    pub async fn send<Caller>(
-        self: &Arc<Self>,
+    ///
+    /// The request is made ready and its exchange's future made before the returned future:
+    /// that one keeps only the boxed exchange and the timers while it waits (rustc keeps an
+    /// `async fn`'s arguments beside what they are moved into; a request waiting on a silent
+    /// upstream held four copies of its head).
+    pub fn send<'a, Caller>(
+        self: &'a Arc<Self>,
         mut req: Request<UpstreamBody>,
-        watch: Option<&BodyWatch>,
-        connects: Option<Connects<'_>>,
-    ) -> Result<Response<Incoming>, Error> {
+        watch: Option<&'a BodyWatch>,
+        connects: Option<Connects<'a>>,
+    ) -> impl Future<Output = Result<Response<Inbound>, Error>> + Send + 'a {
+        let own = self.protocol == UpstreamProtocol::Http1
+            && !req.headers().contains_key(http::header::UPGRADE);
         match self.protocol {
             // HTTP/1.1 whatever the client spoke, in origin form.
             UpstreamProtocol::Http1 => {
@@ -422,38 +437,45 @@ impl UpstreamState {
                 }
             }
         }
-        let sent = self.exchange(req, connects);
-        tokio::pin!(sent);
-        if let Some(watch) = watch {
-            loop {
-                let frames = watch.frames();
-                tokio::select! {
-                    biased;
-                    result = &mut sent => return classify(result, Some(watch)),
-                    () = watch.ended() => break,
-                    () = tokio::time::sleep(self.timeouts.idle()) => {
-                        if watch.frames() == frames && !watch.waiting_on_client() {
-                            return Err(Error::new(
-                                ErrorKind::Timeout,
-                                format!(
-                                    "the upstream read none of the request body for {} ms",
-                                    self.timeouts.idle_ms
-                                ),
-                            ));
+        type Sent<'a> =
+            Pin<Box<dyn Future<Output = Result<Response<Inbound>, Exchange>> + Send + 'a>>;
+        let mut sent: Sent<'a> = if own {
+            Box::pin(h1::exchange(self, req, connects))
+        } else {
+            Box::pin(self.exchange(req, connects))
+        };
+        async move {
+            if let Some(watch) = watch {
+                loop {
+                    let frames = watch.frames();
+                    tokio::select! {
+                        biased;
+                        result = &mut sent => return classify(result, Some(watch)),
+                        () = watch.ended() => break,
+                        () = tokio::time::sleep(self.timeouts.idle()) => {
+                            if watch.frames() == frames && !watch.waiting_on_client() {
+                                return Err(Error::new(
+                                    ErrorKind::Timeout,
+                                    format!(
+                                        "the upstream read none of the request body for {} ms",
+                                        self.timeouts.idle_ms
+                                    ),
+                                ));
+                            }
                         }
                     }
                 }
             }
-        }
-        match tokio::time::timeout(self.timeouts.response_headers(), sent).await {
-            Err(_) => Err(Error::new(
-                ErrorKind::Timeout,
-                format!(
-                    "no response headers within {} ms",
-                    self.timeouts.response_headers_ms
-                ),
-            )),
-            Ok(result) => classify(result, watch),
+            match tokio::time::timeout(self.timeouts.response_headers(), sent).await {
+                Err(_) => Err(Error::new(
+                    ErrorKind::Timeout,
+                    format!(
+                        "no response headers within {} ms",
+                        self.timeouts.response_headers_ms
+                    ),
+                )),
+                Ok(result) => classify(result, watch),
+            }
         }
     }
 }
@@ -489,6 +511,14 @@ fn refused(e: &hyper::Error) -> bool {
 enum Exchange {
     Connect(Error),
     Failed(hyper::Error),
+    /// The own engine's exchange (`h1`): its error says what failed.
+    Own(Error),
+}
+
+impl From<Error> for Exchange {
+    fn from(e: Error) -> Exchange {
+        Exchange::Own(e)
+    }
 }
 
 /// Who is to blame for a failed exchange: the client if its body failed (hyper then reports
@@ -514,18 +544,19 @@ pub fn connect_slot(connects: Option<Connects<'_>>) -> Result<Option<ConnectSlot
 }
 
 fn classify(
-    result: Result<Response<Incoming>, Exchange>,
+    result: Result<Response<Inbound>, Exchange>,
     watch: Option<&BodyWatch>,
-) -> Result<Response<Incoming>, Error> {
+) -> Result<Response<Inbound>, Error> {
     let e = match result {
         Ok(resp) => return Ok(resp),
         Err(Exchange::Connect(e)) => return Err(e),
-        Err(Exchange::Failed(e)) => e,
+        Err(Exchange::Own(e)) => e,
+        Err(Exchange::Failed(e)) => Error::new(ErrorKind::Reset, describe(&e)),
     };
     if let Some(failure) = watch.and_then(BodyWatch::failure) {
         return Err(Error::new(failure.kind, failure.detail.clone()));
     }
-    Err(Error::new(ErrorKind::Reset, describe(&e)))
+    Err(e)
 }
 
 /// A one-line reason: the innermost cause (e.g. "Connection reset by peer (os error 104)").

@@ -21,9 +21,10 @@ use crate::problem::Problem;
 use crate::proxy::headers::raw::{self, Nominated};
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
+use crate::upstream::h1::connect_in_background;
 use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::RawConn;
-use crate::upstream::regions::{ConnectSlot, Connects, RegionRuntime};
+use crate::upstream::regions::{Connects, RegionRuntime};
 use crate::upstream::{connect_slot, UpstreamState};
 
 /// How a forwarded request ended, for metrics, the log and the connection.
@@ -631,40 +632,6 @@ impl Proxy {
             state.raw_pool().checkin(up);
         }
         Ok(responded)
-    }
-}
-
-/// A new connection to an `https://` upstream, made on a task of its own: awaited, it is
-/// the caller's; dropped before it is made (the caller took a freed connection), the task
-/// still makes it and checks it into the calling worker's pool. Errors: `Connect`.
-///
-/// A plain connect stays inline, dropped when overtaken as before: it costs a SYN, and a
-/// task each would hold memory that requests waiting on a silent upstream keep (measured
-/// by `tests/idle_memory.rs`: 2 KiB more per waiting request).
-async fn connect_in_background(
-    state: &Arc<UpstreamState>,
-    slot: Option<ConnectSlot>,
-) -> Result<RawConn, Error> {
-    if !state.is_tls() {
-        let conn = state.raw_connect().await;
-        drop(slot);
-        return conn;
-    }
-    let (made, connected) = tokio::sync::oneshot::channel();
-    let upstream = Arc::clone(state);
-    tokio::spawn(async move {
-        let conn = upstream.raw_connect().await;
-        drop(slot);
-        if let Err(Ok(unwanted)) = made.send(conn) {
-            upstream.raw_pool().checkin(unwanted);
-        }
-    });
-    match connected.await {
-        Ok(conn) => conn,
-        Err(_) => Err(Error::new(
-            ErrorKind::Connect,
-            "connect failed: its task ended before the connection was made",
-        )),
     }
 }
 

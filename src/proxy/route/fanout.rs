@@ -207,7 +207,7 @@ impl LegFailure {
 /// at most [`PROBLEM_BYTES`] are read, each value cut to 200 characters.
 async fn problem_of(
     headers: &http::HeaderMap,
-    body: hyper::body::Incoming,
+    body: crate::upstream::body::Inbound,
     idle: Duration,
 ) -> (Option<String>, Option<String>) {
     let json = headers
