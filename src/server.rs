@@ -234,7 +234,11 @@ async fn serve_tls(
     client: SocketAddr,
 ) {
     let header_timeout = conn.settings.header_timeout;
-    let stream = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+    // Boxed, as each branch after it: this future is every TLS connection's for its whole
+    // life, and sized by its largest state (a handshake's, HTTP/2's: 6.8 KiB per idle
+    // connection, `bench/idle.py`).
+    let handshake = Box::pin(tokio::time::timeout(header_timeout, acceptor.accept(stream)));
+    let stream = match handshake.await {
         Ok(Ok(stream)) => stream,
         Ok(Err(e)) => {
             metrics::tls_handshake_failure(metrics::HandshakeFailure::Error);
@@ -256,19 +260,33 @@ async fn serve_tls(
             .and_then(|chain| chain.first())
             .and_then(|leaf| crate::tls::peer::forwarded_client_cert(leaf));
     }
+    served(conn, stream, alpn, client, header_timeout).await
+}
+
+/// What serves a TLS connection after its handshake, made before it is awaited so that
+/// [`serve_tls`] keeps neither the stream nor the branch it did not take: HTTP/2 for ALPN
+/// `h2`, else the own engine, as for plain connections (without ALPN it tells HTTP/2 from
+/// the first bytes itself).
+fn served(
+    conn: Conn,
+    stream: tokio_rustls::server::TlsStream<TcpStream>,
+    alpn: Option<Protocol>,
+    client: SocketAddr,
+    header_timeout: Duration,
+) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>> {
     if alpn == Some(Protocol::Http2) {
-        // The header read timeout starts again after the handshake, for the preface.
-        let Some((_, stream)) = announce::read(stream, header_timeout).await else {
-            tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
-            return;
-        };
-        return conn.serve_h2(stream).await;
+        return Box::pin(async move {
+            // The header read timeout starts again after the handshake, for the preface.
+            let Some((_, stream)) = announce::read(stream, header_timeout).await else {
+                tracing::debug!(%client, "nothing sent within the header read timeout after the TLS handshake; closed");
+                return;
+            };
+            conn.serve_h2(stream).await
+        });
     }
-    // The own engine, as for plain connections; without ALPN it tells HTTP/2 from the
-    // first bytes itself. Boxed: the TLS stream is large.
     let stream = crate::relay::Buffered::new(stream);
     let start = h1::Start::Made(Box::new(conn));
-    Box::pin(h1::serve(start, stream, alpn.is_none())).await
+    Box::pin(h1::serve(start, stream, alpn.is_none()))
 }
 
 /// Bytes of a response body buffered per HTTP/2 stream before its upstream is read no
