@@ -304,7 +304,9 @@ async fn an_idle_tls_connection_holds_no_buffer() {
         let connector = connector.clone();
         let request = request.clone();
         async move {
-            let tcp = tokio::net::TcpStream::connect(public).await.expect("connect");
+            let tcp = tokio::net::TcpStream::connect(public)
+                .await
+                .expect("connect");
             let name = ServerName::try_from("localhost").expect("name");
             let mut tls = connector.connect(name, tcp).await.expect("TLS handshake");
             tls.write_all(request.as_bytes()).await.expect("send");

@@ -242,12 +242,13 @@ async fn sigterm_drains_then_exits_zero() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
 
-    // A request in flight: the upstream takes 1.5 s to answer.
+    // A request in flight: the upstream takes 4 s to answer, which the drain waits for (on a
+    // loaded machine, 1.5 s was sometimes over before `/readyz` was first asked).
     let url = format!("http://{}/o/{}", p.public, iuid_for(3));
     let in_flight = tokio::spawn(async move {
         client()
             .get(url)
-            .header("x-delay-ms", "1500")
+            .header("x-delay-ms", "4000")
             .send()
             .await
             .map(|r| r.status().as_u16())
@@ -444,8 +445,10 @@ async fn in_flight_until_the_response_body_ends() {
 /// the head, the round-robin would send every second request to the busy one.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn balancing_sees_a_download_until_it_ends() {
-    let (a, a_count) = trickling_upstream(Duration::from_millis(2000)).await;
-    let (b, b_count) = trickling_upstream(Duration::from_millis(2000)).await;
+    // The download lasts 5 s, well past the six requests even on a loaded machine (with
+    // 2 s, it sometimes ended first, and the last requests were balanced over both).
+    let (a, a_count) = trickling_upstream(Duration::from_millis(5000)).await;
+    let (b, b_count) = trickling_upstream(Duration::from_millis(5000)).await;
     let table = eu_table("v1", &[url(a), url(b)]);
     let p = Process::start_with(&table, None).await;
     let slow = p.get(&format!("/o/{}?slow", iuid_for(3))).await;
