@@ -269,8 +269,8 @@ async fn refuse_head<S: ClientIo>(client: &mut Buffered<S>, e: HeadError, idle: 
 
 /// Serves the rest of the connection with hyper's HTTP/2 (an h2c client with prior
 /// knowledge, or TLS without ALPN), the pending bytes first.
-async fn handoff_h2<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>) {
+fn handoff_h2<S: ClientIo>(conn: Box<Conn>, client: Buffered<S>) -> impl Future<Output = ()> {
     let Buffered { io, buf, start } = client;
     let rewind = Rewind::with_bytes(io, buf, start);
-    conn.serve_h2(rewind).await
+    conn.serve_h2(rewind)
 }
