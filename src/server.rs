@@ -437,9 +437,19 @@ pub async fn bind(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener
 }
 
 /// [`bind`], for a caller outside an async context (needs a tokio runtime all the same).
+///
+/// Errors: the address is taken, by another process's listener too. With `SO_REUSEPORT`
+/// alone a second router (one not stopped, or a test's on a reused port) would join the
+/// first one's group and the kernel would split the clients between them unseen; so a
+/// plain listener is bound first, which any listener on the address refuses, and closed.
+/// (A hand-over's and systemd's sockets are inherited, never bound here.)
 pub fn bind_now(addr: SocketAddr, backlog: u32) -> std::io::Result<TcpListener> {
-    bind_reuseport(addr, backlog)
-        .map_err(|e| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}")))
+    let failed =
+        |e: std::io::Error| std::io::Error::new(e.kind(), format!("cannot listen on {addr}: {e}"));
+    if addr.port() != 0 {
+        drop(std::net::TcpListener::bind(addr).map_err(failed)?);
+    }
+    bind_reuseport(addr, backlog).map_err(failed)
 }
 
 /// A listener on `addr` in its `SO_REUSEPORT` group.

@@ -551,3 +551,41 @@ fn check_refuses_the_removed_http1_engine_key_with_the_reason() {
         );
     }
 }
+
+/// An address another process listens on, with `SO_REUSEPORT` as a router's own sockets
+/// have, is refused at start rather than joined: the kernel would otherwise split the
+/// clients between the two processes unseen (a router not stopped, a stale one).
+#[tokio::test]
+async fn serve_refuses_an_address_another_process_listens_on() {
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_reuseport(true).expect("reuseport");
+    socket
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let taken = socket.listen(16).expect("listen");
+    let addr = taken.local_addr().expect("addr");
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(
+        dir.path().join("t.yaml"),
+        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let path = dir.path().join("router.yaml");
+    std::fs::write(
+        &path,
+        format!("listen: {addr}\nadmin_listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n"),
+    )
+    .expect("write");
+    let o = std::process::Command::new("timeout")
+        .args(["10", env!("CARGO_BIN_EXE_iuid-router"), "serve", "--config"])
+        .arg(&path)
+        .output()
+        .expect("run iuid-router");
+    assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&format!("cannot listen on {addr}")),
+        "{}",
+        stderr(&o)
+    );
+    drop(taken);
+}

@@ -447,11 +447,22 @@ pub async fn ws_echo_upstream() -> SocketAddr {
 
 /// A loopback address where nothing listens (bound, then closed): for a router to listen on,
 /// or an upstream that refuses connections.
+///
+/// Never the same port twice in one test process: tests run in parallel, and the kernel
+/// may hand a port just released to the next caller before the first one binds it.
 pub fn free_port() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    loop {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr");
+        let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
+        if !given.contains(&addr.port()) {
+            given.push(addr.port());
+            return addr;
+        }
+    }
 }
 
 /// A server that accepts connections and never answers: a hung upstream.
