@@ -92,6 +92,22 @@ async fn router_with(
     (child, public, dir)
 }
 
+/// An upstream that accepts and never answers; its side of each connection is kept (in the
+/// returned list). Accepted on a thread of its own, so that the test's blocking connects
+/// never starve it (a full backlog would fail the router's upstream connects).
+fn hole() -> (SocketAddr, Arc<Mutex<Vec<TcpStream>>>) {
+    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind hole");
+    let addr = hole.local_addr().expect("addr");
+    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
+    let holder = held.clone();
+    std::thread::spawn(move || {
+        for c in hole.incoming().flatten() {
+            holder.lock().expect("hole").push(c);
+        }
+    });
+    (addr, held)
+}
+
 /// Waits until RSS has not moved for a few readings (the last connections served).
 async fn settled_rss(pid: u32) -> u64 {
     let mut last = rss_kib(pid);
@@ -111,18 +127,7 @@ async fn never_used_connections_and_waiting_requests_cost_a_few_kib() {
     let _one = ONE_AT_A_TIME.lock().await;
     let room = raise_nofile(4096);
     let n: usize = if room >= 4096 { 1000 } else { 300 };
-    // An upstream that accepts and never answers; its side of each connection is kept.
-    // Accepted on a thread of its own, so that the test's blocking connects never starve it
-    // (a full backlog would fail the router's upstream connects).
-    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind hole");
-    let hole_addr = hole.local_addr().expect("addr");
-    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-    let holder = held.clone();
-    std::thread::spawn(move || {
-        for c in hole.incoming().flatten() {
-            holder.lock().expect("hole").push(c);
-        }
-    });
+    let (hole_addr, held) = hole();
     let (child, public, _dir) = router(hole_addr).await;
     let pid = child.id();
     let before = settled_rss(pid).await;
@@ -192,15 +197,7 @@ async fn http2_streams_waiting_on_a_silent_upstream_cost_a_few_kib() {
     let room = raise_nofile(4096);
     let (conns, streams) = if room >= 4096 { (10, 100) } else { (3, 100) };
     let n = conns * streams;
-    let hole = std::net::TcpListener::bind("127.0.0.1:0").expect("bind hole");
-    let hole_addr = hole.local_addr().expect("addr");
-    let held: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-    let holder = held.clone();
-    std::thread::spawn(move || {
-        for c in hole.incoming().flatten() {
-            holder.lock().expect("hole").push(c);
-        }
-    });
+    let (hole_addr, held) = hole();
     let (child, public, _dir) = router(hole_addr).await;
     let pid = child.id();
     let mut senders = Vec::new();

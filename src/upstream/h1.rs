@@ -75,24 +75,7 @@ pub(super) fn exchange<'a>(
         let mut pooled = state.raw_pool().checkout(idle);
         let mut retried = false;
         loop {
-            let (mut up, reused) = match pooled.take() {
-                Some(up) => (up, true),
-                None if retried => {
-                    let _slot = connect_slot(connects)?;
-                    (Box::pin(state.raw_connect()).await?, false)
-                }
-                None => {
-                    let slot = connect_slot(connects)?;
-                    // Boxed: a connect's future (TCP, then TLS) would otherwise take room in
-                    // every waiting request's, long after its connection was made.
-                    let mut connecting = Box::pin(connect_in_background(state, slot));
-                    tokio::select! {
-                        biased;
-                        connected = &mut connecting => (connected?, false),
-                        freed = state.raw_pool().freed(idle) => (freed, true),
-                    }
-                }
-            };
+            let (mut up, reused) = next_conn(state, &mut pooled, retried, connects, idle).await?;
             let again = reused && held.is_some() && !retried;
             retried |= again;
             let Some(head) = wire.as_deref() else {
@@ -379,6 +362,42 @@ fn build(
     Ok((resp, framing, exact && !close && head.status != 101))
 }
 
+/// The connection for an attempt and whether it was used before: the pooled one taken
+/// before the first attempt; after a stale pooled one (`retried`), a new one; else a new
+/// one raced against one freed meanwhile, which is taken instead of waiting on the connect
+/// (under load, hundreds of connects at once would each risk `connect_ms`; the new one is
+/// then finished and pooled by its task, not dropped midway: a TLS handshake dropped so was
+/// wasted on both sides, and the bench's UPSTREAM_TLS mode saw thousands a round). Both
+/// the head path's exchange (`proxy::h1`) and the shared phases' ([`exchange`]) take it.
+///
+/// Errors: `Connect`; `Shed(PendingConnects)` when the region has its limit of connections
+/// being made.
+pub async fn next_conn(
+    state: &Arc<UpstreamState>,
+    pooled: &mut Option<RawConn>,
+    retried: bool,
+    connects: Option<Connects<'_>>,
+    idle: Duration,
+) -> Result<(RawConn, bool), Error> {
+    if let Some(up) = pooled.take() {
+        return Ok((up, true));
+    }
+    let slot = connect_slot(connects)?;
+    if retried {
+        let conn = Box::pin(state.raw_connect()).await;
+        drop(slot);
+        return Ok((conn?, false));
+    }
+    // Boxed: a connect's future (TCP, then TLS) would otherwise take room in every waiting
+    // request's, long after its connection was made.
+    let mut connecting = Box::pin(connect_in_background(state, slot));
+    tokio::select! {
+        biased;
+        connected = &mut connecting => Ok((connected?, false)),
+        freed = state.raw_pool().freed(idle) => Ok((freed, true)),
+    }
+}
+
 /// A new connection to an `https://` upstream, made on a task of its own: awaited, it is
 /// the caller's; dropped before it is made (the caller took a freed connection), the task
 /// still makes it and checks it into the calling worker's pool, as hyper-util's pool
@@ -388,7 +407,7 @@ fn build(
 /// A plain connect stays inline, dropped when overtaken: it costs a SYN, and a task each
 /// would hold memory that requests waiting on a silent upstream keep (measured by
 /// `tests/idle_memory.rs`: 2 KiB more per waiting request).
-pub async fn connect_in_background(
+async fn connect_in_background(
     state: &Arc<UpstreamState>,
     slot: Option<ConnectSlot>,
 ) -> Result<RawConn, Error> {

@@ -21,11 +21,11 @@ use crate::problem::Problem;
 use crate::proxy::headers::raw::{self, Nominated};
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
-use crate::upstream::h1::connect_in_background;
+use crate::upstream::h1::next_conn;
 use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::RawConn;
 use crate::upstream::regions::{Connects, RegionRuntime};
-use crate::upstream::{connect_slot, UpstreamState};
+use crate::upstream::UpstreamState;
 
 /// How a forwarded request ended, for metrics, the log and the connection.
 pub(super) struct Answered {
@@ -328,31 +328,9 @@ impl Proxy {
         let mut pooled = state.raw_pool().checkout(idle);
         let mut retried = false;
         loop {
-            let (mut up, reused) = match pooled.take() {
-                Some(up) => (up, true),
-                // Sent again after a stale pooled connection: a new one.
-                None if retried => {
-                    let _slot = connect_slot(Some(connects)).map_err(Failed::Upstream)?;
-                    (state.raw_connect().await.map_err(Failed::Upstream)?, false)
-                }
-                // A connection freed meanwhile is taken instead of waiting on a new one (under
-                // load, hundreds of connects at once would each risk `connect_ms`). The new
-                // one is not dropped then: its task finishes it and pools it. Dropped
-                // midway, a TLS handshake was wasted on both sides and the connection
-                // reset, and under load most were (the bench's UPSTREAM_TLS mode saw
-                // thousands of upstream handshakes a round, as hyper-util's pool avoids by
-                // finishing every connect it starts).
-                None => {
-                    let slot = connect_slot(Some(connects)).map_err(Failed::Upstream)?;
-                    let connecting = connect_in_background(state, slot);
-                    tokio::pin!(connecting);
-                    tokio::select! {
-                        biased;
-                        connected = &mut connecting => (connected.map_err(Failed::Upstream)?, false),
-                        freed = state.raw_pool().freed(idle) => (freed, true),
-                    }
-                }
-            };
+            let (mut up, reused) = next_conn(state, &mut pooled, retried, Some(connects), idle)
+                .await
+                .map_err(Failed::Upstream)?;
             let again = reused && out.held.is_some() && !retried;
             retried |= again;
             // The body goes with the head in one write: all of it when held, else what of
