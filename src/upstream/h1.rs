@@ -368,7 +368,7 @@ fn build(
 /// (under load, hundreds of connects at once would each risk `connect_ms`; the new one is
 /// then finished and pooled by its task, not dropped midway: a TLS handshake dropped so was
 /// wasted on both sides, and the bench's UPSTREAM_TLS mode saw thousands a round). Both
-/// the head path's exchange (`proxy::h1`) and the shared phases' ([`exchange`]) take it.
+/// the head path's exchange (`proxy::h1`) and the shared phases' (`exchange` here) take it.
 ///
 /// Errors: `Connect`; `Shed(PendingConnects)` when the region has its limit of connections
 /// being made.
