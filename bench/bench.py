@@ -664,7 +664,8 @@ GROUPS = [
     ("tokio (scheduler, I/O readiness, timers, channels)", r"tokio::|mio::|<tokio::"),
     ("iuid-router (extract, resolve, header rules, request id, metrics)",
      r"iuid_router|iuid::|<iuid|metrics"),
-    ("libc malloc/free", r"malloc\.c|_int_free|_int_malloc|realloc|malloc_consolidate"),
+    ("malloc/free (jemalloc in iuid-router, libc's in the peers)",
+     r"malloc\.c|_int_free|_int_malloc|realloc|malloc_consolidate|_rjem_|je_|jemalloc"),
     ("libc memcpy/memmove/memset/memcmp", r"memmove|memcpy|memset|memcmp|memchr"),
     ("tracing", r"tracing|nu_ansi|sharded_slab"),
     ("futures, core, alloc, std glue", r"futures|core::|alloc::|std::|<core|<alloc|<std"),
@@ -718,8 +719,10 @@ def callgrind(name, cmd, port, work, env=None):
 
 
 # The allocator's entry points: each call is one allocation (Rust's `__rust_alloc` ends in
-# `malloc`; nginx's pools and HAProxy's pools call it when they grow).
-ALLOCATORS = {"malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign"}
+# jemalloc's prefixed `malloc` or `mallocx` in iuid-router, src/memory.rs; nginx's pools and
+# HAProxy's pools call libc's `malloc` when they grow).
+ALLOCATORS = {"malloc", "calloc", "realloc", "posix_memalign", "aligned_alloc", "memalign",
+              "_rjem_malloc", "_rjem_mallocx", "_rjem_calloc", "_rjem_realloc", "_rjem_rallocx"}
 
 
 def allocations(dump):

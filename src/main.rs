@@ -125,6 +125,23 @@ enum Command {
     },
 }
 
+/// jemalloc, not glibc's malloc: what an edge holds while it waits is resident only where
+/// written, and what a burst freed goes back to the OS by itself (src/memory.rs). The
+/// `system-allocator` feature keeps the system's, for tools that trace `malloc`
+/// (`valgrind --tool=dhat`).
+#[cfg(all(not(feature = "system-allocator"), not(target_env = "msvc")))]
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
+/// jemalloc's options, read at its start: its `const char *malloc_conf` (prefixed as the
+/// crate builds it), a thin pointer to a NUL-terminated string. One background thread hands
+/// freed pages back to the OS after 1 s (`dirty_decay_ms`; the default, 10 s, would leave a
+/// burst's memory resident that long), with no second, "muzzy" stage.
+#[cfg(all(not(feature = "system-allocator"), not(target_env = "msvc")))]
+#[export_name = "_rjem_malloc_conf"]
+pub static MALLOC_CONF: &u8 =
+    &b"background_thread:true,max_background_threads:1,dirty_decay_ms:1000,muzzy_decay_ms:0\0"[0];
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -132,7 +149,6 @@ fn main() -> ExitCode {
         Command::Serve { config, upgrade } => match RouterConfig::load(&config) {
             Ok(config) => {
                 init_tracing(config.log_format);
-                iuid_router::memory::tune_allocator();
                 if let Some((soft, hard)) = iuid_router::nofile::raise_to_hard() {
                     tracing::info!(soft, hard, "open files limit (RLIMIT_NOFILE)");
                 }

@@ -8,12 +8,8 @@
 //! [`PERIOD`] (a read of procfs, off the event loops), and kept in one flag that the data
 //! path reads with a relaxed load (`proxy::phases` `admit_region`). Shedding starts above
 //! the bound and stops below 95 % of it, so that the flag does not flip on every sample;
-//! while shedding, free memory is handed back to the OS (glibc keeps it otherwise).
-//!
-//! With or without a bound, the thread also hands back, once a second, the free memory the
-//! allocator holds beyond 16 MiB: after a burst of HTTP/2 streams (whose buffers are not
-//! counted as connections closing, `memory::OpenConnection`) glibc kept 120 MiB it no
-//! longer used.
+//! while shedding, free memory is handed back to the OS at once, not after the allocator's
+//! decay (`memory`).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -35,33 +31,19 @@ pub fn rss_bytes() -> u64 {
     RSS_BYTES.load(Ordering::Relaxed)
 }
 
-/// Free memory the allocator may hold before the guard hands it back to the OS, in bytes.
-const HELD_FREE: usize = 16 << 20;
-
-/// Starts the guard thread for a bound of `max_mb` MiB (`0`: no bound, the thread only
-/// hands back free memory the allocator holds beyond 16 MiB, checked every second:
-/// glibc keeps what a burst freed, e.g. 120 MiB after 6,000 HTTP/2 streams had ended).
-/// Nothing where the resident size cannot be read (not Linux). Once per process.
+/// Starts the guard thread for a bound of `max_mb` MiB; nothing for `0` (no bound) or
+/// where the resident size cannot be read (not Linux). Once per process.
 pub fn start(max_mb: usize) {
-    if resident_bytes().is_none() {
+    if max_mb == 0 || resident_bytes().is_none() {
         return;
     }
     let max = (max_mb as u64) << 20;
-    if max_mb > 0 {
-        crate::metrics::overloaded("memory", false);
-    }
+    crate::metrics::overloaded("memory", false);
     let spawned = std::thread::Builder::new()
         .name("memory-guard".into())
-        .spawn(move || {
-            for tick in 0u64.. {
-                if tick % 10 == 0 && crate::memory::free_held() > HELD_FREE {
-                    crate::memory::trim_now();
-                }
-                if max_mb > 0 {
-                    guard(max, max_mb);
-                }
-                std::thread::sleep(PERIOD);
-            }
+        .spawn(move || loop {
+            guard(max, max_mb);
+            std::thread::sleep(PERIOD);
         });
     if let Err(e) = spawned {
         tracing::warn!(error = %e, "no memory guard: its thread did not start");

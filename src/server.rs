@@ -214,13 +214,12 @@ async fn connection(shared: &Arc<Shared>, stream: TcpStream, client: SocketAddr,
     }
     let Some(acceptor) = shared.tls.clone() else {
         // The own engine tells HTTP/2's preface from its first read itself (no peek) and
-        // hands such a connection to hyper's HTTP/2. It counts itself open.
+        // hands such a connection to hyper's HTTP/2.
         let start = h1::Start::Plain(shared.clone(), client);
         let stream = plain::PlainClient::from(stream);
         return h1::serve(start, crate::relay::Buffered::new(stream), true).await;
     };
     let _open = shared.open.clone();
-    let _counted = crate::memory::OpenConnection::start();
     Box::pin(serve_tls(shared.conn(client), acceptor, stream, client)).await
 }
 

@@ -96,8 +96,6 @@ pub(super) fn serve<S: ClientIo>(
     sniff: bool,
 ) -> impl Future<Output = ()> + Send {
     async move {
-        let plain = matches!(start, Start::Plain(..));
-        let _counted = plain.then(crate::memory::OpenConnection::start);
         let _open = match &start {
             Start::Plain(shared, _) => Some(shared.open.clone()),
             Start::Made(_) => None,

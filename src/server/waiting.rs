@@ -30,8 +30,6 @@ use futures_util::task::AtomicWaker;
 use tokio::net::TcpStream;
 use tokio::time::{Instant, Sleep};
 
-use crate::memory::OpenConnection;
-
 /// Buckets per header read timeout: how late a silent connection may be closed, as a
 /// fraction of the timeout.
 const BUCKETS: u32 = 16;
@@ -93,7 +91,6 @@ impl Flag {
 struct FirstBytes {
     stream: Option<TcpStream>,
     client: SocketAddr,
-    _counted: OpenConnection,
 }
 
 /// A connection whose first bytes came: its socket, the client's address, the bytes.
@@ -170,7 +167,6 @@ impl Waiting {
             bucket.conns.push(FirstBytes {
                 stream: Some(stream),
                 client,
-                _counted: OpenConnection::start(),
             });
             // Polled at the loop's next turn, which registers its socket's waker.
             bucket.flag.raise();
