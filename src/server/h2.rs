@@ -134,7 +134,11 @@ where
             _open: open,
         });
         let mut cx = Context::from_waker(std::task::Waker::noop());
-        if task.as_mut().poll(&mut cx).is_pending() {
+        // Outside the connection's cooperative budget: a stream's task has a budget of its
+        // own, and 100 streams accepted in one poll spent the connection's, whose socket
+        // then yielded behind every stream task queued (the first 503s after 340 ms).
+        let first = tokio::task::unconstrained(task.as_mut());
+        if std::pin::pin!(first).poll(&mut cx).is_pending() {
             tokio::spawn(task);
         }
     }
@@ -267,6 +271,36 @@ mod tests {
             streams.open.load(Ordering::Acquire),
             0,
             "and counted closed"
+        );
+    }
+
+    /// The first poll is outside the connection's cooperative budget: a connection that has
+    /// spent its budget (on 100 streams accepted in one poll) still answers the next stream
+    /// at once, rather than every resource returning `Pending` to it.
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_stream_answered_at_once_does_not_spend_the_connections_budget() {
+        let streams = Streams::new();
+        let exec = Exec::new(streams.clone(), Duration::from_secs(5));
+        let mut spent = false;
+        for _ in 0..10_000 {
+            if futures_util::poll!(std::pin::pin!(tokio::task::consume_budget())).is_pending() {
+                spent = true;
+                break;
+            }
+        }
+        assert!(spent, "the connection's budget is spent");
+        let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+        tx.send(()).expect("sent");
+        let ran = Arc::new(AtomicBool::new(false));
+        let flag = ran.clone();
+        hyper::rt::Executor::execute(&exec, async move {
+            // Ready, but a budgeted resource: `Pending` under a spent budget.
+            rx.await.expect("the value");
+            flag.store(true, Ordering::Relaxed);
+        });
+        assert!(
+            ran.load(Ordering::Relaxed),
+            "the stream ran before execute returned"
         );
     }
 
