@@ -434,7 +434,6 @@ async fn h2_get<S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin>(conn: &
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_of_connections_leaves_each_an_idle_connections_cost() {
     let _one = ONE_AT_A_TIME.lock().await;
-    use std::io::Read;
     let room = raise_nofile(4096);
     let n: usize = if room >= 4096 { 1500 } else { 400 };
     let upstream = common::Upstream::start("burst").await;
@@ -450,17 +449,8 @@ async fn a_burst_of_connections_leaves_each_an_idle_connections_cost() {
             let answer = |conn: &mut TcpStream| {
                 conn.set_read_timeout(Some(Duration::from_secs(30)))
                     .expect("timeout");
-                let mut got = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !got.ends_with(b"burst") {
-                    let n = conn.read(&mut buf).expect("read");
-                    assert!(
-                        n > 0,
-                        "closed before the answer: {:?}",
-                        String::from_utf8_lossy(&got)
-                    );
-                    got.extend_from_slice(&buf[..n]);
-                }
+                let answer = common::read_answer(conn);
+                assert!(answer.ends_with("burst"), "{answer}");
             };
             let mut conns = Vec::with_capacity(count);
             for _ in 0..count {
