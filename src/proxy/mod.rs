@@ -168,9 +168,10 @@ impl Proxy {
     /// Around the phases: the request id (`x-request-id`, taken or made, passed upstream and
     /// returned), one tracing span, metrics, and the optional access log line.
     ///
-    /// What comes before the phases is done before the returned future, which so keeps no
-    /// copy of the request beside the one the phases hold (rustc keeps an `async fn`'s
-    /// arguments beside what they are moved into: bytes every waiting request holds).
+    /// What comes before the phases is done before the returned future, and what comes after
+    /// them is a map of theirs: the future keeps no copy of the request beside the one the
+    /// phases hold (rustc keeps what an `async` block captured beside what it is moved into:
+    /// the request's 272 bytes, which every waiting request held, `-Zprint-type-sizes`).
     pub fn handle<'a>(
         &'a self,
         mut req: Request<Inbound>,
@@ -189,7 +190,7 @@ impl Proxy {
             region = tracing::field::Empty,
             upstream = tracing::field::Empty,
         );
-        let mut trail = Trail {
+        let trail = Trail {
             span: span.clone(),
             in_flight: Some(metrics::InFlight::start()),
             route: None,
@@ -200,8 +201,10 @@ impl Proxy {
         let grpc = crate::extract::grpc::is_grpc(req.headers());
         let method = self.config.access_log.then(|| req.method().clone());
         let path = self.config.access_log.then(|| req.uri().path().to_owned());
-        async move {
-            let mut resp = self.phases(req, client, &mut trail).instrument(span).await;
+        // A map, not an `async` block: one awaiting `phases` would keep it twice, as what it
+        // captured and as what it awaits.
+        let phases = self.phases(req, client, trail).instrument(span);
+        futures_util::FutureExt::map(phases, move |(mut resp, trail)| {
             if grpc {
                 // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
                 if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
@@ -228,105 +231,113 @@ impl Proxy {
                 });
             }
             resp
-        }
+        })
     }
 
-    /// The phases in order; each refusal returns early as problem+json.
+    /// The phases in order; each refusal ends them early as problem+json. The trail comes
+    /// back with the response, for the metrics and the access log.
     fn phases<'a>(
         &'a self,
         req: Request<Inbound>,
         client: &'a ClientAddr,
-        trail: &'a mut Trail,
-    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
+        mut trail: Trail,
+    ) -> impl Future<Output = (Response<ProxyBody>, Trail)> + Send + 'a {
         // Split before the future, which then keeps no copy of the request (see `handle`).
         let (mut parts, body) = req.into_parts();
         async move {
-            let (target, body) = match self.route(&parts, body, trail).await {
-                Ok(Routed::Region(target, body)) => (target, body),
-                Ok(Routed::Fanout(route, body)) => {
-                    // A body cut midway is the client's error, and no region is asked for it.
-                    if let Err(problem) = self.drop_body(body).await {
-                        return problem.into_response().map(Either::Right);
-                    }
-                    self.rewrite_request(&mut parts, client);
-                    // Boxed, as are the other several-region paths below: their futures are large
-                    // and would otherwise grow every request's future (measured: +2 % instructions
-                    // on the REST path, in memcpy and malloc).
-                    let answer = match self.admit_fanout(client) {
-                        Ok(_permit) => {
-                            Box::pin(self.fanout(&route, parts, &mut trail.regions)).await
+            let response = 'phases: {
+                let trail = &mut trail;
+                let (target, body) = match self.route(&parts, body, trail).await {
+                    Ok(Routed::Region(target, body)) => (target, body),
+                    Ok(Routed::Fanout(route, body)) => {
+                        // A body cut midway is the client's error, and no region is asked for it.
+                        if let Err(problem) = self.drop_body(body).await {
+                            break 'phases problem.into_response().map(Either::Right);
                         }
-                        Err(refusal) => Err(Problem::FanoutBusy(refusal)),
-                    };
-                    return answer
-                        .unwrap_or_else(Problem::into_response)
-                        .map(Either::Right);
-                }
-                Ok(Routed::Split {
-                    scheme,
-                    split,
-                    body,
-                }) => {
-                    self.rewrite_request(&mut parts, client);
-                    let splitting = Box::pin(self.split_nodes(
-                        &scheme,
-                        &split,
-                        parts,
+                        self.rewrite_request(&mut parts, client);
+                        // Boxed, as are the other several-region paths below: their futures are large
+                        // and would otherwise grow every request's future (measured: +2 % instructions
+                        // on the REST path, in memcpy and malloc).
+                        let answer = match self.admit_fanout(client) {
+                            Ok(_permit) => {
+                                Box::pin(self.fanout(&route, parts, &mut trail.regions)).await
+                            }
+                            Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                        };
+                        break 'phases answer
+                            .unwrap_or_else(Problem::into_response)
+                            .map(Either::Right);
+                    }
+                    Ok(Routed::Split {
+                        scheme,
+                        split,
                         body,
-                        &mut trail.regions,
-                    ));
-                    let answer = match self.admit_fanout(client) {
-                        Ok(_permit) => splitting.await,
-                        Err(refusal) => Err(Problem::FanoutBusy(refusal)),
-                    };
-                    return answer
-                        .unwrap_or_else(Problem::into_response)
-                        .map(Either::Right);
+                    }) => {
+                        self.rewrite_request(&mut parts, client);
+                        let splitting = Box::pin(self.split_nodes(
+                            &scheme,
+                            &split,
+                            parts,
+                            body,
+                            &mut trail.regions,
+                        ));
+                        let answer = match self.admit_fanout(client) {
+                            Ok(_permit) => splitting.await,
+                            Err(refusal) => Err(Problem::FanoutBusy(refusal)),
+                        };
+                        break 'phases answer
+                            .unwrap_or_else(Problem::into_response)
+                            .map(Either::Right);
+                    }
+                    Err(problem) => break 'phases problem.into_response().map(Either::Right),
+                };
+                let client_upgrade = upgrade::take(&mut parts);
+                self.rewrite_request(&mut parts, client);
+                let body = match self.hold_or_stream(&parts, body).await {
+                    Ok(body) => body,
+                    Err(problem) => break 'phases problem.into_response().map(Either::Right),
+                };
+                // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
+                let probe_head = match (&target.probe, &body) {
+                    (Some(_), Outgoing::Held(b)) if b.is_empty() => {
+                        Some(forward::copy_head(&parts))
+                    }
+                    _ => None,
+                };
+                let mut answered = match self.forward(&target, parts, body, &trail.span).await {
+                    Ok(answered) => answered,
+                    Err(problem) => break 'phases problem.into_response().map(Either::Right),
+                };
+                if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && !client_upgrade
+                {
+                    let problem = bad_answer::unsolicited_switch(&target, &answered);
+                    break 'phases problem.into_response().map(Either::Right);
                 }
-                Err(problem) => return problem.into_response().map(Either::Right),
+                if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
+                    // Boxed, as the fan-out paths are: its future is large and would otherwise grow
+                    // every request's.
+                    let probing = self.legacy_probe(&target, probe, head, answered, trail);
+                    answered = Box::pin(probing).await;
+                }
+                let Answered {
+                    mut response,
+                    upstream,
+                    in_flight,
+                    region_permit,
+                } = answered;
+                trail.upstream = Some(upstream);
+                let first = match bad_answer::first_frame(&mut response, trail).await {
+                    Ok(first) => first,
+                    Err(problem) => break 'phases problem.into_response().map(Either::Right),
+                };
+                let in_flight = InFlightGuards {
+                    _request: trail.in_flight.take(),
+                    _upstream: in_flight,
+                    _region: region_permit,
+                };
+                self.respond(response, first, in_flight, client_upgrade)
             };
-            let client_upgrade = upgrade::take(&mut parts);
-            self.rewrite_request(&mut parts, client);
-            let body = match self.hold_or_stream(&parts, body).await {
-                Ok(body) => body,
-                Err(problem) => return problem.into_response().map(Either::Right),
-            };
-            // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
-            let probe_head = match (&target.probe, &body) {
-                (Some(_), Outgoing::Held(b)) if b.is_empty() => Some(forward::copy_head(&parts)),
-                _ => None,
-            };
-            let mut answered = match self.forward(&target, parts, body, &trail.span).await {
-                Ok(answered) => answered,
-                Err(problem) => return problem.into_response().map(Either::Right),
-            };
-            if answered.response.status() == StatusCode::SWITCHING_PROTOCOLS && !client_upgrade {
-                let problem = bad_answer::unsolicited_switch(&target, &answered);
-                return problem.into_response().map(Either::Right);
-            }
-            if let (Some(probe), Some(head)) = (&target.probe, probe_head) {
-                // Boxed, as the fan-out paths are: its future is large and would otherwise grow
-                // every request's.
-                let probing = self.legacy_probe(&target, probe, head, answered, trail);
-                answered = Box::pin(probing).await;
-            }
-            let Answered {
-                mut response,
-                upstream,
-                in_flight,
-                region_permit,
-            } = answered;
-            trail.upstream = Some(upstream);
-            let first = match bad_answer::first_frame(&mut response, trail).await {
-                Ok(first) => first,
-                Err(problem) => return problem.into_response().map(Either::Right),
-            };
-            let in_flight = InFlightGuards {
-                _request: trail.in_flight.take(),
-                _upstream: in_flight,
-                _region: region_permit,
-            };
-            self.respond(response, first, in_flight, client_upgrade)
+            (response, trail)
         }
     }
 
