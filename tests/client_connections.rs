@@ -20,8 +20,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use common::{iuid_for, ConfigYaml, Router, Upstream};
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::client::TlsStream;
@@ -54,19 +53,8 @@ async fn router(
 
 /// A TLS connection to `addr` trusting `dir`'s CA, offering `alpn`.
 async fn tls_connect(addr: SocketAddr, dir: &Path, alpn: &[&[u8]]) -> TlsStream<TcpStream> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(dir.join("certs/ca.pem")).expect("ca") {
-        roots.add(cert.expect("der")).expect("root");
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector =
+        common::tls_connector(&dir.join("certs/ca.pem"), rustls::DEFAULT_VERSIONS, alpn);
     let tcp = TcpStream::connect(addr).await.expect("connect");
     let name = ServerName::try_from("localhost").expect("name");
     connector.connect(name, tcp).await.expect("TLS handshake")

@@ -297,8 +297,7 @@ async fn an_idle_tls_http2_connection_costs_at_most_twice_nginx() {
 /// each, over 300 connections (100 where few files can be open).
 async fn idle_tls(alpn: &[u8]) -> f64 {
     let _one = ONE_AT_A_TIME.lock().await;
-    use rustls::pki_types::pem::PemObject;
-    use rustls::pki_types::{CertificateDer, ServerName};
+    use rustls::pki_types::ServerName;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let room = raise_nofile(4096);
     let n: usize = if room >= 4096 { 300 } else { 100 };
@@ -314,19 +313,11 @@ async fn idle_tls(alpn: &[u8]) -> f64 {
     let (child, public, dir) = router_with(upstream_addr, dir, &(tls + "workers: 1\n")).await;
     let pid = child.id();
 
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(dir.path().join("certs/ca.pem")).expect("ca") {
-        roots.add(cert.expect("der")).expect("root");
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = vec![alpn.to_vec()];
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = common::tls_connector(
+        &dir.path().join("certs/ca.pem"),
+        rustls::DEFAULT_VERSIONS,
+        &[alpn],
+    );
     let request = format!("GET /o/{} HTTP/1.1\r\nHost: m\r\n\r\n", iuid_for(1));
     let path = format!("/o/{}", iuid_for(1));
     let mut open = Vec::new();

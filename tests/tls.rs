@@ -6,7 +6,6 @@ mod common;
 
 use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::{iuid_for, ConfigYaml, Router, Upstream};
@@ -54,19 +53,7 @@ async fn handshake(
     versions: &[&'static rustls::SupportedProtocolVersion],
     alpn: &[&[u8]],
 ) -> Result<Handshake, std::io::Error> {
-    let mut roots = rustls::RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(ca).expect("ca") {
-        roots.add(cert.expect("der")).expect("root");
-    }
-    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_protocol_versions(versions)
-    .expect("versions")
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
-    let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+    let connector = common::tls_connector(ca, versions, alpn);
     let stream = TcpStream::connect(addr).await?;
     let name = ServerName::try_from(sni.to_owned()).expect("server name");
     let tls = connector.connect(name, stream).await?;

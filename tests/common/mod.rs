@@ -811,3 +811,26 @@ pub async fn recording_upstream() -> (String, std::sync::Arc<std::sync::Mutex<Ve
     });
     (url, seen)
 }
+
+/// A TLS client that trusts the CA in the PEM file `ca`, speaks `versions` (e.g.
+/// `rustls::DEFAULT_VERSIONS`) and offers `alpn`, on ring as the router is.
+pub fn tls_connector(
+    ca: &std::path::Path,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+    alpn: &[&[u8]],
+) -> tokio_rustls::TlsConnector {
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in rustls::pki_types::CertificateDer::pem_file_iter(ca).expect("ca") {
+        roots.add(cert.expect("der")).expect("root");
+    }
+    let mut config = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(versions)
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    tokio_rustls::TlsConnector::from(Arc::new(config))
+}
