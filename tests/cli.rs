@@ -14,6 +14,19 @@ fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// Writes a table of one region, `eu` (its upstream never asked), as `t.yaml` in `dir`, and
+/// `router` as `router.yaml` beside it; returns the config's path.
+fn one_region(dir: &std::path::Path, router: &str) -> std::path::PathBuf {
+    std::fs::write(
+        dir.join("t.yaml"),
+        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
+    )
+    .expect("write");
+    let path = dir.join("router.yaml");
+    std::fs::write(&path, router).expect("write");
+    path
+}
+
 fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
@@ -338,17 +351,10 @@ fn every_scheme_of_the_shipped_table_mints_decodes_and_resolves() {
 #[test]
 fn check_refuses_a_route_whose_scheme_the_table_does_not_declare() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
-    )
-    .expect("write");
-    let path = dir.path().join("router.yaml");
-    std::fs::write(
-        &path,
+    let path = one_region(
+        dir.path(),
         "listen: 127.0.0.1:8080\nregion: eu\nrouting_table: t.yaml\nroutes:\n  - path: /o/{id}\n  - { path: \"/p/{id}\", scheme: posts }\n",
-    )
-    .expect("write");
+    );
     let o = run(&["check", "--config", path.to_str().expect("utf8")]);
     assert_eq!(o.status.code(), Some(1));
     assert!(
@@ -523,18 +529,11 @@ fn check_refuses_bad_fanout_and_probe_bounds_at_their_keys() {
 #[test]
 fn check_refuses_the_removed_http1_engine_key_with_the_reason() {
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
-    )
-    .expect("write");
     for value in ["own", "hyper"] {
-        let path = dir.path().join("router.yaml");
-        std::fs::write(
-            &path,
-            format!("listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n  # the engine\nhttp1_engine: {value}\n"),
-        )
-        .expect("write");
+        let path = one_region(
+            dir.path(),
+            &format!("listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n  # the engine\nhttp1_engine: {value}\n"),
+        );
         let config = path.to_str().expect("utf8");
         let o = run(&["check", "--config", config]);
         assert_eq!(o.status.code(), Some(1), "{}", stderr(&o));
@@ -565,17 +564,10 @@ async fn serve_refuses_an_address_another_process_listens_on() {
     let taken = socket.listen(16).expect("listen");
     let addr = taken.local_addr().expect("addr");
     let dir = tempfile::tempdir().expect("tempdir");
-    std::fs::write(
-        dir.path().join("t.yaml"),
-        "version: v\nregions:\n  eu: { upstreams: [\"http://127.0.0.1:1\"] }\ndefault_region: eu\n",
-    )
-    .expect("write");
-    let path = dir.path().join("router.yaml");
-    std::fs::write(
-        &path,
-        format!("listen: {addr}\nadmin_listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n"),
-    )
-    .expect("write");
+    let path = one_region(
+        dir.path(),
+        &format!("listen: {addr}\nadmin_listen: 127.0.0.1:0\nregion: eu\nrouting_table: t.yaml\n"),
+    );
     let o = std::process::Command::new("timeout")
         .args(["10", env!("CARGO_BIN_EXE_iuid-router"), "serve", "--config"])
         .arg(&path)
