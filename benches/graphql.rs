@@ -153,7 +153,7 @@ fn bench(c: &mut Criterion) {
                 let mut ids = Vec::new();
                 route
                     .ids_from_body(None, black_box(&typical), ColdParse::Here, &mut ids)
-                    .map(|()| ids)
+                    .map(|_| ids)
             },
             BatchSize::SmallInput,
         )
@@ -179,7 +179,7 @@ fn bench(c: &mut Criterion) {
                 let mut ids = Vec::new();
                 route
                     .ids_from_body(None, black_box(&large), ColdParse::Here, &mut ids)
-                    .map(|()| ids)
+                    .map(|_| ids)
             },
             BatchSize::SmallInput,
         )

@@ -41,6 +41,9 @@ pub enum Problem {
     NoId,
     /// A GraphQL request that cannot be decoded (400): the decoder's message.
     GraphqlInvalid(String),
+    /// A `json:` route's body that is not JSON, or whose value at the pointer is no id (400):
+    /// the parser's message.
+    InvalidJson(String),
     /// GraphQL ids owned by different regions (400): each id with its region.
     RegionConflict {
         /// `(id, region)` in request order.
@@ -154,6 +157,8 @@ pub enum LimitedBody {
     GraphqlBody,
     /// A gRPC call's first message (`limits.grpc_message_bytes`).
     GrpcMessage,
+    /// A `json:` route's request body (`limits.json_body_bytes`).
+    JsonBody,
 }
 
 impl LimitedBody {
@@ -162,6 +167,7 @@ impl LimitedBody {
         match self {
             LimitedBody::GraphqlBody => "the GraphQL body",
             LimitedBody::GrpcMessage => "the gRPC call's first message",
+            LimitedBody::JsonBody => "the JSON body",
         }
     }
 
@@ -169,6 +175,7 @@ impl LimitedBody {
         match self {
             LimitedBody::GraphqlBody => "GraphQL body too large",
             LimitedBody::GrpcMessage => "gRPC message too large",
+            LimitedBody::JsonBody => "JSON body too large",
         }
     }
 }
@@ -192,6 +199,7 @@ impl Problem {
         match self {
             Problem::MalformedId { .. }
             | Problem::GraphqlInvalid(_)
+            | Problem::InvalidJson(_)
             | Problem::RegionConflict { .. } => StatusCode::BAD_REQUEST,
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
@@ -231,6 +239,7 @@ impl Problem {
             Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
             Problem::NoId => ("no-id", "No entity id in the request"),
             Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),
+            Problem::InvalidJson(_) => ("invalid-json", "Undecodable JSON body"),
             Problem::RegionConflict { .. } => {
                 ("ids-in-several-regions", "Ids owned by different regions")
             }
@@ -285,7 +294,7 @@ impl Problem {
             Problem::NoId => "no configured route found an id in this request, and \
                               unrouted requests are rejected"
                 .to_owned(),
-            Problem::GraphqlInvalid(m) => m.clone(),
+            Problem::GraphqlInvalid(m) | Problem::InvalidJson(m) => m.clone(),
             Problem::RegionConflict { ids } => {
                 let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
                 regions.sort_unstable();

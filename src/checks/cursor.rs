@@ -11,7 +11,7 @@ pub fn check(data: &[u8]) {
         return;
     };
     let (routes, _) = shipped();
-    let Extraction::Fanout(route) = routes.extract_head("/v1/orders", |_| None) else {
+    let Extraction::Fanout(route) = routes.extract_head("/v1/orders", "", |_| None) else {
         panic!("the shipped config has no fan-out on /v1/orders");
     };
     let Ok(page) = route.page(Some(query)) else {

@@ -27,7 +27,11 @@ pub fn check(data: &[u8]) {
                 Err(_) => return None,
             },
         };
-        Some(result.map(|()| ids).map_err(|e| e.to_string()))
+        Some(
+            result
+                .map(|access| (ids, access))
+                .map_err(|e| e.to_string()),
+        )
     };
     let (first, second) = (read(), read());
     assert_eq!(

@@ -27,7 +27,7 @@ pub fn check(data: &[u8]) {
     };
     let (routes, table) = shipped();
     let name = HeaderName::from_static("x-entity-id");
-    let extraction = routes.extract_head(&path, |n| (*n == name).then_some(value));
+    let extraction = routes.extract_head(&path, "", |n| (*n == name).then_some(value));
     if let Extraction::Id(token, kind) = extraction {
         if let Ok((_, decision)) = table.resolve_text(token.scheme, &token.text) {
             declared(table, decision.region, &(kind, &path, value));

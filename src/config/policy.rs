@@ -60,6 +60,8 @@ pub const DEFAULT_BACKLOG: u32 = 1024;
 pub struct Limits {
     /// Largest GraphQL body buffered to find ids, in bytes.
     pub graphql_body_bytes: usize,
+    /// Largest body a `json:` route buffers to find its id, in bytes (then 413).
+    pub json_body_bytes: usize,
     /// `Via` entries a request may already carry; at this many it is a loop (508).
     pub max_hops: usize,
     /// Most lexer tokens in a GraphQL document parsed to find ids (then 400).
@@ -109,6 +111,7 @@ impl Default for Limits {
     fn default() -> Self {
         Limits {
             graphql_body_bytes: 1 << 20,
+            json_body_bytes: 1 << 20,
             max_hops: 3,
             graphql_max_tokens: 50_000,
             graphql_max_depth: 64,

@@ -384,7 +384,7 @@ impl Proxy {
                 }
                 return Ok(Routed::Fanout(Arc::clone(route), body));
             }
-            Extraction::Ids(_, route) if route.split_nodes() => Some(Arc::clone(route)),
+            Extraction::Ids(_, _, route) if route.split_nodes() => Some(Arc::clone(route)),
             _ => None,
         };
         let routing = self.regions.current();
@@ -449,9 +449,10 @@ impl Proxy {
                     .then(|| key.to_string());
                 Ok((decision, legacy))
             }
-            Extraction::Ids(texts, route) if !texts.is_empty() => {
+            Extraction::Ids(texts, _, route) if !texts.is_empty() => {
                 route::resolve_all(table, route.scheme(), &texts).map(|d| (d, None))
             }
+            Extraction::Invalid(message, _) => Err(Problem::BadParameter(message)),
             Extraction::NoId
             | Extraction::Ids(..)
             | Extraction::Pending(_)

@@ -31,6 +31,8 @@ pub trait RequestView {
     /// The target's path (before `?`), as sent: percent-encoded, ASCII (both codecs refuse
     /// other bytes before the phases run).
     fn path(&self) -> &str;
+    /// The target's query (after `?`, without it; `""` when none), as sent.
+    fn query(&self) -> &str;
     /// Whether the request must carry exactly one `Host` (HTTP/1.1, RFC 9112 §3.2; HTTP/1.0
     /// may leave it out, HTTP/2 has `:authority`).
     fn requires_host(&self) -> bool;
@@ -74,6 +76,14 @@ impl RequestView for HeadView<'_> {
         std::str::from_utf8(path).unwrap_or("")
     }
 
+    fn query(&self) -> &str {
+        let target = self.head.target.of(self.buf);
+        match memchr::memchr(b'?', target) {
+            Some(at) => std::str::from_utf8(&target[at + 1..]).unwrap_or(""),
+            None => "",
+        }
+    }
+
     fn requires_host(&self) -> bool {
         self.head.minor == 1
     }
@@ -103,6 +113,10 @@ impl RequestView for Parts {
 
     fn path(&self) -> &str {
         self.uri.path()
+    }
+
+    fn query(&self) -> &str {
+        self.uri.query().unwrap_or("")
     }
 
     fn requires_host(&self) -> bool {
@@ -135,7 +149,7 @@ impl Proxy {
     /// to read from the body (`route::Pending`, read by the driver, which has the body).
     pub(super) fn extract_head<'q, V: RequestView>(&self, view: &'q V) -> Extraction<'_, 'q> {
         self.routes
-            .extract_head(view.path(), |name| view.value(name))
+            .extract_head(view.path(), view.query(), |name| view.value(name))
     }
 
     /// The phase of every exchange with a region (one request's, a fan-out leg's, a split's

@@ -1,4 +1,6 @@
-//! Node ids in GraphQL requests (docs/config.md `graphql:` routes, §6).
+//! Ids in GraphQL requests (docs/config.md `graphql:` routes, docs/data-path.md): root
+//! `node(id:)` and `nodes(ids:)`, and the `id_arguments` of root fields of queries and
+//! mutations.
 //!
 //! The GraphQL-over-HTTP forms read here: `POST` with `application/json` (one operation, or a
 //! batch array), `POST` with `application/graphql` (the raw document), and `GET` with
@@ -19,12 +21,17 @@ use std::cell::RefCell;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::Access;
 use cache::PlanCache;
-use plan::{IdSource, ParseLimits, SplitNodes};
+use plan::{ArgPath, IdSource, ParseLimits, SplitNodes};
 use scan::Literal;
 
 /// Variables read from a persisted query (sent by hash only) when none are configured.
 pub const DEFAULT_PERSISTED_ID_VARIABLES: [&str; 3] = ["id", "ids", "nodeId"];
+
+/// The argument paths of root fields read when a route names none (Relay's convention:
+/// `order(id:)`, `cancelOrder(input: {id:})`), docs/config.md `id_arguments`.
+pub const DEFAULT_ID_ARGUMENTS: [&str; 2] = ["id", "input.id"];
 
 /// Plans kept per GraphQL route.
 const CACHE_CAPACITY: usize = 1024;
@@ -112,6 +119,8 @@ pub struct GraphqlRoute {
     limits: ParseLimits,
     cache: PlanCache,
     split_nodes: bool,
+    /// The argument paths read on root fields (`id_arguments`).
+    id_arguments: Box<[ArgPath]>,
 }
 
 /// Routes are equal when they serve the same endpoint (the cache is a detail).
@@ -167,7 +176,18 @@ impl GraphqlRoute {
             limits,
             cache: PlanCache::new(CACHE_CAPACITY, CACHE_MAX_SHAPE),
             split_nodes: false,
+            id_arguments: DEFAULT_ID_ARGUMENTS
+                .iter()
+                .map(|p| p.split('.').map(Box::from).collect())
+                .collect(),
         }
+    }
+
+    /// The route reading `id_arguments` on root fields instead of [`DEFAULT_ID_ARGUMENTS`]
+    /// (`[]`: only a query's `node` and `nodes`); parsed with [`plan::arg_paths`].
+    pub fn with_id_arguments(mut self, id_arguments: Box<[ArgPath]>) -> Self {
+        self.id_arguments = id_arguments;
+        self
     }
 
     /// The route with `split_nodes` set as given (docs/fanout.md).
@@ -196,7 +216,9 @@ impl GraphqlRoute {
         LITERALS.with(|cell| {
             let mut literals = cell.borrow_mut();
             let entry = self.entry(query, &mut literals, operation_name, |_| true)?;
-            let split = entry.plan.as_ref().ok()?.split.clone()?;
+            let plan = entry.plan.as_ref().ok()?;
+            // A mutation is never split: it would write in several regions.
+            let split = plan.split.clone().filter(|_| !plan.mutation)?;
             list.get(&*split.variable)?.is_array().then_some(split)
         })
     }
@@ -206,22 +228,24 @@ impl GraphqlRoute {
         self.cache.len()
     }
 
-    /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET). A `GET` with
-    /// none of the GraphQL parameters (a browser opening GraphiQL, a probe) is no GraphQL
-    /// request: it has no ids, and the `unrouted` policy decides where it goes.
+    /// Ids of a `GET` request: its URL query string (GraphQL over HTTP §GET), and whether it
+    /// is a read (a query) or a write (a mutation, which GraphQL over HTTP refuses over
+    /// `GET`, but which is still a write here). A `GET` with none of the GraphQL parameters
+    /// (a browser opening GraphiQL, a probe) is no GraphQL request: it has no ids, and the
+    /// `unrouted` policy decides where it goes.
     pub fn ids_from_query(
         &self,
         query: &str,
         cold: ColdParse,
         out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), GraphqlError> {
+    ) -> Result<Access, GraphqlError> {
         let mut op = Operation::default();
         let mut variables = None;
         let mut extensions = None;
         let is_graphql = form_urlencoded::parse(query.as_bytes())
             .any(|(k, _)| matches!(&*k, "query" | "operationName" | "variables" | "extensions"));
         if !is_graphql {
-            return Ok(());
+            return Ok(Access::Read);
         }
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
             match &*k {
@@ -234,18 +258,25 @@ impl GraphqlRoute {
         }
         op.variables = json_param("variables", variables)?;
         op.extensions = json_param("extensions", extensions)?;
+        // Persisted queries over `GET` are queries (GraphQL over HTTP §GET).
         self.operation(&op, &mut ColdBudget::new(cold), out)
+            .map(|access| match op.query.is_some() {
+                true => access,
+                false => Access::Read,
+            })
     }
 
     /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
-    /// or a batch array), which includes `application/json` and `application/graphql+json`.
+    /// or a batch array), which includes `application/json` and `application/graphql+json`;
+    /// and whether the request writes: any mutation in it, or a persisted query sent by hash
+    /// (its document unknown here) does.
     pub fn ids_from_body(
         &self,
         content_type: Option<&[u8]>,
         body: &[u8],
         cold: ColdParse,
         out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), GraphqlError> {
+    ) -> Result<Access, GraphqlError> {
         if content_type.is_some_and(is_raw_document) {
             let text = std::str::from_utf8(body)
                 .map_err(|e| GraphqlError::Invalid(format!("the document is not UTF-8: {e}")))?;
@@ -265,10 +296,11 @@ impl GraphqlRoute {
             // One allowance for the whole batch. When it runs out part way, the documents
             // already parsed are cached, so the retry off the worker finds them.
             let mut budget = ColdBudget::new(cold);
+            let mut access = Access::Read;
             for op in &batch {
-                self.operation(op, &mut budget, out)?;
+                access = access.and(self.operation(op, &mut budget, out)?);
             }
-            Ok(())
+            Ok(access)
         } else {
             let op: Operation = serde_json::from_slice(body)
                 .map_err(|e| GraphqlError::Invalid(format!("invalid JSON body: {e}")))?;
@@ -293,18 +325,24 @@ impl GraphqlRoute {
         if !may_parse(doc.len()) {
             return None;
         }
-        let plan = plan::build(query, literals, operation_name, self.limits);
+        let plan = plan::build(
+            query,
+            literals,
+            operation_name,
+            self.limits,
+            &self.id_arguments,
+        );
         let shape = scan::shape_of(doc, literals);
         Some(self.cache.insert(key, shape, operation_name, plan))
     }
 
-    /// The ids of one operation.
+    /// The ids of one operation, and whether it writes.
     fn operation(
         &self,
         op: &Operation<'_>,
         budget: &mut ColdBudget,
         out: &mut Vec<Vec<u8>>,
-    ) -> Result<(), GraphqlError> {
+    ) -> Result<Access, GraphqlError> {
         let variables = match &op.variables {
             None | Some(Value::Null) => None,
             Some(Value::Object(map)) => Some(map),
@@ -328,7 +366,8 @@ impl GraphqlRoute {
                     push_value(value, out)?;
                 }
             }
-            return Ok(());
+            // The document is unknown: it may be a mutation.
+            return Ok(Access::Write);
         };
         let operation_name = op.operation_name.as_deref().filter(|n| !n.is_empty());
         LITERALS.with(|cell| {
@@ -345,19 +384,24 @@ impl GraphqlRoute {
             for source in plan.sources.iter() {
                 match source {
                     IdSource::Literal(i) => push_literal(query, &literals, *i, out),
-                    IdSource::Variable { name, default } => {
-                        match variables.and_then(|v| v.get(&**name)) {
-                            Some(value) if !value.is_null() => push_value(value, out)?,
-                            _ => {
-                                for i in default.iter() {
-                                    push_literal(query, &literals, *i, out);
-                                }
+                    IdSource::Variable {
+                        name,
+                        path,
+                        default,
+                    } => match variables.and_then(|v| v.get(&**name)) {
+                        Some(value) if !value.is_null() => push_at(value, path, out)?,
+                        _ => {
+                            for i in default.iter() {
+                                push_literal(query, &literals, *i, out);
                             }
                         }
-                    }
+                    },
                 }
             }
-            Ok(())
+            Ok(match plan.mutation {
+                true => Access::Write,
+                false => Access::Read,
+            })
         })
     }
 }
@@ -392,6 +436,22 @@ fn push_literal(doc: &str, literals: &[Literal], index: u32, out: &mut Vec<Vec<u
     if let Some(l) = literals.get(index as usize) {
         let text = &doc.as_bytes()[l.start as usize..l.end as usize];
         out.push(text.trim_ascii().to_vec());
+    }
+}
+
+/// The ids at `path` inside a variable's value: through objects by key and lists item by
+/// item; a key that is absent holds no id.
+fn push_at(value: &Value, path: &[Box<str>], out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
+    let Some((key, rest)) = path.split_first() else {
+        return push_value(value, out);
+    };
+    match value {
+        Value::Object(map) => match map.get(&**key) {
+            Some(inner) => push_at(inner, rest, out),
+            None => Ok(()),
+        },
+        Value::Array(items) => items.iter().try_for_each(|v| push_at(v, path, out)),
+        _ => Ok(()),
     }
 }
 

@@ -1,10 +1,17 @@
 //! Extraction plans: where a GraphQL document keeps its node ids.
 //!
 //! A plan is built once per document shape (see `scan.rs`) with `apollo-parser`, and says
-//! which string literals (by index) and which variables (by name, with the literal indices
-//! of their defaults) hold the ids of the chosen operation's root `node(id:)` and
-//! `nodes(ids:)` fields — through aliases, fragment spreads and inline fragments. Applying a
-//! plan to a request needs no parsing at all.
+//! which string literals (by index) and which variables (by name and path inside their value,
+//! with the literal indices of their defaults) hold the ids of the chosen operation's root
+//! fields — through aliases, fragment spreads and inline fragments. Applying a plan to a
+//! request needs no parsing at all.
+//!
+//! Which arguments hold ids (docs/config.md `id_arguments`): a query's root `node(id:)` and
+//! `nodes(ids:)` always; and on every root field of a query or a mutation, the argument paths
+//! the route names (`id`, `input.id`: Relay's convention). A path walks input objects,
+//! written in the document (`input: {id: $id}`) or given as a variable (`input: $input`), and
+//! lists. Nested fields' arguments are never read: the root field names the entity the
+//! operation is about.
 
 use std::collections::{HashMap, HashSet};
 
@@ -22,9 +29,41 @@ pub enum IdSource {
     Variable {
         /// The variable name, without `$`.
         name: Box<str>,
-        /// Literal indices of the default value (`$id: ID = "…"`), possibly a list.
+        /// The keys to follow inside the variable's value to the id (`input: $input` read
+        /// by the argument path `input.id` is `["id"]`); empty: the value is the id (or a
+        /// list of ids). A list met on the way is read item by item.
+        path: ArgPath,
+        /// Literal indices of the default value (`$id: ID = "…"`) at `path`, possibly a list.
         default: Box<[u32]>,
     },
+}
+
+/// An argument path split at its dots: `input.id` is `["input", "id"]` (docs/config.md
+/// `id_arguments`).
+pub type ArgPath = Box<[Box<str>]>;
+
+/// Parses `id_arguments` entries: dot-separated names, each a GraphQL name
+/// (`/[_A-Za-z][_0-9A-Za-z]*/`, GraphQL spec §2.1.9).
+///
+/// Errors: the entry that is not such a path, with why.
+pub fn arg_paths(entries: &[String]) -> Result<Box<[ArgPath]>, String> {
+    entries
+        .iter()
+        .map(|entry| {
+            let names: ArgPath = entry.split('.').map(Box::from).collect();
+            let is_name = |n: &str| {
+                n.bytes().enumerate().all(|(i, b)| {
+                    b == b'_' || b.is_ascii_alphabetic() || (i > 0 && b.is_ascii_digit())
+                }) && !n.is_empty()
+            };
+            match names.iter().all(|n| is_name(n)) {
+                true => Ok(names),
+                false => Err(format!(
+                    "`{entry}` is not an argument path: GraphQL names joined by dots, e.g. `input.id`"
+                )),
+            }
+        })
+        .collect()
 }
 
 /// What to read from requests of one document shape and operation name.
@@ -32,6 +71,9 @@ pub enum IdSource {
 pub struct Plan {
     /// Every place an id is, in document order.
     pub sources: Box<[IdSource]>,
+    /// The operation is a mutation: a write (docs/data-path.md "Reads and writes"), never
+    /// split by region, never sent twice.
+    pub mutation: bool,
     /// Set when the operation's only ids are one root `nodes(ids: $var)`: such a request
     /// can be split by region (docs/fanout.md `split_nodes`).
     pub split: Option<SplitNodes>,
@@ -81,12 +123,14 @@ pub struct ParseLimits {
     pub depth: usize,
 }
 
-/// Parses `doc` and builds its plan for `operation_name`.
+/// Parses `doc` and builds its plan for `operation_name`, reading `id_arguments` on root
+/// fields (see the module docs).
 pub fn build(
     doc: &str,
     literals: &[Literal],
     operation_name: Option<&str>,
     limits: ParseLimits,
+    id_arguments: &[ArgPath],
 ) -> Result<Plan, PlanError> {
     let tree = Parser::new(doc)
         .token_limit(limits.tokens)
@@ -114,12 +158,17 @@ pub fn build(
         }
     }
     let op = choose_operation(&operations, operation_name)?;
-    // Only queries read entities by node id; other operations are routed as unrouted.
-    if op
-        .operation_type()
-        .is_some_and(|t| t.query_token().is_none())
-    {
-        return Ok(Plan::default());
+    // A shorthand document (`{ … }`) is a query.
+    let kind = op.operation_type();
+    let mutation = kind.as_ref().is_some_and(|t| t.mutation_token().is_some());
+    let query = kind.as_ref().is_none_or(|t| t.query_token().is_some());
+    // A subscription is routed as unrouted, as before id arguments; a mutation reads only
+    // the id arguments (`[]`: none, as before them).
+    if !(query || mutation && !id_arguments.is_empty()) {
+        return Ok(Plan {
+            mutation,
+            ..Plan::default()
+        });
     }
     let mut b = Builder {
         literals,
@@ -129,17 +178,17 @@ pub fn build(
         visited: HashSet::new(),
         unindexed_literal: false,
         nodes_variables: Vec::new(),
+        query,
+        id_arguments,
     };
     if let Some(defs) = op.variable_definitions() {
         for def in defs.variable_definitions() {
             let Some(name) = def.variable().and_then(|v| v.name()) else {
                 continue;
             };
-            let mut default = Vec::new();
             if let Some(value) = def.default_value().and_then(|d| d.value()) {
-                b.literal_indices(&value, &mut default);
+                b.defaults.insert(name.text().to_string(), value);
             }
-            b.defaults.insert(name.text().to_string(), default);
         }
     }
     if let Some(set) = op.selection_set() {
@@ -152,11 +201,16 @@ pub fn build(
         )));
     }
     let split = match (&*b.sources, &*b.nodes_variables) {
-        ([IdSource::Variable { name, .. }], [only]) if *name == only.variable => Some(only.clone()),
+        ([IdSource::Variable { name, path, .. }], [only])
+            if *name == only.variable && path.is_empty() =>
+        {
+            Some(only.clone())
+        }
         _ => None,
     };
     Ok(Plan {
         sources: b.sources.into_boxed_slice(),
+        mutation,
         split,
     })
 }
@@ -181,7 +235,8 @@ fn choose_operation<'a>(
 struct Builder<'a> {
     literals: &'a [Literal],
     fragments: &'a HashMap<String, cst::FragmentDefinition>,
-    defaults: HashMap<String, Vec<u32>>,
+    /// Each variable's default value, as written.
+    defaults: HashMap<String, cst::Value>,
     sources: Vec<IdSource>,
     /// Fragments already expanded: a cycle (invalid, but sent) must not loop.
     visited: HashSet<String>,
@@ -189,6 +244,10 @@ struct Builder<'a> {
     unindexed_literal: bool,
     /// Root `nodes` fields whose `ids` is one variable.
     nodes_variables: Vec<SplitNodes>,
+    /// The operation is a query: its root `node` and `nodes` fields hold ids.
+    query: bool,
+    /// The argument paths read on every root field.
+    id_arguments: &'a [ArgPath],
 }
 
 impl Builder<'_> {
@@ -221,13 +280,13 @@ impl Builder<'_> {
 
     fn field(&mut self, field: &cst::Field) {
         let Some(name) = field.name() else { return };
-        let wanted_arg = match &*name.text() {
-            "node" => "id",
-            "nodes" => "ids",
-            _ => return,
-        };
         let Some(args) = field.arguments() else {
             return;
+        };
+        let wanted_arg = match &*name.text() {
+            "node" if self.query => "id",
+            "nodes" if self.query => "ids",
+            _ => return self.id_arguments(&args),
         };
         for arg in args.arguments() {
             if arg.name().is_some_and(|n| n.text() == wanted_arg) {
@@ -247,6 +306,88 @@ impl Builder<'_> {
         }
     }
 
+    /// The configured argument paths of a root field other than `node` and `nodes`.
+    fn id_arguments(&mut self, args: &cst::Arguments) {
+        let paths = self.id_arguments;
+        for arg in args.arguments() {
+            let (Some(name), Some(value)) = (arg.name(), arg.value()) else {
+                continue;
+            };
+            let name = name.text();
+            for path in paths
+                .iter()
+                .filter(|p| p.first().is_some_and(|f| **f == *name))
+            {
+                self.at_path(&value, &path[1..]);
+            }
+        }
+    }
+
+    /// The ids at `path` inside an argument's `value`: through input objects and lists
+    /// written in the document, and into a variable's value when one stands on the way.
+    fn at_path(&mut self, value: &cst::Value, path: &[Box<str>]) {
+        let Some((key, rest)) = path.split_first() else {
+            return self.value(value);
+        };
+        match value {
+            cst::Value::ObjectValue(object) => {
+                for field in object.object_fields() {
+                    if field.name().is_some_and(|n| *n.text() == **key) {
+                        if let Some(inner) = field.value() {
+                            self.at_path(&inner, rest);
+                        }
+                    }
+                }
+            }
+            cst::Value::ListValue(list) => {
+                for item in list.values() {
+                    self.at_path(&item, path);
+                }
+            }
+            cst::Value::Variable(v) => self.variable(v, path),
+            _ => {}
+        }
+    }
+
+    /// A variable holding ids at `path` inside its value, with its default's literals there.
+    fn variable(&mut self, v: &cst::Variable, path: &[Box<str>]) {
+        let Some(name) = v.name() else { return };
+        let name = name.text().to_string();
+        let mut default = Vec::new();
+        if let Some(value) = self.defaults.get(&name).cloned() {
+            self.literals_at(&value, path, &mut default);
+        }
+        self.sources.push(IdSource::Variable {
+            name: name.into_boxed_str(),
+            path: path.into(),
+            default: default.into_boxed_slice(),
+        });
+    }
+
+    /// The literal indices at `path` inside a default value.
+    fn literals_at(&mut self, value: &cst::Value, path: &[Box<str>], out: &mut Vec<u32>) {
+        let Some((key, rest)) = path.split_first() else {
+            return self.literal_indices(value, out);
+        };
+        match value {
+            cst::Value::ObjectValue(object) => {
+                for field in object.object_fields() {
+                    if field.name().is_some_and(|n| *n.text() == **key) {
+                        if let Some(inner) = field.value() {
+                            self.literals_at(&inner, rest, out);
+                        }
+                    }
+                }
+            }
+            cst::Value::ListValue(list) => {
+                for item in list.values() {
+                    self.literals_at(&item, path, out);
+                }
+            }
+            _ => {}
+        }
+    }
+
     /// An argument value: a literal, a variable, or a list of either.
     fn value(&mut self, value: &cst::Value) {
         match value {
@@ -254,16 +395,7 @@ impl Builder<'_> {
                 Some(i) => self.sources.push(IdSource::Literal(i)),
                 None => self.unindexed_literal = true,
             },
-            cst::Value::Variable(v) => {
-                if let Some(name) = v.name() {
-                    let name = name.text().to_string();
-                    let default = self.defaults.get(&name).cloned().unwrap_or_default();
-                    self.sources.push(IdSource::Variable {
-                        name: name.into_boxed_str(),
-                        default: default.into_boxed_slice(),
-                    });
-                }
-            }
+            cst::Value::Variable(v) => self.variable(v, &[]),
             cst::Value::ListValue(list) => {
                 for item in list.values() {
                     self.value(&item);

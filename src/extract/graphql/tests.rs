@@ -247,3 +247,108 @@ fn limits_bound_pathological_documents() {
     let e = ids(&r, &json(&wide, serde_json::Value::Null)).expect_err("too many tokens");
     assert!(e.to_string().contains("limit"), "{e}");
 }
+
+/// Ids and the access of a body, read by a route with the given `id_arguments`.
+fn read_with(route: &GraphqlRoute, body: &str) -> Result<(Vec<String>, Access), GraphqlError> {
+    let mut out = Vec::new();
+    let access = route.ids_from_body(None, body.as_bytes(), ColdParse::Here, &mut out)?;
+    Ok((out.iter().map(|t| canonical(t)).collect(), access))
+}
+
+fn with_arguments(paths: &[&str]) -> GraphqlRoute {
+    let paths: Vec<String> = paths.iter().map(|p| p.to_string()).collect();
+    route().with_id_arguments(plan::arg_paths(&paths).expect("paths"))
+}
+
+#[test]
+fn root_field_arguments_of_mutations_and_queries() {
+    let r = route();
+    // A literal `id`, and Relay's `input.id` as a literal, through a variable in the
+    // object, and as a whole-object variable.
+    let m = format!(r#"mutation {{ cancelOrder(id: "{A}") {{ id }} }}"#);
+    assert_eq!(
+        read_with(&r, &json(&m, serde_json::Value::Null)),
+        Ok((vec![A.into()], Access::Write))
+    );
+    let m =
+        r#"mutation M($id: ID!) { cancelOrder(input: {id: $id, reason: "x"}) { order { id } } }"#;
+    let body = json(m, serde_json::json!({ "id": B }));
+    assert_eq!(read_with(&r, &body), Ok((vec![B.into()], Access::Write)));
+    let m = r#"mutation M($input: CancelInput!) { cancelOrder(input: $input) { order { id } } }"#;
+    let body = json(
+        m,
+        serde_json::json!({ "input": { "id": A, "reason": "x" } }),
+    );
+    assert_eq!(read_with(&r, &body), Ok((vec![A.into()], Access::Write)));
+    // A default inside an input object's default.
+    let m = format!(
+        r#"mutation M($input: CancelInput = {{id: "{B}"}}) {{ cancelOrder(input: $input) {{ ok }} }}"#
+    );
+    assert_eq!(
+        read_with(&r, &json(&m, serde_json::Value::Null)),
+        Ok((vec![B.into()], Access::Write))
+    );
+    // A root `order(id:)` query is a read; a nested field's `id` argument is never read.
+    let q = format!(
+        r#"{{ order(id: "{A}") {{ items(id: "{B}") {{ id }} }} viewer {{ order(id: "{B}") {{ id }} }} }}"#
+    );
+    assert_eq!(
+        read_with(&r, &json(&q, serde_json::Value::Null)),
+        Ok((vec![A.into()], Access::Read))
+    );
+    // Lists of ids and lists of input objects.
+    let m = r#"mutation M($ids: [ID!]!) { cancelOrders(id: $ids) { ok } archive(input: [{id: $ids}]) { ok } }"#;
+    let body = json(m, serde_json::json!({ "ids": [A, B] }));
+    assert_eq!(
+        read_with(&r, &body),
+        Ok((vec![A.into(), B.into(), A.into(), B.into()], Access::Write))
+    );
+}
+
+#[test]
+fn configured_arguments_and_none() {
+    let m = format!(
+        r#"mutation {{ pay(orderId: "{A}", id: "{B}", payment: {{order: {{id: "{B}"}}}}) {{ ok }} }}"#
+    );
+    let body = json(&m, serde_json::Value::Null);
+    let r = with_arguments(&["orderId", "payment.order.id"]);
+    assert_eq!(
+        read_with(&r, &body),
+        Ok((vec![A.into(), B.into()], Access::Write))
+    );
+    // `[]`: as before id arguments: a mutation has no ids, a query only `node`/`nodes`.
+    let none = with_arguments(&[]);
+    assert_eq!(read_with(&none, &body), Ok((vec![], Access::Write)));
+    let q = format!(r#"{{ order(id: "{A}") {{ id }} node(id: "{B}") {{ id }} }}"#);
+    let body = json(&q, serde_json::Value::Null);
+    assert_eq!(read_with(&none, &body), Ok((vec![B.into()], Access::Read)));
+}
+
+#[test]
+fn batches_with_a_mutation_write_and_mutations_never_split() {
+    let r = route().with_split_nodes(true);
+    let q = format!(r#"query {{ node(id: "{A}") {{ id }} }}"#);
+    let m = format!(r#"mutation {{ cancelOrder(id: "{B}") {{ id }} }}"#);
+    let batch = format!(
+        "[{},{}]",
+        json(&q, serde_json::Value::Null),
+        json(&m, serde_json::Value::Null)
+    );
+    assert_eq!(
+        read_with(&r, &batch),
+        Ok((vec![A.into(), B.into()], Access::Write))
+    );
+    // A persisted query sent by hash: its document is unknown, so it may write.
+    let persisted = r#"{"extensions":{"persistedQuery":{"version":1,"sha256Hash":"ab"}},"variables":{"id":"x"}}"#;
+    assert_eq!(read_with(&r, persisted).map(|(_, a)| a), Ok(Access::Write));
+    // `nodes(ids: $ids)` in a query splits; in a mutation it never does, even when its
+    // `ids` argument is read.
+    let r = with_arguments(&["ids"]).with_split_nodes(true);
+    let split = |op: &str| {
+        let doc = format!("{op} Q($ids: [ID!]!) {{ nodes(ids: $ids) {{ id }} }}");
+        let body = json(&doc, serde_json::json!({ "ids": [A, B] }));
+        r.split_of(None, body.as_bytes())
+    };
+    assert!(split("query").is_some());
+    assert!(split("mutation").is_none());
+}

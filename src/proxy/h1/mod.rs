@@ -19,10 +19,10 @@
 //! its connection only when it asks (`Connection: keep-alive`, said back), gets `HTTP/1.0`
 //! answers, no 1xx, and a chunked or close-delimited answer decoded and closed.
 
+mod body;
 mod bridge;
 mod exchange;
 mod fanout;
-mod graphql;
 
 use std::time::Instant;
 
@@ -90,8 +90,10 @@ enum Stop<'r> {
     /// A refusal; `close`: the body's framing is unknown, so the connection cannot go on.
     Refuse(Problem, bool),
     /// A `graphql:` route: its ids are in the body (or the query string), read next
-    /// (`graphql.rs`).
+    /// (`body.rs`).
     Graphql(&'r std::sync::Arc<crate::extract::graphql::GraphqlRoute>),
+    /// A `json:` route: its id is in the body, read next (`body.rs`).
+    Json(super::route::Pending<'r>),
     /// A `fanout:` route: every region asked (`fanout.rs`).
     Fanout(&'r std::sync::Arc<crate::extract::fanout::FanoutRoute>),
 }
@@ -225,12 +227,19 @@ impl Proxy {
         let mut expect = head.seen.has(Seen::EXPECT)
             && !http10
             && matches!(framing, Ok(Framing::Length(1..) | Framing::Chunked));
-        // A GraphQL request's ids are in its body: read whole first (bounded), then resolved.
+        // A GraphQL or JSON request's ids are in its body: read whole first (bounded), then
+        // resolved.
         let planned = match planned {
             Err(Stop::Graphql(route)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
                 let route = route.clone();
                 self.h1_graphql(client, head, &route, framing, &mut expect, &span)
+                    .await
+                    .map(|planned| (planned, framing))
+            }
+            Err(Stop::Json(pending)) => {
+                let framing = framing.unwrap_or(Framing::Empty);
+                self.h1_json(client, head, pending, framing, &mut expect, &span)
                     .await
                     .map(|planned| (planned, framing))
             }
@@ -253,7 +262,7 @@ impl Proxy {
                 drop(in_flight);
                 return done.outcome;
             }
-            Err(Stop::Shared | Stop::Graphql(_)) => {
+            Err(Stop::Shared | Stop::Graphql(_) | Stop::Json(_)) => {
                 drop(in_flight);
                 let expect = expect && expects_continue(client.pending(), head);
                 // Boxed, as above.
@@ -376,13 +385,14 @@ impl Proxy {
         let view = HeadView { buf, head };
         self.admit_head(&view)?;
         let found = self.extract_head(&view);
-        let route = found.route_kind();
         match &found {
-            Extraction::Id(..) | Extraction::NoId => {}
-            Extraction::Pending(pending) => match pending.graphql() {
-                Some(graphql) => return Err(Stop::Graphql(graphql)),
-                None => return Err(Stop::Shared),
-            },
+            Extraction::Pending(pending) => {
+                return match (pending.graphql(), pending.json()) {
+                    (Some(graphql), _) => Err(Stop::Graphql(graphql)),
+                    (None, Some(_)) => Err(Stop::Json(*pending)),
+                    (None, None) => Err(Stop::Shared),
+                }
+            }
             // A list is asked with GET (405 otherwise, its body dropped); a GET with a body
             // goes through the shared phases.
             Extraction::Fanout(_) if head.method.of(buf) != b"GET" => {
@@ -391,7 +401,25 @@ impl Proxy {
             Extraction::Fanout(route) if !seen.has(Seen::FRAMING) => {
                 return Err(Stop::Fanout(route))
             }
-            Extraction::Ids(..) | Extraction::Fanout(_) => return Err(Stop::Shared),
+            _ => {}
+        }
+        self.h1_resolve(found, span)
+    }
+
+    /// Phase 3 on the head path, for a request whose route found its id (or none): the
+    /// region it resolves to, or what the head path does not carry (several ids, several
+    /// regions, a legacy id to probe) handed to the shared phases.
+    fn h1_resolve<'r>(
+        &self,
+        found: Extraction<'_, '_>,
+        span: &tracing::Span,
+    ) -> Result<Planned, Stop<'r>> {
+        let route = found.route_kind();
+        match &found {
+            Extraction::Id(..) | Extraction::NoId | Extraction::Invalid(..) => {}
+            Extraction::Ids(..) | Extraction::Fanout(_) | Extraction::Pending(_) => {
+                return Err(Stop::Shared)
+            }
         }
         let routing = self.regions.current();
         let (decision, legacy_id) = self.resolve(&routing.table, found, span)?;

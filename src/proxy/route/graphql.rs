@@ -25,23 +25,22 @@ use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
 use http::request::Parts;
 use http::{HeaderValue, Method, Response, StatusCode};
-use http_body_util::{BodyExt, Either, Full, LengthLimitError, Limited};
+use http_body_util::{Either, Full};
 use serde::Deserialize;
 use serde_json::Value;
 
 use super::fanout::{for_merging, json_response, LegFailure};
-use super::{scheme_or_default, Kind, Route, RouteError};
-use crate::extract::graphql::plan::{ParseLimits, SplitNodes};
+use super::{read_whole, scheme_or_default, Kind, Route, RouteError};
+use crate::extract::graphql::plan::{arg_paths, ParseLimits, SplitNodes};
 use crate::extract::graphql::{ColdParse, GraphqlError, GraphqlRoute};
-use crate::extract::RouteKind;
+use crate::extract::{Access, RouteKind};
 use crate::fanout::budget::Refusal;
 use crate::fanout::leg::LegError;
 use crate::fanout::nodes::{self, Part};
 use crate::metrics;
-use crate::problem::Problem;
+use crate::problem::{LimitedBody, Problem};
 use crate::proxy::Proxy;
 use crate::table::{Decision, RegionId, RoutingTable};
-use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward;
 
 /// A `graphql:` route's keys.
@@ -60,6 +59,10 @@ pub(super) struct Spec {
     /// Whether a `nodes(ids: $var)` over several regions is split by region (docs/fanout.md).
     #[serde(default)]
     split_nodes: Option<bool>,
+    /// The argument paths of root fields that hold ids (default `[id, input.id]`; `[]`: only
+    /// a query's `node` and `nodes`).
+    #[serde(default)]
+    id_arguments: Option<Vec<String>>,
 }
 
 impl Kind for Spec {
@@ -76,8 +79,12 @@ impl Kind for Spec {
             ));
         }
         let vars = self.persisted_id_variables.unwrap_or_default();
-        let route = GraphqlRoute::new(self.graphql, vars, scheme, limits)
+        let mut route = GraphqlRoute::new(self.graphql, vars, scheme, limits)
             .with_split_nodes(self.split_nodes.unwrap_or(false));
+        if let Some(paths) = self.id_arguments {
+            let paths = arg_paths(&paths).map_err(|e| RouteError::new("id_arguments", e))?;
+            route = route.with_id_arguments(paths);
+        }
         routes.push(Route::Graphql(Arc::new(route)));
         Ok(())
     }
@@ -86,55 +93,34 @@ impl Kind for Spec {
 /// Bodies larger than this are searched for ids on the blocking pool.
 pub const BLOCKING_ABOVE: usize = 64 << 10;
 
-/// The ids of a GraphQL request and the body to forward. `GET` requests keep their body
-/// streaming; `POST` bodies are read up to `limit` bytes (413 beyond), each wait for more at
-/// most `idle` (408 beyond).
+/// The ids of a GraphQL request, whether it writes, and the body to forward. `GET` requests
+/// keep their body streaming; `POST` bodies are read up to `limit` bytes (413 beyond), each
+/// wait for more at most `idle` (408 beyond).
 pub(super) async fn read_ids(
     route: &Arc<GraphqlRoute>,
     parts: &Parts,
     body: Inbound,
     limit: usize,
     idle: Duration,
-) -> Result<(Vec<Vec<u8>>, Either<Inbound, Bytes>), Problem> {
+) -> Result<(Found, Either<Inbound, Bytes>), Problem> {
     if parts.method == Method::GET {
         let query = parts.uri.query().unwrap_or("");
-        let ids = ids_in(route, Read::Query(query)).await?;
-        return Ok((ids, Either::Left(body)));
+        let found = ids_in(route, Read::Query(query)).await?;
+        return Ok((found, Either::Left(body)));
     }
     if parts.method != Method::POST {
         // OPTIONS (CORS preflight) and the like carry no ids.
-        return Ok((Vec::new(), Either::Left(body)));
+        let access = Access::of_method(parts.method.as_str().as_bytes());
+        return Ok(((Vec::new(), access), Either::Left(body)));
     }
-    let declared = parts
-        .headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(Problem::PayloadTooLarge {
-            what: crate::problem::LimitedBody::GraphqlBody,
-            limit,
-        });
-    }
-    // The idle timer: a client that declares a length and stops sending is the client's
-    // fault (408), not a request to hold forever.
-    let bytes: Bytes = match Limited::new(IdleTimeout::new(body, idle), limit)
-        .collect()
-        .await
-    {
-        Ok(collected) => collected.to_bytes(),
-        Err(e) if e.is::<LengthLimitError>() => {
-            return Err(Problem::PayloadTooLarge {
-                what: crate::problem::LimitedBody::GraphqlBody,
-                limit,
-            })
-        }
-        Err(e) => return Err(crate::proxy::client_body_problem(&*e)),
-    };
+    let bytes = read_whole(parts, body, limit, idle, LimitedBody::GraphqlBody).await?;
     let content_type = parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes());
-    let ids = ids_in(route, Read::Body(content_type, &bytes)).await?;
-    Ok((ids, Either::Right(bytes)))
+    let found = ids_in(route, Read::Body(content_type, &bytes)).await?;
+    Ok((found, Either::Right(bytes)))
 }
+
+/// The id texts of a GraphQL request and whether it writes (a mutation).
+pub(in crate::proxy) type Found = (Vec<Vec<u8>>, Access);
 
 /// Where a GraphQL request's ids are read from: a `GET`'s query string, or a `POST`'s body
 /// (read whole) with its `Content-Type`.
@@ -144,13 +130,14 @@ pub(in crate::proxy) enum Read<'a> {
     Body(Option<&'a [u8]>, &'a [u8]),
 }
 
-/// The ids of a GraphQL request, for both engines: on the worker when the plan cache has
-/// the document or it is small, else (a cold parse of more than 4 KiB, or a body over
-/// [`BLOCKING_ABOVE`]) on the blocking pool, from a copy. Errors: 400 `graphql-invalid`.
+/// The ids of a GraphQL request and whether it writes, for both engines: on the worker when
+/// the plan cache has the document or it is small, else (a cold parse of more than 4 KiB, or
+/// a body over [`BLOCKING_ABOVE`]) on the blocking pool, from a copy. Errors: 400
+/// `graphql-invalid`.
 pub(in crate::proxy) async fn ids_in(
     route: &Arc<GraphqlRoute>,
     read: Read<'_>,
-) -> Result<Vec<Vec<u8>>, Problem> {
+) -> Result<Found, Problem> {
     let mut ids = Vec::new();
     let inline = match read {
         Read::Query(query) => route.ids_from_query(query, ColdParse::SmallOnly, &mut ids),
@@ -169,18 +156,18 @@ pub(in crate::proxy) async fn ids_in(
             off_worker(move |ids| route.ids_from_body(ct.as_deref(), &body, ColdParse::Here, ids))
                 .await
         }
-        (done, _) => done.map(|()| ids).map_err(problem),
+        (done, _) => done.map(|access| (ids, access)).map_err(problem),
     }
 }
 
 /// Runs an extraction on the blocking pool.
-async fn off_worker<F>(extract: F) -> Result<Vec<Vec<u8>>, Problem>
+async fn off_worker<F>(extract: F) -> Result<Found, Problem>
 where
-    F: FnOnce(&mut Vec<Vec<u8>>) -> Result<(), GraphqlError> + Send + 'static,
+    F: FnOnce(&mut Vec<Vec<u8>>) -> Result<Access, GraphqlError> + Send + 'static,
 {
     tokio::task::spawn_blocking(move || {
         let mut ids = Vec::new();
-        extract(&mut ids).map(|()| ids)
+        extract(&mut ids).map(|access| (ids, access))
     })
     .await
     .map_err(|e| Problem::GraphqlInvalid(format!("the GraphQL request failed: {e}")))?

@@ -48,9 +48,20 @@ pub(super) fn kind_of(
         let at = [at, &[Seg::KeyName(unknown.clone(), 0)]].concat();
         return Err(fail(error_at(source, &at, message)));
     }
-    let present: Vec<RouteKind> = RouteKind::ALL
+    let named: Vec<RouteKind> = RouteKind::ALL
         .into_iter()
         .filter(|kind| keys.0.iter().any(|k| k == kind.as_str()))
+        .collect();
+    // A kind's name that another named kind takes as one of its keys is that key there:
+    // `{ path: /v1/rides, query: order_id }` is a `query` route with a `path`.
+    let present: Vec<RouteKind> = named
+        .iter()
+        .copied()
+        .filter(|kind| {
+            !named
+                .iter()
+                .any(|other| other != kind && keys_of(*other).contains(&kind.as_str()))
+        })
         .collect();
     let [kind] = present[..] else {
         // At the second kind key, or at the entry when it has none.

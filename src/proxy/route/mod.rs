@@ -21,16 +21,22 @@ mod fanout;
 pub(super) mod graphql;
 mod grpc;
 mod header;
+mod json;
 mod keys;
 mod path;
+mod query;
 
 use std::borrow::Cow;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use bytes::Bytes;
+
+use http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use http::request::Parts;
 use http::{HeaderName, HeaderValue};
-use http_body_util::Either;
+use http_body_util::{BodyExt, Either, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 
 use super::{ClientBody, Proxy};
@@ -38,14 +44,15 @@ use crate::config::{RouteEntries, RouterConfig, SchemeUse, SchemeUses};
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::graphql::GraphqlRoute;
-use crate::extract::RouteKind;
-use crate::problem::Problem;
+use crate::extract::{Access, RouteKind};
+use crate::problem::{LimitedBody, Problem};
 use crate::scheme::IUID;
 use crate::source::{Seg, Source, SourceError, SourceErrors};
-use crate::upstream::body::{Inbound, Prefixed};
+use crate::upstream::body::{IdleTimeout, Inbound, Prefixed};
 
 pub(super) use graphql::resolve_all;
 pub use grpc::GrpcRoute;
+pub use json::{is_json, JsonRoute};
 
 /// A compiled entry of `routes:`. Each arm registers a kind: its file compiles it
 /// ([`Kind::compile`]), and the matches below dispatch to that file.
@@ -61,6 +68,10 @@ enum Route {
     Fanout(Arc<FanoutRoute>),
     /// A `grpc:` method.
     Grpc(Arc<GrpcRoute>),
+    /// A `query:` parameter on a path.
+    Query(query::QueryRoute),
+    /// A `json:` pointer into the body on a path.
+    Json(json::JsonRoute),
 }
 
 /// What a kind's file provides to compile an entry: its keys (the struct), its ids' scheme,
@@ -82,6 +93,8 @@ fn keys_of(kind: RouteKind) -> &'static [&'static str] {
         RouteKind::Graphql => keys::fields_of::<graphql::Spec>(),
         RouteKind::Fanout => keys::fields_of::<fanout::Spec>(),
         RouteKind::Grpc => keys::fields_of::<grpc::Spec>(),
+        RouteKind::Query => keys::fields_of::<query::Spec>(),
+        RouteKind::Json => keys::fields_of::<json::Spec>(),
     }
 }
 
@@ -99,6 +112,8 @@ fn compile_as(
         RouteKind::Graphql => add::<graphql::Spec>(source, at, routes, limits),
         RouteKind::Fanout => add::<fanout::Spec>(source, at, routes, limits),
         RouteKind::Grpc => add::<grpc::Spec>(source, at, routes, limits),
+        RouteKind::Query => add::<query::Spec>(source, at, routes, limits),
+        RouteKind::Json => add::<json::Spec>(source, at, routes, limits),
     }
 }
 
@@ -118,13 +133,17 @@ pub enum Extraction<'r, 'q> {
     /// A route matched and found an id's token.
     Id(Token<'r, 'q>, RouteKind),
     /// The id texts of a GraphQL request (possibly none), read from its body or query
-    /// string, and the route (its scheme, whether it splits `nodes`).
-    Ids(Vec<Vec<u8>>, &'r Arc<GraphqlRoute>),
+    /// string, whether it writes (a mutation), and the route (its scheme, whether it splits
+    /// `nodes`).
+    Ids(Vec<Vec<u8>>, Access, &'r Arc<GraphqlRoute>),
     /// A route whose ids are in the body (GraphQL, gRPC): its phase reads them
     /// (`Proxy::extract`).
     Pending(Pending<'r>),
     /// A list endpoint asked of every region.
     Fanout(&'r Arc<FanoutRoute>),
+    /// A route matched but its id cannot be read (a `query:` parameter repeated with
+    /// different values): 400 `invalid-parameter`, with this message.
+    Invalid(String, RouteKind),
     /// No route matched: the `unrouted` policy applies.
     NoId,
 }
@@ -133,7 +152,7 @@ impl Extraction<'_, '_> {
     /// The kind of route that matched (`None` when none did).
     pub fn route_kind(&self) -> Option<RouteKind> {
         match self {
-            Extraction::Id(_, kind) => Some(*kind),
+            Extraction::Id(_, kind) | Extraction::Invalid(_, kind) => Some(*kind),
             Extraction::Ids(..) => Some(RouteKind::Graphql),
             Extraction::Pending(pending) => Some(pending.0.kind()),
             Extraction::Fanout(_) => Some(RouteKind::Fanout),
@@ -142,9 +161,10 @@ impl Extraction<'_, '_> {
     }
 }
 
-/// A matched route whose ids are not in the request's head.
+/// A matched route whose ids are not in the request's head, and its place in `routes:` (a
+/// `json:` route that finds nothing in the body hands on to the routes after it).
 #[derive(Debug, Clone, Copy)]
-pub struct Pending<'r>(&'r Route);
+pub struct Pending<'r>(&'r Route, usize);
 
 /// The same route (routes are compared by identity).
 impl PartialEq for Pending<'_> {
@@ -164,6 +184,19 @@ impl<'r> Pending<'r> {
             _ => None,
         }
     }
+
+    /// The `json:` route, when the pending route is one (the own engine reads its body too).
+    pub fn json(&self) -> Option<&'r JsonRoute> {
+        match self.0 {
+            Route::Json(route) => Some(route),
+            _ => None,
+        }
+    }
+
+    /// Its place in `routes:`: [`Routes::after_body`] tries the routes after it.
+    pub fn index(&self) -> usize {
+        self.1
+    }
 }
 
 impl Route {
@@ -175,7 +208,67 @@ impl Route {
             Route::Graphql(_) => RouteKind::Graphql,
             Route::Fanout(_) => RouteKind::Fanout,
             Route::Grpc(_) => RouteKind::Grpc,
+            Route::Query(_) => RouteKind::Query,
+            Route::Json(_) => RouteKind::Json,
         }
+    }
+}
+
+/// The path a `query:` or `json:` route applies to: exact, or a `matchit` template with
+/// `{name}` and `{*rest}` segments.
+#[derive(Debug)]
+struct PathMatch(matchit::Router<()>);
+
+impl PathMatch {
+    /// Errors: the path does not start with `/`, or is not a template `matchit` takes.
+    fn new(path: &str) -> Result<PathMatch, RouteError> {
+        if !path.starts_with('/') {
+            return Err(RouteError::new(
+                "path",
+                format!("path `{path}` must start with /"),
+            ));
+        }
+        let mut router = matchit::Router::new();
+        router
+            .insert(path, ())
+            .map_err(|e| RouteError::new("path", format!("path `{path}`: {e}")))?;
+        Ok(PathMatch(router))
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        self.0.at(path).is_ok()
+    }
+}
+
+/// A body the route must read whole to find its ids (GraphQL, JSON), read up to `limit`
+/// bytes, each wait at most `idle`.
+///
+/// Errors: 413 `payload-too-large` naming `what` when `Content-Length` or the bytes read pass
+/// `limit` (at once, before reading, when the declared length does); 408 when a wait passes
+/// `idle`; the client's framing errors. A client that declares a length and stops sending
+/// is the client's fault, not a request to hold forever.
+async fn read_whole(
+    parts: &Parts,
+    body: Inbound,
+    limit: usize,
+    idle: Duration,
+    what: LimitedBody,
+) -> Result<Bytes, Problem> {
+    let declared = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(Problem::PayloadTooLarge { what, limit });
+    }
+    match Limited::new(IdleTimeout::new(body, idle), limit)
+        .collect()
+        .await
+    {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(e) if e.is::<LengthLimitError>() => Err(Problem::PayloadTooLarge { what, limit }),
+        Err(e) => Err(super::client_body_problem(&*e)),
     }
 }
 
@@ -305,19 +398,67 @@ impl Routes {
     /// on. Allocation-free unless a path segment is percent-encoded.
     pub fn extract<'q>(&self, parts: &'q Parts) -> Extraction<'_, 'q> {
         let headers = &parts.headers;
-        self.extract_head(parts.uri.path(), |name| {
+        let query = parts.uri.query().unwrap_or("");
+        self.extract_head(parts.uri.path(), query, |name| {
             headers.get(name).map(HeaderValue::as_bytes)
         })
     }
 
-    /// [`Routes::extract`] for a head the own HTTP/1.1 engine parsed: its path, and the first
-    /// value of a field by name.
+    /// [`Routes::extract`] for a head the own HTTP/1.1 engine parsed: its path, its query
+    /// string (after `?`, `""` when none), and the first value of a field by name.
     pub fn extract_head<'q>(
         &self,
         path: &'q str,
+        query: &'q str,
         header: impl Fn(&HeaderName) -> Option<&'q [u8]>,
     ) -> Extraction<'_, 'q> {
-        for route in &self.routes {
+        self.extract_from(0, path, query, header)
+    }
+
+    /// After a `json:` route (at `pending`) found no id in a request's body (`body`, when it
+    /// was read whole; `content_type` its type): the routes after it, in order, a `json:`
+    /// route among them read in the same body. A `graphql:` or `grpc:` route after a
+    /// `json:` route on the same path is not tried (its body was read as JSON).
+    ///
+    /// Errors: 400 `invalid-json` from a later `json:` route.
+    pub fn after_body<'q>(
+        &self,
+        pending: Pending<'_>,
+        path: &'q str,
+        query: &'q str,
+        header: impl Fn(&HeaderName) -> Option<&'q [u8]>,
+        content_type: Option<&[u8]>,
+        body: Option<&[u8]>,
+    ) -> Result<Extraction<'_, 'q>, Problem> {
+        let mut from = pending.index() + 1;
+        loop {
+            match self.extract_from(from, path, query, &header) {
+                Extraction::Pending(next) => {
+                    if let (Some(route), Some(body)) = (next.json(), body) {
+                        if let Some(token) = route.token(content_type, body)? {
+                            let token = Token {
+                                text: Cow::Owned(token.text.into_owned()),
+                                scheme: token.scheme,
+                            };
+                            return Ok(Extraction::Id(token, RouteKind::Json));
+                        }
+                    }
+                    from = next.index() + 1;
+                }
+                found => return Ok(found),
+            }
+        }
+    }
+
+    /// The first route at or after `from` that matches.
+    fn extract_from<'q>(
+        &self,
+        from: usize,
+        path: &'q str,
+        query: &'q str,
+        header: impl Fn(&HeaderName) -> Option<&'q [u8]>,
+    ) -> Extraction<'_, 'q> {
+        for (at, route) in self.routes.iter().enumerate().skip(from) {
             match route {
                 Route::Path(paths) => {
                     if let Some(token) = paths.token(path) {
@@ -331,12 +472,20 @@ impl Routes {
                 }
                 Route::Fanout(fanout) if path == fanout.path => return Extraction::Fanout(fanout),
                 Route::Graphql(graphql) if path == graphql.path => {
-                    return Extraction::Pending(Pending(route))
+                    return Extraction::Pending(Pending(route, at))
                 }
                 Route::Grpc(grpc) if path == grpc.path => {
-                    return Extraction::Pending(Pending(route))
+                    return Extraction::Pending(Pending(route, at))
                 }
-                Route::Graphql(_) | Route::Fanout(_) | Route::Grpc(_) => {}
+                Route::Query(params) => match params.token(path, query) {
+                    Some(Ok(token)) => return Extraction::Id(token, RouteKind::Query),
+                    Some(Err(e)) => return Extraction::Invalid(e, RouteKind::Query),
+                    None => {}
+                },
+                Route::Json(json) if json.matches(path) => {
+                    return Extraction::Pending(Pending(route, at))
+                }
+                Route::Graphql(_) | Route::Fanout(_) | Route::Grpc(_) | Route::Json(_) => {}
             }
         }
         Extraction::NoId
@@ -352,7 +501,7 @@ impl Proxy {
         body: Inbound,
     ) -> Result<(Extraction<'_, 'q>, ClientBody), Problem> {
         match self.extract_head(parts) {
-            Extraction::Pending(Pending(route)) => self.read_ids(route, parts, body).await,
+            Extraction::Pending(pending) => self.read_ids(pending, parts, body).await,
             found => Ok((found, Either::Left(Prefixed::new(body)))),
         }
     }
@@ -360,27 +509,55 @@ impl Proxy {
     /// The phase of a route whose ids are in the body.
     async fn read_ids<'r, 'q>(
         &'r self,
-        route: &'r Route,
+        pending: Pending<'r>,
         parts: &'q Parts,
         body: Inbound,
     ) -> Result<(Extraction<'r, 'q>, ClientBody), Problem> {
-        match route {
+        match pending.0 {
             Route::Graphql(route) => {
                 let limit = self.config.limits.graphql_body_bytes;
                 let idle = self.config.timeouts.idle();
-                let (ids, body) = graphql::read_ids(route, parts, body, limit, idle).await?;
+                let ((ids, access), body) =
+                    graphql::read_ids(route, parts, body, limit, idle).await?;
                 let body = match body {
                     Either::Left(streaming) => Either::Left(Prefixed::new(streaming)),
                     Either::Right(bytes) => Either::Right(bytes),
                 };
-                Ok((Extraction::Ids(ids, route), body))
+                Ok((Extraction::Ids(ids, access, route), body))
             }
             Route::Grpc(route) => {
                 let limit = self.config.limits.grpc_message_bytes;
                 grpc::read_id(route, body, limit, self.config.timeouts.idle()).await
             }
+            Route::Json(route) => {
+                let limit = self.config.limits.json_body_bytes;
+                let idle = self.config.timeouts.idle();
+                let (token, body) = route.read_id(parts, body, limit, idle).await?;
+                let found = match (token, &body) {
+                    (Some(token), _) => Extraction::Id(token, RouteKind::Json),
+                    (None, read) => {
+                        let headers = &parts.headers;
+                        self.routes.after_body(
+                            pending,
+                            parts.uri.path(),
+                            parts.uri.query().unwrap_or(""),
+                            |name| headers.get(name).map(HeaderValue::as_bytes),
+                            headers.get(CONTENT_TYPE).map(HeaderValue::as_bytes),
+                            match read {
+                                Either::Right(bytes) => Some(bytes),
+                                Either::Left(_) => None,
+                            },
+                        )?
+                    }
+                };
+                let body = match body {
+                    Either::Left(streaming) => Either::Left(Prefixed::new(streaming)),
+                    Either::Right(bytes) => Either::Right(bytes),
+                };
+                Ok((found, body))
+            }
             // `Routes::extract` leaves no other kind pending: their ids are in the head.
-            Route::Path(_) | Route::Header(_) | Route::Fanout(_) => {
+            Route::Path(_) | Route::Header(_) | Route::Fanout(_) | Route::Query(_) => {
                 Ok((Extraction::NoId, Either::Left(Prefixed::new(body))))
             }
         }
@@ -470,14 +647,83 @@ pub(super) mod tests {
         let want = [
             "router.yaml:2:11: routes[0].path: path template `/x/{key}` has no {id}",
             "router.yaml:3:13: routes[1].header: `bad header` is not a header name",
-            "router.yaml:4:32: routes[2].header: a route has exactly one of path, header, graphql, fanout, grpc",
+            "router.yaml:4:32: routes[2].header: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
             "router.yaml:5:31: routes[3].order: order goes with a fanout route",
-            "router.yaml:6:24: routes[4].nope: unknown field `nope`, expected one of `path`, `scheme`, `header`, `graphql`, `persisted_id_variables`, `split_nodes`, `fanout`, `items`, `id_field`, `order`, `limit`, `cursor`, `timeout_ms`, `on_region_error`, `grpc`, `field`",
-            "router.yaml:7:5: routes[5]: a route has exactly one of path, header, graphql, fanout, grpc",
+            "router.yaml:6:24: routes[4].nope: unknown field `nope`, expected one of `path`, `scheme`, `header`, `graphql`, `persisted_id_variables`, `split_nodes`, `id_arguments`, `fanout`, `items`, `id_field`, `order`, `limit`, `cursor`, `timeout_ms`, `on_region_error`, `grpc`, `field`, `query`, `json`",
+            "router.yaml:7:5: routes[5]: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
             "router.yaml:8:11: routes[6].grpc: a grpc route needs `field:`, the field holding the id",
             "router.yaml:9:32: routes[7].scheme: the scheme name is empty",
             "router.yaml:10:15: routes[8].cursor: unknown field `nope`, expected `param`",
-            "router.yaml:11:5: routes[9]: a route has exactly one of path, header, graphql, fanout, grpc",
+            "router.yaml:11:5: routes[9]: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
+        ];
+        assert_eq!(lines, want);
+    }
+
+    #[test]
+    fn query_and_json_routes_take_a_path() {
+        let r = routes(
+            "- { path: /v1/rides, query: order_id }\n- { path: \"/v1/shops/{shop}/payments\", json: /order/id }\n- { path: /v1/payments, json: /order_id }\n- { path: /v1/payments, json: /shop_id }\n- header: x-entity-id\n",
+        );
+        assert_eq!(r.len(), 5);
+        let want = crate::scheme::iuid::parse(ID.as_bytes()).expect("vector");
+        let found_in = |path: &str, query: &str| found(r.extract_head(path, query, |_| None));
+        assert_eq!(
+            found_in("/v1/rides", &format!("a=1&order_id={ID}")),
+            Some((Ok(want), RouteKind::Query))
+        );
+        assert_eq!(found_in("/v1/rides", "a=1"), None);
+        assert!(matches!(
+            r.extract_head("/v1/rides", &format!("order_id={ID}&order_id=x"), |_| None),
+            Extraction::Invalid(_, RouteKind::Query)
+        ));
+        let Extraction::Pending(shop) = r.extract_head("/v1/shops/7/payments", "", |_| None) else {
+            panic!("a json route is pending")
+        };
+        assert_eq!(shop.index(), 1);
+        let Extraction::Pending(first) = r.extract_head("/v1/payments", "", |_| None) else {
+            panic!("a json route is pending")
+        };
+        assert_eq!(first.index(), 2);
+        // Nothing at the first pointer: the second json route reads the same body, then the
+        // header route applies.
+        let body = format!(r#"{{"shop_id":"{ID}"}}"#);
+        let after = |body: &str, header: Option<&'static [u8]>| {
+            r.after_body(
+                first,
+                "/v1/payments",
+                "",
+                |_| header,
+                None,
+                Some(body.as_bytes()),
+            )
+            .map(found)
+        };
+        assert_eq!(
+            after(&body, None).expect("json"),
+            Some((Ok(want), RouteKind::Json))
+        );
+        assert_eq!(
+            after("{}", Some(ID.as_bytes())).expect("json"),
+            Some((Ok(want), RouteKind::Header))
+        );
+        assert!(after("{", None).is_err());
+    }
+
+    #[test]
+    fn query_and_json_routes_are_checked() {
+        let errors = compile(
+            "- { path: v1, query: a }\n- { path: /v1, query: '' }\n- { path: /v1, json: a }\n- { json: /a }\n- { path: /v1, graphql: /g }\n- { graphql: /g, id_arguments: [id, 'input.'] }\n",
+        )
+        .expect_err("invalid")
+        .0;
+        let lines: Vec<String> = errors.iter().map(ToString::to_string).collect();
+        let want = [
+            "router.yaml:2:13: routes[0].path: path `v1` must start with /",
+            "router.yaml:3:25: routes[1].query: the parameter name is empty",
+            "router.yaml:4:24: routes[2].json: `a` is not a JSON pointer: it starts with / (RFC 6901), e.g. `/order_id`",
+            "router.yaml:5:5: routes[3]: missing field `path`",
+            "router.yaml:6:27: routes[4].graphql: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
+            "router.yaml:7:34: routes[5].id_arguments: `input.` is not an argument path: GraphQL names joined by dots, e.g. `input.id`",
         ];
         assert_eq!(lines, want);
     }
