@@ -176,32 +176,37 @@ async fn mutations_and_root_fields_are_routed_by_their_id_arguments() {
             &format!(r#"mutation {{ cancelOrder(id: "{us}") {{ id }} }}"#),
             Value::Null,
         );
-        w.reaches(client, "POST", "/graphql", Some(&body), "us").await;
+        w.reaches(client, "POST", "/graphql", Some(&body), "us")
+            .await;
         // Relay's form: `input.id` through a variable, holding a Relay global id.
         let relay = relay_id("Order", &ap);
         let body = graphql(
             "mutation Cancel($id: ID!) { cancelOrder(input: {id: $id}) { order { id } } }",
             json!({ "id": relay }),
         );
-        w.reaches(client, "POST", "/graphql", Some(&body), "ap").await;
+        w.reaches(client, "POST", "/graphql", Some(&body), "ap")
+            .await;
         // The whole input object as a variable.
         let body = graphql(
             "mutation Cancel($input: CancelOrderInput!) { cancelOrder(input: $input) { order { id } } }",
             json!({ "input": { "id": us, "reason": "duplicate" } }),
         );
-        w.reaches(client, "POST", "/graphql", Some(&body), "us").await;
+        w.reaches(client, "POST", "/graphql", Some(&body), "us")
+            .await;
         // A root `order(id:)` query.
         let body = graphql(
             "query Order($id: ID!) { order(id: $id) { id total } }",
             json!({ "id": ap }),
         );
-        w.reaches(client, "POST", "/graphql", Some(&body), "ap").await;
+        w.reaches(client, "POST", "/graphql", Some(&body), "ap")
+            .await;
         // A nested field's `id` is not the operation's entity: unrouted, the default region.
         let body = graphql(
             &format!(r#"{{ viewer {{ order(id: "{us}") {{ id }} }} }}"#),
             Value::Null,
         );
-        w.reaches(client, "POST", "/graphql", Some(&body), "eu").await;
+        w.reaches(client, "POST", "/graphql", Some(&body), "eu")
+            .await;
     }
 }
 
@@ -217,16 +222,34 @@ async fn a_mutation_over_two_regions_is_refused_and_never_split() {
             Value::Null,
         );
         let problem = w
-            .refused(client, "POST", "/graphql", Some(&body), 400, "ids-in-several-regions")
+            .refused(
+                client,
+                "POST",
+                "/graphql",
+                Some(&body),
+                400,
+                "ids-in-several-regions",
+            )
             .await;
-        assert!(problem["detail"].as_str().is_some_and(|d| d.contains("ap") && d.contains("us")));
+        assert!(problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("ap") && d.contains("us")));
         // `split_nodes` splits a query's `nodes(ids: $ids)`, never a mutation.
         let doc = |op: &str| format!("{op} Q($ids: [ID!]!) {{ nodes(ids: $ids) {{ id }} }}");
         let body = graphql(&doc("mutation"), json!({ "ids": [us, ap] }));
-        w.refused(client, "POST", "/graphql-split", Some(&body), 400, "ids-in-several-regions")
-            .await;
+        w.refused(
+            client,
+            "POST",
+            "/graphql-split",
+            Some(&body),
+            400,
+            "ids-in-several-regions",
+        )
+        .await;
         let body = graphql(&doc("query"), json!({ "ids": [us, ap] }));
-        let (status, _, problem) = w.send(&client.1, "POST", "/graphql-split", Some(&body)).await;
+        let (status, _, problem) = w
+            .send(&client.1, "POST", "/graphql-split", Some(&body))
+            .await;
         assert_eq!(status, 200, "{}: a query is split: {problem}", client.0);
     }
 }
@@ -269,10 +292,19 @@ async fn query_parameters_route_decoded_and_repeated_ones_are_refused() {
         let problem = w
             .refused(client, "GET", &path, None, 400, "invalid-parameter")
             .await;
-        assert!(problem["detail"].as_str().is_some_and(|d| d.contains("order_id")));
+        assert!(problem["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("order_id")));
         // A malformed id: 400, as a path's.
-        w.refused(client, "GET", "/v1/rides?order_id=nope", None, 400, "malformed-id")
-            .await;
+        w.refused(
+            client,
+            "GET",
+            "/v1/rides?order_id=nope",
+            None,
+            400,
+            "malformed-id",
+        )
+        .await;
     }
 }
 
@@ -290,19 +322,41 @@ async fn json_body_fields_route_and_the_body_arrives_byte_for_byte() {
             .await;
         // The pointer names nothing: the next route (none matches), then unrouted.
         let body = r#"{"amount": 1}"#;
-        w.reaches(client, "POST", "/v1/payments", Some(body), "eu").await;
+        w.reaches(client, "POST", "/v1/payments", Some(body), "eu")
+            .await;
         // No body at all: the same.
         w.reaches(client, "GET", "/v1/payments", None, "eu").await;
         // Over `limits.json_body_bytes` (1 KiB): 413, nothing forwarded.
         let big = format!(r#"{{"order_id":"{us}","pad":"{}"}}"#, "x".repeat(2000));
-        w.refused(client, "POST", "/v1/payments", Some(&big), 413, "payload-too-large")
-            .await;
+        w.refused(
+            client,
+            "POST",
+            "/v1/payments",
+            Some(&big),
+            413,
+            "payload-too-large",
+        )
+        .await;
         // Not JSON: 400.
-        w.refused(client, "POST", "/v1/payments", Some("order_id=1"), 400, "invalid-json")
-            .await;
+        w.refused(
+            client,
+            "POST",
+            "/v1/payments",
+            Some("order_id=1"),
+            400,
+            "invalid-json",
+        )
+        .await;
         let cut = format!(r#"{{"order_id":"{us}""#);
-        w.refused(client, "POST", "/v1/payments", Some(&cut), 400, "invalid-json")
-            .await;
+        w.refused(
+            client,
+            "POST",
+            "/v1/payments",
+            Some(&cut),
+            400,
+            "invalid-json",
+        )
+        .await;
     }
 }
 
@@ -322,4 +376,103 @@ async fn a_chunked_json_body_is_routed_through_the_shared_phases() {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains("x-upstream: us"), "{answer}");
     assert_eq!(w.us.last().body.as_ref(), body.as_bytes());
+}
+
+/// An upstream that reads each request's head, counts it, then resets the connection
+/// without answering.
+async fn resetting_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncReadExt;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen = std::sync::Arc::new(AtomicUsize::new(0));
+    let count = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match stream.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                // RST, not FIN: the upstream died mid-request.
+                let _ = stream.set_zero_linger();
+            });
+        }
+    });
+    (format!("http://{addr}"), seen)
+}
+
+/// A GraphQL query is a read whatever its method: sent again after a reset. A mutation is a
+/// write: never, even over `GET`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
+    let (resetter, resets) = resetting_upstream().await;
+    let healthy = Upstream::start("healthy").await;
+    let config = ConfigYaml::new()
+        .route("graphql: /graphql")
+        .unrouted("default_region")
+        .timeouts(500, 2000, 10000)
+        .watch(false)
+        .extra(
+            "health: { eject_after: 1000 }\nretries: { budget_percent: 100, min_per_second: 1000 }\n",
+        );
+    let table = common::lettered_table("resend", &[&[resetter, healthy.url()]]);
+    let router = Router::start(&config.yaml(), &table).await;
+    let us = id(1);
+    for (proto, client) in clients() {
+        let send = |query: String, get: bool| {
+            let body = graphql(&query, Value::Null);
+            let req = match get {
+                true => {
+                    let qs = form_urlencoded::Serializer::new(String::new())
+                        .append_pair("query", &query)
+                        .finish();
+                    client.get(router.url(&format!("/graphql?{qs}")))
+                }
+                false => client
+                    .post(router.url("/graphql"))
+                    .header("content-type", "application/json")
+                    .body(body),
+            };
+            async move { req.send().await.expect("answer").status().as_u16() }
+        };
+        // Queries: every one answered, whichever upstream each tried first.
+        let before = resets.load(std::sync::atomic::Ordering::SeqCst);
+        for n in 0..16 {
+            let query = format!(r#"query Q{n} {{ order(id: "{us}") {{ id }} }}"#);
+            assert_eq!(send(query, false).await, 200, "{proto}: query {n}");
+        }
+        let reset_queries = resets.load(std::sync::atomic::Ordering::SeqCst) - before;
+        assert!(
+            reset_queries > 0,
+            "{proto}: no query met the resetting upstream"
+        );
+        // Mutations, POST and GET: each that met the reset is 502, the others 200.
+        for get in [false, true] {
+            let before = resets.load(std::sync::atomic::Ordering::SeqCst);
+            let mut failed = 0;
+            for n in 0..16 {
+                let mutation = format!(r#"mutation M{n} {{ cancelOrder(id: "{us}") {{ id }} }}"#);
+                match send(mutation, get).await {
+                    200 => {}
+                    502 => failed += 1,
+                    other => panic!("{proto}: mutation {n}: status {other}"),
+                }
+            }
+            let met = resets.load(std::sync::atomic::Ordering::SeqCst) - before;
+            assert!(met > 0, "{proto}: no mutation met the resetting upstream");
+            assert_eq!(
+                failed, met,
+                "{proto} (GET: {get}): every reset mutation is 502, none sent again"
+            );
+        }
+    }
 }

@@ -40,9 +40,11 @@ impl Pointer {
                     (_, true) => match chars.next() {
                         Some('0') => token.push('~'),
                         Some('1') => token.push('/'),
-                        _ => return Err(format!(
+                        _ => {
+                            return Err(format!(
                             "`{text}`: `~` is followed by 0 or 1 in a JSON pointer (RFC 6901 §3)"
-                        )),
+                        ))
+                        }
                     },
                 }
             }

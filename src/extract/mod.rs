@@ -39,6 +39,21 @@ impl Access {
         }
     }
 
+    /// Whether a request its upstream may have acted on (a reset before the answer) may be
+    /// sent again: RFC 9110 §9.2.2's idempotent methods, unless the body says otherwise
+    /// (`said`: what a GraphQL body's operations are; a query may, a mutation never, whatever
+    /// the method).
+    pub fn resendable(method: &[u8], said: Option<Access>) -> bool {
+        match said {
+            Some(Access::Read) => true,
+            Some(Access::Write) => false,
+            None => matches!(
+                method,
+                b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
+            ),
+        }
+    }
+
     /// Both together: a write if either writes (a batch with one mutation writes).
     pub fn and(self, other: Access) -> Access {
         match (self, other) {

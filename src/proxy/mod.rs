@@ -75,6 +75,8 @@ struct Target {
     region: RegionId,
     /// Boxed: rare, and every request's future holds the target.
     probe: Option<Box<legacy::Probe>>,
+    /// Whether its body says it reads or writes (GraphQL), over what its method says.
+    said: Option<crate::extract::Access>,
 }
 
 /// What the routing phases decided: one region, or several (docs/fanout.md).
@@ -376,6 +378,10 @@ impl Proxy {
         admit::admit_parts(parts)?;
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
+        let said = match &found {
+            Extraction::Ids(_, access, _) => Some(*access),
+            _ => None,
+        };
         let split_route = match &found {
             Extraction::Fanout(route) => {
                 trail.region = Some(self.all_regions.clone());
@@ -425,6 +431,7 @@ impl Proxy {
             routing,
             region,
             probe,
+            said,
         };
         Ok(Routed::Region(target, body))
     }
@@ -560,7 +567,7 @@ impl Proxy {
         };
         match self.admit_region(region) {
             Ok(permit) => futures_util::future::Either::Left(forward::forward(
-                region, permit, parts, body, policies, aim,
+                region, permit, parts, body, policies, None, aim,
             )),
             Err(reason) => futures_util::future::Either::Right(std::future::ready(Err(
                 ForwardError::Overloaded(reason),
@@ -601,7 +608,7 @@ impl Proxy {
             Err(reason) => return Fut::Left(ready(Err(self.overloaded(region, reason)))),
         };
         Fut::Right(
-            forward::forward(region, permit, parts, body, policies, aim)
+            forward::forward(region, permit, parts, body, policies, target.said, aim)
                 .map(move |forwarded| self.judged(region, forwarded)),
         )
     }

@@ -22,10 +22,11 @@ use super::regions::{Connects, RegionPermit, RegionRuntime};
 use super::{UpstreamBody, UpstreamState};
 use crate::config::{HealthPolicy, Limits, RetryPolicy};
 use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
+use crate::extract::Access;
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::Authority;
-use http::{Method, Request, Response};
+use http::{Request, Response};
 use http_body_util::{Either, Full};
 
 /// The body to send: held (replayable) or streamed (one attempt).
@@ -84,13 +85,6 @@ pub struct Policies<'a> {
     pub limits: &'a Limits,
 }
 
-fn idempotent(method: &Method) -> bool {
-    matches!(
-        *method,
-        Method::GET | Method::HEAD | Method::OPTIONS | Method::PUT | Method::DELETE | Method::TRACE
-    )
-}
-
 /// A copy of a request head (`Parts` is not `Clone`: its extensions may not be).
 pub fn copy_head(parts: &Parts) -> Parts {
     let mut req = Request::new(());
@@ -104,6 +98,9 @@ pub fn copy_head(parts: &Parts) -> Parts {
 /// Sends `parts` + `body` to an upstream of `region`, retrying per the module rules. `aim`
 /// points the request at the chosen upstream (URI, `Host`). `permit`: the request's place
 /// in the region's limit, taken by the caller (`proxy::phases`), kept in the answer.
+/// `said`: whether the body says the request reads or writes (a GraphQL request's
+/// operations), which decides over its method whether it is sent again after a reset
+/// ([`Access::resendable`]).
 ///
 /// The returned future keeps the head and body once: they are split before it (an `async fn`
 /// keeps its arguments beside what they are moved into, bytes every waiting request holds).
@@ -113,10 +110,11 @@ pub fn forward<'a, Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync + 'a>(
     mut parts: Parts,
     body: Outgoing,
     policies: Policies<'a>,
+    said: Option<Access>,
     aim: Aim,
 ) -> impl std::future::Future<Output = Result<Answered, ForwardError>> + Send + 'a {
     region.state.budget.deposit(policies.retry);
-    let retry_ok = idempotent(&parts.method);
+    let retry_ok = Access::resendable(parts.method.as_str().as_bytes(), said);
     let (held, mut streamed, watch) = match body {
         Outgoing::Held(bytes) => (Some(bytes), None, None),
         Outgoing::Streamed(b, watch) => (None, Some(b), Some(watch)),

@@ -87,7 +87,9 @@ impl Proxy {
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        self.planned(routing, &decision, Some(RouteKind::Graphql))
+        let mut planned = self.planned(routing, &decision, Some(RouteKind::Graphql))?;
+        planned.said = Some(access);
+        Ok(planned)
     }
 
     /// The region of a request a `json:` route matched (`pending`): its body read whole when

@@ -81,6 +81,8 @@ struct Planned {
     routing: std::sync::Arc<Routing>,
     region: RegionId,
     route: Option<crate::extract::RouteKind>,
+    /// Whether its body says it reads or writes (GraphQL), over what its method says.
+    said: Option<crate::extract::Access>,
 }
 
 /// Why the head stops here.
@@ -308,7 +310,7 @@ impl Proxy {
         }
         let buf = client.pending();
         let planned = planned.and_then(|(planned, framing)| {
-            let outbound = self.h1_outbound(buf, head, addr, &id, framing)?;
+            let outbound = self.h1_outbound(buf, head, addr, &id, framing, planned.said)?;
             Ok((planned, outbound))
         });
         let (planned, outbound) = match planned {
@@ -448,6 +450,7 @@ impl Proxy {
             region: decision.region,
             routing,
             route,
+            said: None,
         })
     }
 
@@ -460,6 +463,7 @@ impl Proxy {
         addr: &ClientAddr,
         id: &RequestId,
         framing: Framing,
+        said: Option<crate::extract::Access>,
     ) -> Result<Outbound, (Problem, bool)> {
         let method = head.method.of(buf);
         let body = &buf[head.len..];
@@ -538,10 +542,7 @@ impl Proxy {
             fields_end,
             held,
             framing,
-            idempotent: matches!(
-                method,
-                b"GET" | b"HEAD" | b"OPTIONS" | b"PUT" | b"DELETE" | b"TRACE"
-            ),
+            idempotent: crate::extract::Access::resendable(method, said),
             head_request: method == b"HEAD",
             http10: head.minor == 0,
         })
