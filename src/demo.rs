@@ -35,6 +35,8 @@ routes:
   - path: /v1/orders/{id}/{*rest}
   - header: x-entity-id
   - { graphql: /graphql, split_nodes: true }
+  - { path: /v1/rides, query: order_id }
+  - { path: /v1/payments, json: /order_id }
   - { fanout: /v1/orders, scheme: iuid, items: /items, id_field: id, order: desc, limit: { param: limit, default: 5, max: 50 }, timeout_ms: 2000, on_region_error: partial }
   - { path: \"/v1/offers/{id}\", scheme: offers }
   - { path: \"/v1/legacy-orders/{id}\", scheme: legacy_orders }
@@ -315,6 +317,30 @@ fn tour(
             "curl -s {base}/graphql -H 'content-type: application/json' \
              -d '{{\"query\":\"{{ node(id: \\\"{}\\\") {{ id }} }}\"}}'",
             order(2)
+        ),
+    );
+    line(
+        "ap",
+        "GraphQL: a mutation, Relay's cancelOrder(input: {id: $id}), of an order minted in KZ",
+        format!(
+            "curl -s {base}/graphql -H 'content-type: application/json' \
+             -d '{{\"query\":\"mutation Cancel($id: ID!) {{ cancelOrder(input: {{id: $id}}) \
+             {{ order {{ id }} }} }}\",\"variables\":{{\"id\":\"{}\"}}}}'",
+            order(1)
+        ),
+    );
+    line(
+        "us",
+        "a search by the order it belongs to: the id in a query parameter (a `query:` route)",
+        format!("curl -s '{base}/v1/rides?status=open&order_id={}'", order(2)),
+    );
+    line(
+        "ap",
+        "a payment for an order minted in KZ: the id in the JSON body (a `json:` route)",
+        format!(
+            "curl -s {base}/v1/payments -H 'content-type: application/json' \
+             -d '{{\"amount\": \"12.50\", \"order_id\": \"{}\"}}'",
+            order(1)
         ),
     );
     line(
