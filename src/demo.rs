@@ -332,7 +332,10 @@ fn tour(
     line(
         "us",
         "a search by the order it belongs to: the id in a query parameter (a `query:` route)",
-        format!("curl -s '{base}/v1/rides?status=open&order_id={}'", order(2)),
+        format!(
+            "curl -s '{base}/v1/rides?status=open&order_id={}'",
+            order(2)
+        ),
     );
     line(
         "ap",

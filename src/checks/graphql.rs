@@ -1,13 +1,17 @@
 //! The GraphQL scan and plan (`extract/graphql/`) on arbitrary documents and requests: the
 //! scan's literals lie within the document, in order; a document with its literals'
-//! contents changed keeps its shape and its hash (what lets it share a cached plan); and a
-//! request's ids are read twice the same, from the plan cache the second time.
+//! contents changed keeps its shape and its hash (what lets it share a cached plan); a
+//! request's ids (and whether it writes) are read twice the same, from the plan cache the
+//! second time; root-field `id_arguments` only add ids: what a route with `[]` reads is a
+//! subsequence of what the default route reads, with the same access; and a request that
+//! writes is never split by region.
 
 use std::sync::OnceLock;
 
 use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::graphql::scan::{same_shape, scan, shape_of};
 use crate::extract::graphql::{ColdParse, GraphqlRoute};
+use crate::extract::Access;
 
 /// The first byte picks how the rest is sent: a JSON body, a raw `application/graphql`
 /// document, or a `GET` query string; the scan invariants hold on the rest as a document.
@@ -17,7 +21,7 @@ pub fn check(data: &[u8]) {
     };
     check_scan(doc);
     let route = route();
-    let read = || {
+    let read = |route: &GraphqlRoute| {
         let mut ids = Vec::new();
         let result = match mode % 3 {
             0 => route.ids_from_body(Some(b"application/json"), doc, ColdParse::Here, &mut ids),
@@ -33,27 +37,56 @@ pub fn check(data: &[u8]) {
                 .map_err(|e| e.to_string()),
         )
     };
-    let (first, second) = (read(), read());
+    let (first, second) = (read(route), read(route));
     assert_eq!(
         first, second,
         "a request read twice (the second from the plan cache)"
     );
+    let nodes_only = read(no_arguments());
+    if let (Some(Ok((all, access))), Some(Ok((nodes, nodes_access)))) = (&first, &nodes_only) {
+        assert_eq!(
+            access, nodes_access,
+            "the access does not depend on id_arguments"
+        );
+        let mut rest = all.iter();
+        assert!(
+            nodes.iter().all(|id| rest.any(|other| other == id)),
+            "ids without arguments {nodes:?} are not within those with them {all:?}"
+        );
+    }
+    if mode % 3 == 0 {
+        if let Some(Ok((_, Access::Write))) = first {
+            assert!(
+                route.split_of(None, doc).is_none(),
+                "a write split by region"
+            );
+        }
+    }
 }
 
-/// One route for every input, as a server has: its plan cache warms over the run.
+/// One route for every input, as a server has (the default `id_arguments`, splitting
+/// `nodes`): its plan cache warms over the run.
 fn route() -> &'static GraphqlRoute {
     static ROUTE: OnceLock<GraphqlRoute> = OnceLock::new();
-    ROUTE.get_or_init(|| {
-        GraphqlRoute::new(
-            "/graphql".into(),
-            Vec::new(),
-            "iuid".into(),
-            ParseLimits {
-                tokens: 1000,
-                depth: 32,
-            },
-        )
-    })
+    ROUTE.get_or_init(|| new_route().with_split_nodes(true))
+}
+
+/// The route with `id_arguments: []`.
+fn no_arguments() -> &'static GraphqlRoute {
+    static ROUTE: OnceLock<GraphqlRoute> = OnceLock::new();
+    ROUTE.get_or_init(|| new_route().with_id_arguments(Box::new([])))
+}
+
+fn new_route() -> GraphqlRoute {
+    GraphqlRoute::new(
+        "/graphql".into(),
+        Vec::new(),
+        "iuid".into(),
+        ParseLimits {
+            tokens: 1000,
+            depth: 32,
+        },
+    )
 }
 
 fn check_scan(doc: &[u8]) {
