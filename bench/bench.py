@@ -21,6 +21,10 @@ Modes, from the environment; each applies to every proxy of the run, and they co
                  read no id and proxy every such POST to one fixed region (eu): a floor, not the
                  same work. iuid-router's REST path (GET /v1/orders/<id>) is driven in the same
                  rounds as one more target. Not with REQ_BYTES.
+  BODY_FORM=F    with GRAPHQL=1, the id in another body: `mutation` (POST /graphql,
+                 `mutation { cancelOrder(input: {id: "<id>"}) { order { id } } }`, routed by the
+                 `input.id` argument) or `json` (POST /v1/payments with `{"order_id":"<id>"}`, a
+                 `json: /order_id` route); `node` (the default) is the `node(id:)` query
 Unset, the run is the default one: GET over plain HTTP/1.1 keep-alive, answers of 3 bytes.
 The callgrind counts honour CONNCLOSE, RESP_BYTES, REQ_BYTES, UPSTREAM_TLS and GRAPHQL, and the
 client side of them is plain HTTP always.
@@ -78,7 +82,23 @@ if GRAPHQL and REQ_BYTES:
     sys.exit("GRAPHQL=1 sends its own body: unset REQ_BYTES")
 # GRAPHQL=1: iuid-router's GraphQL endpoint, and the region nginx and HAProxy send every
 # GraphQL request to (they read no id from the body).
-GRAPHQL_PATH, FLOOR_REGION = "/graphql", "eu"
+# BODY_FORM: which body carries the id (`node`, `mutation`, `json`).
+BODY_FORM = os.environ.get("BODY_FORM", "node")
+if BODY_FORM not in ("node", "mutation", "json"):
+    sys.exit("BODY_FORM is node, mutation or json")
+GRAPHQL_PATH = "/v1/payments" if BODY_FORM == "json" else "/graphql"
+FLOOR_REGION = "eu"
+
+
+def id_body(uid):
+    """The JSON body carrying `uid` in this run's BODY_FORM."""
+    if BODY_FORM == "json":
+        doc = {"order_id": uid}
+    elif BODY_FORM == "mutation":
+        doc = {"query": f'mutation {{ cancelOrder(input: {{id: "{uid}"}}) {{ order {{ id }} }} }}'}
+    else:
+        doc = {"query": f'query {{ node(id: "{uid}") {{ id }} }}'}
+    return json.dumps(doc, separators=(",", ":"))
 
 
 def mode_text():
@@ -98,7 +118,9 @@ def mode_text():
                      "their certificate against the throwaway CA, keeps upstream connections alive "
                      "and resumes sessions; the callgrind runs use the same TLS upstreams)")
     if GRAPHQL:
-        parts.append(f"GRAPHQL=1 (POST {GRAPHQL_PATH}, `node(id:)` in a JSON body; iuid-router routes "
+        form = {"node": "`node(id:)`", "mutation": "a mutation's `input.id`",
+                "json": "`order_id` (a `json:` route)"}[BODY_FORM]
+        parts.append(f"GRAPHQL=1 BODY_FORM={BODY_FORM} (POST {GRAPHQL_PATH}, {form} in a JSON body; iuid-router routes "
                      f"by the id, nginx and HAProxy read no id and proxy to one fixed region, "
                      f"{FLOOR_REGION}: a floor; iuid-router's REST path driven beside it)")
     return "; ".join(parts) or "default (GET, plain HTTP/1.1 keep-alive, answers of 3 bytes)"
@@ -440,7 +462,10 @@ frontend fe
     countries = "".join(f"  {c}: {r}\n" for c, r in COUNTRIES.items())
     write(f"{work}/routing-table.yaml",
           f"version: bench\nregions:\n{table}countries:\n{countries}default_region: eu\n")
-    graphql_route = f"  - graphql: {GRAPHQL_PATH}\n" if GRAPHQL else ""
+    graphql_route = ""
+    if GRAPHQL:
+        graphql_route = (f"  - {{ path: {GRAPHQL_PATH}, json: /order_id }}\n" if BODY_FORM == "json"
+                         else f"  - graphql: {GRAPHQL_PATH}\n")
     write(f"{work}/router.yaml", f"""listen: 127.0.0.1:{PORTS["iuid-router"]}
 admin_listen: 127.0.0.1:{ADMIN}
 region: edge
@@ -476,8 +501,10 @@ def wrk_script(ids_path, graphql):
         headers["Connection"] = "close"
     if graphql:
         headers["Content-Type"] = "application/json"
-        # The JSON {"query":"query { node(id: \"<id>\") { id } }"}, in a Lua '…' string.
-        body = r"""'{"query":"query { node(id: \\"' .. ids[i] .. '\\") { id } }"}'"""
+        # id_body's JSON around the id, in a Lua '…' .. ids[i] .. '…' expression.
+        before, after = id_body("@ID@").split("@ID@")
+        lua = lambda s: "'" + s.replace("\\", "\\\\").replace("'", "\\'") + "'"
+        body = f"{lua(before)} .. ids[i] .. {lua(after)}"
         request_args = f'"POST", "{GRAPHQL_PATH}", headers, {body}'
     elif REQ_BYTES:
         request_args = '"POST", "/v1/orders/" .. ids[i], headers, body'
@@ -593,7 +620,7 @@ def verify(name, port, samples, scheme="http", work=None, graphql=False, floor=N
         path = f"/v1/orders/{uid}"
         if graphql:
             method, path = "POST", GRAPHQL_PATH
-            body = json.dumps({"query": f'query {{ node(id: "{uid}") {{ id }} }}'}).encode()
+            body = id_body(uid).encode()
         want = floor or want
         reused = conn is not None
         conn = conn or client(port, scheme, f"{work}/certs")
