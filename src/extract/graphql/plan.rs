@@ -326,27 +326,11 @@ impl Builder<'_> {
     /// The ids at `path` inside an argument's `value`: through input objects and lists
     /// written in the document, and into a variable's value when one stands on the way.
     fn at_path(&mut self, value: &cst::Value, path: &[Box<str>]) {
-        let Some((key, rest)) = path.split_first() else {
-            return self.value(value);
-        };
-        match value {
-            cst::Value::ObjectValue(object) => {
-                for field in object.object_fields() {
-                    if field.name().is_some_and(|n| *n.text() == **key) {
-                        if let Some(inner) = field.value() {
-                            self.at_path(&inner, rest);
-                        }
-                    }
-                }
-            }
-            cst::Value::ListValue(list) => {
-                for item in list.values() {
-                    self.at_path(&item, path);
-                }
-            }
-            cst::Value::Variable(v) => self.variable(v, path),
+        walk(value, path, &mut |found, rest| match (found, rest) {
+            (_, []) => self.value(found),
+            (cst::Value::Variable(v), rest) => self.variable(v, rest),
             _ => {}
-        }
+        });
     }
 
     /// A variable holding ids at `path` inside its value, with its default's literals there.
@@ -355,37 +339,18 @@ impl Builder<'_> {
         let name = name.text().to_string();
         let mut default = Vec::new();
         if let Some(value) = self.defaults.get(&name).cloned() {
-            self.literals_at(&value, path, &mut default);
+            // A default is constant (GraphQL spec §5.8.2): no variable stands in it.
+            walk(&value, path, &mut |found, rest| {
+                if rest.is_empty() {
+                    self.literal_indices(found, &mut default);
+                }
+            });
         }
         self.sources.push(IdSource::Variable {
             name: name.into_boxed_str(),
             path: path.into(),
             default: default.into_boxed_slice(),
         });
-    }
-
-    /// The literal indices at `path` inside a default value.
-    fn literals_at(&mut self, value: &cst::Value, path: &[Box<str>], out: &mut Vec<u32>) {
-        let Some((key, rest)) = path.split_first() else {
-            return self.literal_indices(value, out);
-        };
-        match value {
-            cst::Value::ObjectValue(object) => {
-                for field in object.object_fields() {
-                    if field.name().is_some_and(|n| *n.text() == **key) {
-                        if let Some(inner) = field.value() {
-                            self.literals_at(&inner, rest, out);
-                        }
-                    }
-                }
-            }
-            cst::Value::ListValue(list) => {
-                for item in list.values() {
-                    self.literals_at(&item, path, out);
-                }
-            }
-            _ => {}
-        }
     }
 
     /// An argument value: a literal, a variable, or a list of either.
@@ -427,5 +392,32 @@ impl Builder<'_> {
             .binary_search_by_key(&at, |l| l.quote)
             .ok()
             .map(|i| i as u32)
+    }
+}
+
+/// The values at `path` inside `value`, through the input objects and lists written in the
+/// document: `found(value, rest)` gets each value the path ends at (`rest` empty), and each
+/// value that is not an object or a list where it goes on (a variable, whose value holds
+/// the `rest`).
+fn walk(value: &cst::Value, path: &[Box<str>], found: &mut impl FnMut(&cst::Value, &[Box<str>])) {
+    let Some((key, rest)) = path.split_first() else {
+        return found(value, path);
+    };
+    match value {
+        cst::Value::ObjectValue(object) => {
+            for field in object.object_fields() {
+                if field.name().is_some_and(|n| *n.text() == **key) {
+                    if let Some(inner) = field.value() {
+                        walk(&inner, rest, found);
+                    }
+                }
+            }
+        }
+        cst::Value::ListValue(list) => {
+            for item in list.values() {
+                walk(&item, path, found);
+            }
+        }
+        other => found(other, path),
     }
 }
