@@ -9,7 +9,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{client, eventually, free_port, iuid_for, url, ConfigYaml, Router, Upstream};
+use common::{
+    client, eventually, free_port, iuid_for, read_head, resetting_upstream, url, ConfigYaml,
+    Router, Upstream,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -24,44 +27,6 @@ fn config(idle_ms: u64) -> ConfigYaml {
         .route_path("/o/{id}")
         .watch(false)
         .timeouts(500, 2000, idle_ms)
-}
-
-/// Reads from `stream` until the end of a request or response head; `None` on EOF or error
-/// first.
-async fn read_head(stream: &mut TcpStream) -> Option<String> {
-    let mut head = Vec::new();
-    let mut buf = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        match stream.read(&mut buf).await {
-            Ok(0) | Err(_) => return None,
-            Ok(n) => head.extend_from_slice(&buf[..n]),
-        }
-    }
-    Some(String::from_utf8_lossy(&head).into_owned())
-}
-
-/// An upstream that reads each request's head, records its request line, then resets the
-/// connection without answering (and without reading any body).
-async fn resetting_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
-    let log = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let log = log.clone();
-            tokio::spawn(async move {
-                if let Some(head) = read_head(&mut stream).await {
-                    let line = head.lines().next().unwrap_or_default().to_owned();
-                    log.lock().expect("log").push(line);
-                }
-                // RST, not FIN: the upstream died mid-request.
-                let _ = stream.set_zero_linger();
-                drop(stream);
-            });
-        }
-    });
-    (addr, seen)
 }
 
 /// The targets of the `method` requests among request lines.

@@ -378,43 +378,12 @@ async fn a_chunked_json_body_is_routed_through_the_shared_phases() {
     assert_eq!(w.us.last().body.as_ref(), body.as_bytes());
 }
 
-/// An upstream that reads each request's head, counts it, then resets the connection
-/// without answering.
-async fn resetting_upstream() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    use tokio::io::AsyncReadExt;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    let seen = std::sync::Arc::new(AtomicUsize::new(0));
-    let count = seen.clone();
-    tokio::spawn(async move {
-        while let Ok((mut stream, _)) = listener.accept().await {
-            let count = count.clone();
-            tokio::spawn(async move {
-                let mut head = Vec::new();
-                let mut buf = [0u8; 4096];
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match stream.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                count.fetch_add(1, Ordering::SeqCst);
-                // RST, not FIN: the upstream died mid-request.
-                let _ = stream.set_zero_linger();
-            });
-        }
-    });
-    (format!("http://{addr}"), seen)
-}
-
 /// A GraphQL query is a read whatever its method: sent again after a reset. A mutation is a
 /// write: never, even over `GET`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
-    let (resetter, resets) = resetting_upstream().await;
+    let (resetter, seen) = common::resetting_upstream().await;
+    let resets = || seen.lock().expect("log").len();
     let healthy = Upstream::start("healthy").await;
     let config = ConfigYaml::new()
         .route("graphql: /graphql")
@@ -424,7 +393,7 @@ async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
         .extra(
             "health: { eject_after: 1000 }\nretries: { budget_percent: 100, min_per_second: 1000 }\n",
         );
-    let table = common::lettered_table("resend", &[&[resetter, healthy.url()]]);
+    let table = common::lettered_table("resend", &[&[common::url(resetter), healthy.url()]]);
     let router = Router::start(&config.yaml(), &table).await;
     let us = id(1);
     for (proto, client) in clients() {
@@ -445,19 +414,19 @@ async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
             async move { req.send().await.expect("answer").status().as_u16() }
         };
         // Queries: every one answered, whichever upstream each tried first.
-        let before = resets.load(std::sync::atomic::Ordering::SeqCst);
+        let before = resets();
         for n in 0..16 {
             let query = format!(r#"query Q{n} {{ order(id: "{us}") {{ id }} }}"#);
             assert_eq!(send(query, false).await, 200, "{proto}: query {n}");
         }
-        let reset_queries = resets.load(std::sync::atomic::Ordering::SeqCst) - before;
+        let reset_queries = resets() - before;
         assert!(
             reset_queries > 0,
             "{proto}: no query met the resetting upstream"
         );
         // Mutations, POST and GET: each that met the reset is 502, the others 200.
         for get in [false, true] {
-            let before = resets.load(std::sync::atomic::Ordering::SeqCst);
+            let before = resets();
             let mut failed = 0;
             for n in 0..16 {
                 let mutation = format!(r#"mutation M{n} {{ cancelOrder(id: "{us}") {{ id }} }}"#);
@@ -467,7 +436,7 @@ async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
                     other => panic!("{proto}: mutation {n}: status {other}"),
                 }
             }
-            let met = resets.load(std::sync::atomic::Ordering::SeqCst) - before;
+            let met = resets() - before;
             assert!(met > 0, "{proto}: no mutation met the resetting upstream");
             assert_eq!(
                 failed, met,

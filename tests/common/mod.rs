@@ -834,3 +834,43 @@ pub fn tls_connector(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
+
+/// Reads from `stream` until the end of a request or response head; `None` on EOF or error
+/// first.
+pub async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
+    let mut head = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        match tokio::io::AsyncReadExt::read(stream, &mut buf).await {
+            Ok(0) | Err(_) => return None,
+            Ok(n) => head.extend_from_slice(&buf[..n]),
+        }
+    }
+    Some(String::from_utf8_lossy(&head).into_owned())
+}
+
+/// An upstream that reads each request's head, records its request line, then resets the
+/// connection without answering (and without reading any body).
+pub async fn resetting_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let log = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let log = log.clone();
+            tokio::spawn(async move {
+                if let Some(head) = read_head(&mut stream).await {
+                    let line = head.lines().next().unwrap_or_default().to_owned();
+                    log.lock().expect("log").push(line);
+                }
+                // RST, not FIN: the upstream died mid-request.
+                let _ = stream.set_zero_linger();
+                drop(stream);
+            });
+        }
+    });
+    (addr, seen)
+}
