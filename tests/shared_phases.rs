@@ -92,6 +92,25 @@ async fn an_absolute_form_request_is_routed_and_its_connection_kept() {
     assert!(after > before, "{before} -> {after}");
 }
 
+/// An absolute-form target with an empty path and a query (`http://shop.example?x=1`) goes
+/// upstream in origin form as `/?x=1`, RFC 9112 §3.2.1: never as `?x=1`, which a strict
+/// parser refuses.
+#[tokio::test]
+async fn an_empty_absolute_path_goes_upstream_as_a_slash() {
+    let (up, seen) = common::recording_upstream().await;
+    let router = router_to(&up, "empty-path", 60_000).await;
+    let answer = common::raw_http(
+        router.addr,
+        b"GET http://shop.example?x=1 HTTP/1.1\r\nHost: shop.example\r\nConnection: close\r\n\r\n"
+            .to_vec(),
+    )
+    .await;
+    assert!(answer.starts_with("HTTP/1.1 200 OK\r\n"), "{answer}");
+    let seen = seen.lock().expect("seen").clone();
+    let first = String::from_utf8_lossy(seen.first().expect("a request arrived"));
+    assert!(first.starts_with("GET /?x=1 HTTP/1.1\r\n"), "{first}");
+}
+
 /// An upload through the shared phases larger than a retry holds streams: the client that
 /// asks `Expect: 100-continue` gets `100 Continue` when the body is first asked for, and the
 /// upstream gets every byte, once, with its length.

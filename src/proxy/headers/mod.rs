@@ -554,11 +554,16 @@ pub fn aim(
     host: &HeaderValue,
     preserve_host: bool,
 ) {
-    let path_and_query = parts
-        .uri
-        .path_and_query()
-        .cloned()
-        .unwrap_or_else(|| http::uri::PathAndQuery::from_static("/"));
+    let path_and_query = match parts.uri.path_and_query() {
+        // An absolute-form target with an empty path (`http://host?x=1`) keeps `?x=1` as
+        // its text; its origin form is `/?x=1` (RFC 9112 §3.2.1), which `Display` writes.
+        Some(pq) if pq.as_str().starts_with('?') => {
+            http::uri::PathAndQuery::try_from(pq.to_string())
+                .unwrap_or_else(|_| http::uri::PathAndQuery::from_static("/"))
+        }
+        Some(pq) => pq.clone(),
+        None => http::uri::PathAndQuery::from_static("/"),
+    };
     let mut uri = http::uri::Parts::default();
     uri.scheme = Some(http::uri::Scheme::HTTP);
     uri.authority = Some(authority.clone());
