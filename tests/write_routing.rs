@@ -445,3 +445,34 @@ async fn a_query_is_sent_again_after_a_reset_and_a_mutation_never() {
         }
     }
 }
+
+/// A body the route must read whose `Content-Length` already passes its limit is refused
+/// at once with 413, the body never awaited, nothing forwarded, and the connection closed
+/// (its body was never read): a client that waits before sending it is not left to time
+/// out.
+#[tokio::test]
+async fn a_declared_length_over_the_limit_is_413_at_once() {
+    let w = World::start().await;
+    // GraphQL: 8 KiB; JSON: 1 KiB; both bodies within what a retry would hold (64 KiB).
+    for (path, length) in [("/graphql", 9000), ("/v1/payments", 2000)] {
+        let addr = w.router.addr;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
+        );
+        let answer = tokio::task::spawn_blocking(move || {
+            use std::io::{Read, Write};
+            let mut conn = std::net::TcpStream::connect(addr).expect("connect");
+            conn.set_read_timeout(Some(std::time::Duration::from_secs(3)))
+                .expect("timeout");
+            conn.write_all(head.as_bytes()).expect("write");
+            let mut got = Vec::new();
+            let _ = conn.read_to_end(&mut got);
+            String::from_utf8_lossy(&got).into_owned()
+        })
+        .await
+        .expect("client");
+        assert!(answer.starts_with("HTTP/1.1 413 "), "{path}: {answer:?}");
+        assert!(answer.contains("connection: close"), "{path}: {answer}");
+    }
+    assert_eq!(w.total(), 0, "nothing forwarded");
+}

@@ -286,10 +286,13 @@ impl Proxy {
         // discards a body it answers without).
         let mut planned = planned;
         let mut dropped_body = 0;
-        // A refused request whose client still waits for `100 Continue` sends no body: its
-        // connection closes after the answer instead.
+        // A refused request whose client still waits for `100 Continue` sends no body, and a
+        // body refused for its declared length is never awaited (the client may wait for the
+        // answer before sending it, as it would for 100 Continue): its connection closes
+        // after the answer instead.
         let read_whole = match &planned {
             Ok(_) => small_body,
+            Err((Problem::PayloadTooLarge { .. }, _)) => None,
             Err((_, true)) if !expect => small_body,
             Err(_) => None,
         };
