@@ -36,3 +36,37 @@ pub(super) fn log(a: &Access<'_>) {
         duration_ms = a.started.elapsed().as_secs_f64() * 1e3,
     );
 }
+
+/// What the own engine's head path keeps of a request for its line, copied before the
+/// head's bytes go.
+pub(super) struct Logged {
+    pub method: String,
+    pub path: String,
+    pub started: Instant,
+    pub route: Option<RouteKind>,
+    /// The regions asked, when several were (a fan-out).
+    pub regions: Option<String>,
+}
+
+impl Logged {
+    /// Writes the line of the request whose id is `request_id`.
+    pub fn write(
+        &self,
+        request_id: &str,
+        status: u16,
+        region: Option<&str>,
+        upstream: Option<&str>,
+    ) {
+        log(&Access {
+            request_id,
+            method: &self.method,
+            path: self.path.split('?').next().unwrap_or(&self.path),
+            status,
+            route: self.route,
+            region,
+            regions: self.regions.as_deref(),
+            upstream,
+            started: self.started,
+        });
+    }
+}

@@ -29,11 +29,12 @@ use std::time::Instant;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
+use super::access::Logged;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::phases::HeadView;
 use super::route::Extraction;
-use super::{access, request_id, Proxy};
+use super::{request_id, Proxy};
 use crate::error::{Error, ErrorKind};
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
@@ -259,7 +260,7 @@ impl Proxy {
                 if let Some(log) = &mut log {
                     log.route = Some(crate::extract::RouteKind::Fanout);
                     log.regions = done.regions;
-                    log.write(&id, done.status, Some(&region.label), None);
+                    log.write(id.as_str(), done.status, Some(&region.label), None);
                 }
                 drop(in_flight);
                 return done.outcome;
@@ -333,7 +334,7 @@ impl Proxy {
                 )
                 .await;
                 if let Some(log) = &log {
-                    log.write(&id, status, None, None);
+                    log.write(id.as_str(), status, None, None);
                 }
                 drop(in_flight);
                 return if close || client_close || http10 || !written {
@@ -360,7 +361,7 @@ impl Proxy {
         if let Some(log) = &mut log {
             log.route = planned.route;
             log.write(
-                &id,
+                id.as_str(),
                 answered.status,
                 Some(&region.state.metrics.label),
                 answered.upstream.as_ref().map(|u| u.as_str()),
@@ -576,31 +577,5 @@ pub(super) fn framing_problem(e: FramingError) -> Problem {
             metrics::client_error(ErrorKind::BadFraming);
             Problem::Client(Error::new(ErrorKind::BadFraming, e.to_string()))
         }
-    }
-}
-
-/// What the access log needs of a request, copied before its head's bytes go.
-struct Logged {
-    method: String,
-    path: String,
-    started: Instant,
-    route: Option<crate::extract::RouteKind>,
-    /// The regions asked, when several were (a fan-out).
-    regions: Option<String>,
-}
-
-impl Logged {
-    fn write(&self, id: &RequestId, status: u16, region: Option<&str>, upstream: Option<&str>) {
-        access::log(&access::Access {
-            request_id: id.as_str(),
-            method: &self.method,
-            path: self.path.split('?').next().unwrap_or(&self.path),
-            status,
-            route: self.route,
-            region,
-            regions: self.regions.as_deref(),
-            upstream,
-            started: self.started,
-        });
     }
 }
