@@ -93,11 +93,10 @@ impl App {
         table
             .require(move |t| uses.check(&t.scheme_names(), &t.timeless_schemes()))
             .map_err(StartError::Table)?;
-        let registry = Arc::new(Registry::new(
-            config.timeouts,
-            config.health_check.clone(),
-            config.workers,
-        ));
+        let registry = Arc::new(
+            Registry::new(config.timeouts, config.health_check.clone(), config.workers)
+                .with_answer_head(crate::upstream::raw::AnswerHead::of(&config.limits)),
+        );
         let regions = Regions::new(&table, registry);
         let tls = match &config.tls {
             None => None,

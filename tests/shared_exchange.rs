@@ -244,3 +244,43 @@ async fn an_answer_cut_midway_is_never_completed_and_its_connection_not_used_aga
     assert_eq!(log.requests.len(), 2);
     assert_eq!(log.connections, 2, "the cut connection was not pooled");
 }
+
+/// An answer head of 80 fields, each `x-f<n>: v`.
+fn answer_with_80_fields() -> &'static [u8] {
+    let mut answer = String::from("HTTP/1.1 200 OK\r\ncontent-length: 2\r\n");
+    for n in 0..79 {
+        answer += &format!("x-f{n}: v\r\n");
+    }
+    answer += "\r\nok";
+    Box::leak(answer.into_boxed_str()).as_bytes()
+}
+
+/// The answer head's bounds are `limits.max_headers` on both HTTP/1.1 exchanges: an answer
+/// of 80 fields is relayed under the default 100 and refused as the upstream's (502) under
+/// `max_headers: 50`, whether the client spoke HTTP/1.1 (the head path) or h2c (the shared
+/// phases, which held it to a fixed 100 before).
+#[tokio::test]
+async fn an_answer_heads_fields_are_bounded_by_max_headers_on_every_path() {
+    let (up, _) = upstream(answer_with_80_fields(), false).await;
+    let table = format!(
+        "version: s\nregions:\n  eu: {{ upstreams: [\"http://{up}\"] }}\ncountries:\n  3: eu\ndefault_region: eu\n"
+    );
+    let path = format!("/v1/orders/{}", iuid_for(3));
+    for (max_headers, want) in [(100, 200), (50, 502)] {
+        let config = orders_config()
+            .limits(&format!("max_headers: {max_headers}"))
+            .yaml();
+        let router = Router::start(&config, &table).await;
+        for (proto, client) in [("HTTP/1.1", common::client()), ("h2c", h2c())] {
+            let resp = client.get(router.url(&path)).send().await.expect("answer");
+            assert_eq!(
+                resp.status().as_u16(),
+                want,
+                "{proto}, max_headers {max_headers}"
+            );
+            if want == 200 {
+                assert_eq!(resp.headers()["x-f78"], "v", "{proto}");
+            }
+        }
+    }
+}

@@ -30,14 +30,12 @@ use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Either};
 
 use super::body::{BoxError, Inbound};
-use super::raw::RawConn;
+use super::raw::{AnswerHead, RawConn};
 use super::regions::{ConnectSlot, Connects};
-use super::{connect_slot, Exchange, UpstreamBody, UpstreamState, UPSTREAM_READ_BUFFER};
+use super::{connect_slot, Exchange, UpstreamBody, UpstreamState};
 use crate::error::{Error, ErrorKind};
-use crate::http1::head::{parse_response, ResponseHead};
+use crate::http1::head::ResponseHead;
 
-/// Most fields in an upstream's answer head, as hyper's client allows (more: 502).
-const MAX_FIELDS: usize = 100;
 use crate::http1::{framing, write, Chunked, Framing};
 use crate::relay::{self as conn, write_all, write_two};
 
@@ -98,7 +96,8 @@ pub(super) fn exchange<'a>(
                 // The body's end (its drop) tells the caller the response-header timer starts.
                 streamed = None;
             }
-            match read_head(&mut up, state.timeouts.response_headers()).await {
+            let within = state.timeouts.response_headers();
+            match read_head(&mut up, within, state.answer_head).await {
                 Err(e) if again && e.kind == ErrorKind::Reset && up.pending().is_empty() => {
                     continue
                 }
@@ -245,15 +244,16 @@ fn upload_error(e: &conn::RelayError) -> Error {
 
 /// Reads the final answer's head; `100 Continue` and other 1xx answers are dropped (the
 /// shared phases relay none). No buffer is held until the answer starts to come.
-async fn read_head(up: &mut RawConn, within: Duration) -> Result<ResponseHead, Error> {
+async fn read_head(
+    up: &mut RawConn,
+    within: Duration,
+    bounds: AnswerHead,
+) -> Result<ResponseHead, Error> {
     let mut head = ResponseHead::default();
     let reset = |detail: String| Error::new(ErrorKind::Reset, detail);
     loop {
         if !up.pending().is_empty() {
-            if head.fields.capacity() == 0 {
-                head.fields = conn::take_fields();
-            }
-            match parse_response(up.pending(), &mut head, MAX_FIELDS, UPSTREAM_READ_BUFFER) {
+            match bounds.parse(up, &mut head) {
                 Ok(true) if (100..200).contains(&head.status) && head.status != 101 => {
                     up.consume(head.len);
                     continue;
@@ -269,7 +269,7 @@ async fn read_head(up: &mut RawConn, within: Duration) -> Result<ResponseHead, E
         let read = if up.buf.capacity() == 0 {
             wait_readable(up).await
         } else {
-            up.fill(within, UPSTREAM_READ_BUFFER).await
+            up.fill(within, bounds.max_bytes).await
         };
         match read {
             Ok(0) => {

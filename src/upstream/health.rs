@@ -264,7 +264,12 @@ mod tests {
                     protocol: crate::table::UpstreamProtocol::Http1,
                 };
                 Upstream {
-                    state: Arc::new(UpstreamState::new(&spec, &Timeouts::default(), 1)),
+                    state: Arc::new(UpstreamState::new(
+                        &spec,
+                        &Timeouts::default(),
+                        Default::default(),
+                        1,
+                    )),
                     authority,
                 }
             })

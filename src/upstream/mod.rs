@@ -74,6 +74,8 @@ pub struct UpstreamState {
     /// The own HTTP/1.1 engine's idle connections, one pool per worker as `pools`.
     raw: Box<[raw::RawPool]>,
     timeouts: Timeouts,
+    /// The bounds on its answers' heads (`limits.max_headers`, `limits.max_header_bytes`).
+    answer_head: raw::AnswerHead,
     /// TLS, for an `https://` upstream.
     tls: Option<UpstreamTls>,
     /// HTTP/1.1 or HTTP/2.
@@ -84,7 +86,12 @@ pub struct UpstreamState {
 
 impl UpstreamState {
     /// The state of `spec`'s upstream with room for `workers` worker pools.
-    fn new(spec: &UpstreamSpec, timeouts: &Timeouts, workers: usize) -> UpstreamState {
+    fn new(
+        spec: &UpstreamSpec,
+        timeouts: &Timeouts,
+        answer_head: raw::AnswerHead,
+        workers: usize,
+    ) -> UpstreamState {
         let authority = spec.authority.clone();
         UpstreamState {
             host: HeaderValue::from_str(authority.as_str())
@@ -97,6 +104,7 @@ impl UpstreamState {
                 .collect(),
             raw: (0..=workers).map(|_| raw::RawPool::default()).collect(),
             timeouts: *timeouts,
+            answer_head,
             health: Health::default(),
         }
     }
@@ -573,6 +581,7 @@ fn describe(e: &hyper::Error) -> String {
 #[derive(Debug)]
 pub struct Registry {
     timeouts: Timeouts,
+    answer_head: raw::AnswerHead,
     workers: usize,
     checks: Option<CheckPolicy>,
     states: Mutex<HashMap<String, Weak<UpstreamState>>>,
@@ -584,10 +593,18 @@ impl Registry {
     pub fn new(timeouts: Timeouts, checks: Option<CheckPolicy>, workers: usize) -> Registry {
         Registry {
             timeouts,
+            answer_head: raw::AnswerHead::default(),
             workers,
             checks,
             states: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The registry with answer heads bounded by `answer_head` (the config's `limits`;
+    /// the defaults' otherwise).
+    pub fn with_answer_head(mut self, answer_head: raw::AnswerHead) -> Registry {
+        self.answer_head = answer_head;
+        self
     }
 
     /// The state of `spec`'s upstream: the existing one while any table holds it, else a new
@@ -599,7 +616,12 @@ impl Registry {
             return state;
         }
         states.retain(|_, w| w.strong_count() > 0);
-        let state = Arc::new(UpstreamState::new(spec, &self.timeouts, self.workers));
+        let state = Arc::new(UpstreamState::new(
+            spec,
+            &self.timeouts,
+            self.answer_head,
+            self.workers,
+        ));
         states.insert(key, Arc::downgrade(&state));
         if let Some(policy) = self.checks.clone() {
             check::spawn(Arc::downgrade(&state), policy);

@@ -12,7 +12,47 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use super::io::UpstreamIo;
+use crate::http1::head::{parse_response, HeadError, ResponseHead};
 use crate::relay::Buffered;
+
+/// The bounds on an upstream's answer head, the same for both HTTP/1.1 exchanges (the head
+/// path's and the shared phases'): `limits.max_headers` field lines and
+/// `limits.max_header_bytes` bytes, as a request head has (docs/config.md); beyond, the
+/// answer is refused as the upstream's (502).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AnswerHead {
+    /// Most field lines (at most `http1::head::MAX_FIELDS`).
+    pub max_fields: usize,
+    /// Most bytes of the head; also the most an answer's read buffer grows to for it.
+    pub max_bytes: usize,
+}
+
+impl AnswerHead {
+    /// The bounds `limits` sets.
+    pub fn of(limits: &crate::config::Limits) -> AnswerHead {
+        AnswerHead {
+            max_fields: limits.max_headers,
+            max_bytes: limits.max_header_bytes,
+        }
+    }
+
+    /// Parses the answer head at the start of `up`'s pending bytes into `head` (its field
+    /// list taken from the per-thread cache the first time): `true` when it is whole.
+    ///
+    /// Errors: not an HTTP/1.1 answer head, or over the bounds.
+    pub fn parse(&self, up: &RawConn, head: &mut ResponseHead) -> Result<bool, HeadError> {
+        if head.fields.capacity() == 0 {
+            head.fields = crate::relay::take_fields();
+        }
+        parse_response(up.pending(), head, self.max_fields, self.max_bytes)
+    }
+}
+
+impl Default for AnswerHead {
+    fn default() -> AnswerHead {
+        AnswerHead::of(&crate::config::Limits::default())
+    }
+}
 
 /// Idle connections kept per pool; more are closed.
 const MAX_IDLE: usize = 256;

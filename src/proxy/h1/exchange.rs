@@ -15,7 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::{Outbound, Outcome, RequestId};
 use crate::error::{Blame, Error, ErrorKind, Retry};
-use crate::http1::head::{parse_response, ResponseHead};
+use crate::http1::head::ResponseHead;
 use crate::http1::{framing, write, Chunked, Framing};
 use crate::problem::Problem;
 use crate::proxy::headers::raw::{self, Nominated};
@@ -23,7 +23,7 @@ use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
 use crate::upstream::h1::next_conn;
 use crate::upstream::health::{self, Pick};
-use crate::upstream::raw::RawConn;
+use crate::upstream::raw::{AnswerHead, RawConn};
 use crate::upstream::regions::{Connects, RegionRuntime};
 use crate::upstream::UpstreamState;
 
@@ -396,15 +396,7 @@ impl Proxy {
             let parsed = if up.pending().is_empty() {
                 Ok(false)
             } else {
-                if head.fields.capacity() == 0 {
-                    head.fields = conn::take_fields();
-                }
-                parse_response(
-                    up.pending(),
-                    &mut head,
-                    limits.max_headers,
-                    limits.max_header_bytes,
-                )
+                AnswerHead::of(limits).parse(up, &mut head)
             };
             match parsed {
                 Ok(true) if head.status == 101 => return Err(Failed::Switched),
