@@ -285,7 +285,7 @@ impl<S: AsyncRead + Unpin> Buffered<S> {
 }
 
 impl<S: AsyncRead + Unpin> Buffered<S> {
-    /// [`more`] as a poll, for a body read when it is polled (`upstream::h1::RawBody`): with
+    /// [`more`] as a poll, for a body read when it is polled (`upstream::raw_body::RawBody`): with
     /// nothing pending, reads into a [`LARGE`] buffer; `Ok(0)`: the connection closed.
     pub fn poll_fill(
         &mut self,

@@ -153,8 +153,9 @@ fn inner_graph() -> BTreeMap<String, BTreeSet<String>> {
         let is_mod_rs = file.ends_with("mod.rs");
         let text = std::fs::read_to_string(file).expect("read file");
         let uses = graph.entry(me.join("::")).or_default();
-        // A file's unit tests (its last item, by convention) may use any sibling.
-        for line in text.lines().take_while(|l| l.trim() != "#[cfg(test)]") {
+        // A file's unit tests (a `#[cfg(test)]` item, wherever it stands) may use any
+        // sibling: the lines of that item are skipped, and only them.
+        for line in code_lines(&text) {
             let code = line.split("//").next().unwrap_or_default();
             for (prefix, base) in [
                 ("super::", parent.to_vec()),
@@ -199,6 +200,38 @@ fn inner_graph() -> BTreeMap<String, BTreeSet<String>> {
         }
     }
     graph
+}
+
+/// The lines of `text` outside its `#[cfg(test)]` items (a `mod tests { … }` counted by its
+/// braces, or a `mod tests;` line).
+fn code_lines(text: &str) -> Vec<&str> {
+    let mut out = Vec::new();
+    let (mut skipping, mut depth, mut opened) = (false, 0usize, false);
+    for line in text.lines() {
+        if !skipping && line.trim() == "#[cfg(test)]" {
+            (skipping, depth, opened) = (true, 0, false);
+            continue;
+        }
+        if !skipping {
+            out.push(line);
+            continue;
+        }
+        let code = line.split("//").next().unwrap_or_default();
+        for c in code.chars() {
+            match c {
+                '{' => {
+                    depth += 1;
+                    opened = true;
+                }
+                '}' => depth = depth.saturating_sub(1),
+                _ => {}
+            }
+        }
+        if (opened && depth == 0) || (!opened && code.trim_end().ends_with(';')) {
+            skipping = false;
+        }
+    }
+    out
 }
 
 #[test]

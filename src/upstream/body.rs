@@ -335,7 +335,7 @@ pub enum Inbound {
     Own(OwnBody),
     /// An HTTP/1.1 upstream's answer, read by the own engine (`upstream::h1`). Boxed: every
     /// request's future holds `Inbound`s, most of them client bodies (40 bytes).
-    Raw(Box<super::h1::RawBody>),
+    Raw(Box<super::raw_body::RawBody>),
 }
 
 impl From<hyper::body::Incoming> for Inbound {

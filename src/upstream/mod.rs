@@ -27,6 +27,7 @@ pub mod health;
 pub mod io;
 mod pool;
 pub mod raw;
+pub mod raw_body;
 pub mod regions;
 
 use std::collections::HashMap;
