@@ -177,7 +177,7 @@ impl Proxy {
         let total = head.len + length as usize;
         if length > 0 {
             let idle = self.config.timeouts.idle();
-            if !super::exchange::send_continue(client, expect, idle).await {
+            if !super::answer::send_continue(client, expect, idle).await {
                 let error = crate::error::Error::new(
                     crate::error::ErrorKind::Aborted,
                     "the client closed its connection before sending its body",

@@ -30,7 +30,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
-use super::{exchange, Outcome, RequestId};
+use super::{Outcome, RequestId};
 use crate::http1::head::{RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing};
 use crate::proxy::headers::ClientAddr;
@@ -67,7 +67,8 @@ impl Proxy {
         let (mut parts, framing) = match parts {
             Ok(made) => made,
             Err(problem) => {
-                exchange::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
+                super::answer::write_problem(client, problem, &RequestId::fresh(), true, idle)
+                    .await;
                 return Outcome::Close;
             }
         };

@@ -7,7 +7,7 @@
 use http::{HeaderName, HeaderValue, Method, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{exchange, Outcome, RequestId};
+use super::{Outcome, RequestId};
 use crate::extract::fanout::FanoutRoute;
 use crate::http1::head::RequestHead;
 use crate::problem::Problem;
@@ -57,7 +57,7 @@ impl Proxy {
         let resp = answer.unwrap_or_else(Problem::into_response);
         let status = resp.status().as_u16();
         let idle = self.config.timeouts.idle();
-        let written = exchange::write_response(client, resp, id, close, idle).await;
+        let written = super::answer::write_response(client, resp, id, close, idle).await;
         FannedOut {
             status,
             regions,

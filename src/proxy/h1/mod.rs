@@ -19,10 +19,12 @@
 //! its connection only when it asks (`Connection: keep-alive`, said back), gets `HTTP/1.0`
 //! answers, no 1xx, and a chunked or close-delimited answer decoded and closed.
 
+mod answer;
 mod body;
 mod bridge;
 mod exchange;
 mod fanout;
+mod respond;
 
 use std::time::Instant;
 
@@ -276,7 +278,7 @@ impl Proxy {
         };
         if expect
             && planned.is_ok()
-            && !exchange::send_continue(client, &mut expect, self.config.timeouts.idle()).await
+            && !answer::send_continue(client, &mut expect, self.config.timeouts.idle()).await
         {
             return Outcome::Close;
         }
@@ -325,7 +327,7 @@ impl Proxy {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
                 self.no_region.request(None, status);
-                let written = exchange::write_problem(
+                let written = answer::write_problem(
                     client,
                     problem,
                     &id,
@@ -559,7 +561,7 @@ pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::ti
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    exchange::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
+    answer::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
 }
 
 /// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1); another is
