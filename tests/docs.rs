@@ -8,7 +8,7 @@
 //! - Where a key's type is a choice (`` `a` \| `b` ``), another value is refused and the
 //!   error lists exactly the documented values.
 //! - Every problem type of `src/problem.rs` is in `docs/errors.md`, every metric of
-//!   `src/metrics.rs` in `docs/metrics.md`, and every docs file in `docs/README.md`.
+//!   `src/metrics/mod.rs` in `docs/metrics.md`, and every docs file in `docs/README.md`.
 //!
 //! A failure names the missing key, slug or metric, and the docs line to fix.
 
@@ -578,7 +578,7 @@ fn every_problem_type_is_documented() {
 
 #[test]
 fn every_metric_is_documented() {
-    let source = read("src/metrics.rs");
+    let source = read("src/metrics/mod.rs");
     let names: Vec<&str> = source
         .lines()
         .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \""))
@@ -586,13 +586,13 @@ fn every_metric_is_documented() {
         .collect();
     assert!(
         names.len() > 10,
-        "few metrics found in src/metrics.rs: {names:?}"
+        "few metrics found in src/metrics/mod.rs: {names:?}"
     );
     let documented = first_cells("metrics.md");
     let missing: Vec<_> = names.iter().filter(|n| !documented.contains(**n)).collect();
     assert!(
         missing.is_empty(),
-        "metrics of src/metrics.rs not in a table of docs/metrics.md (first column, \
+        "metrics of src/metrics/mod.rs not in a table of docs/metrics.md (first column, \
          `name`): {missing:?}"
     );
 }

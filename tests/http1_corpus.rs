@@ -191,10 +191,19 @@ fn the_named_seeds_come_to_what_rfc_9112_and_the_codec_say() {
 /// must keep using nothing else of the router.
 #[test]
 fn the_codec_uses_nothing_of_the_router() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http1");
+    let mut dirs = vec![Path::new(env!("CARGO_MANIFEST_DIR")).join("src/http1")];
+    let mut paths = Vec::new();
+    while let Some(dir) = dirs.pop() {
+        for entry in std::fs::read_dir(&dir).expect("src/http1") {
+            let path = entry.expect("entry").path();
+            match path.is_dir() {
+                true => dirs.push(path),
+                false => paths.push(path),
+            }
+        }
+    }
     let mut files = 0;
-    for entry in std::fs::read_dir(dir).expect("src/http1") {
-        let path = entry.expect("entry").path();
+    for path in paths {
         let text = std::fs::read_to_string(&path).expect("read");
         files += 1;
         for line in text.lines() {
