@@ -292,3 +292,21 @@ fn no_hyper_http1_server_serves_a_client_connection() {
         "hyper's HTTP/2 server is imported in one place"
     );
 }
+
+/// Every file of `src/` reads in one sitting: at most 600 lines (a module grows into a
+/// folder of files, each one concern, before it passes that).
+#[test]
+fn no_file_in_src_is_over_600_lines() {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let long: Vec<String> = files
+        .iter()
+        .filter_map(|f| {
+            let lines = std::fs::read_to_string(f).expect("read file").lines().count();
+            (lines > 600).then(|| format!("{} ({lines} lines)", f.display()))
+        })
+        .collect();
+    assert!(files.len() > 100, "read {} files", files.len());
+    assert!(long.is_empty(), "files over 600 lines: {long:?}");
+}

@@ -17,6 +17,7 @@ pub mod model;
 mod schemes;
 mod schemes_load;
 mod summary;
+mod upstream_url;
 pub mod watch;
 
 use http::uri::Authority;
