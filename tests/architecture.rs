@@ -303,7 +303,10 @@ fn no_file_in_src_is_over_600_lines() {
     let long: Vec<String> = files
         .iter()
         .filter_map(|f| {
-            let lines = std::fs::read_to_string(f).expect("read file").lines().count();
+            let lines = std::fs::read_to_string(f)
+                .expect("read file")
+                .lines()
+                .count();
             (lines > 600).then(|| format!("{} ({lines} lines)", f.display()))
         })
         .collect();
