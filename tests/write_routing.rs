@@ -459,18 +459,8 @@ async fn a_declared_length_over_the_limit_is_413_at_once() {
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: t\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n\r\n"
         );
-        let answer = tokio::task::spawn_blocking(move || {
-            use std::io::{Read, Write};
-            let mut conn = std::net::TcpStream::connect(addr).expect("connect");
-            conn.set_read_timeout(Some(std::time::Duration::from_secs(3)))
-                .expect("timeout");
-            conn.write_all(head.as_bytes()).expect("write");
-            let mut got = Vec::new();
-            let _ = conn.read_to_end(&mut got);
-            String::from_utf8_lossy(&got).into_owned()
-        })
-        .await
-        .expect("client");
+        // Read to the end, 5 s at most: the answer and the close come at once.
+        let answer = common::raw_http(addr, head.into_bytes()).await;
         assert!(answer.starts_with("HTTP/1.1 413 "), "{path}: {answer:?}");
         assert!(answer.contains("connection: close"), "{path}: {answer}");
     }
