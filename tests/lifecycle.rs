@@ -242,13 +242,14 @@ async fn sigterm_drains_then_exits_zero() {
         .set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
 
-    // A request in flight: the upstream takes 4 s to answer, which the drain waits for (on a
-    // loaded machine, 1.5 s was sometimes over before `/readyz` was first asked).
+    // A request in flight: the upstream takes 8 s to answer, which the drain waits for (on a
+    // loaded machine, 1.5 s was sometimes over before `/readyz` was first asked, and 4 s
+    // twice with the suite's other binaries building beside it).
     let url = format!("http://{}/o/{}", p.public, iuid_for(3));
     let in_flight = tokio::spawn(async move {
         client()
             .get(url)
-            .header("x-delay-ms", "4000")
+            .header("x-delay-ms", "8000")
             .send()
             .await
             .map(|r| r.status().as_u16())
@@ -269,7 +270,7 @@ async fn sigterm_drains_then_exits_zero() {
     assert!(arrived.is_some(), "the slow request is in flight");
 
     p.signal("TERM");
-    let draining = eventually(Duration::from_secs(2), || async {
+    let draining = eventually(Duration::from_secs(6), || async {
         client()
             .get(p.admin("/readyz"))
             .send()
