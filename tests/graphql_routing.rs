@@ -20,19 +20,6 @@ struct World {
     router: Router,
 }
 
-const TABLE: &str = "\
-version: gql
-regions:
-  eu: { upstreams: [\"EU\"] }
-  us: { upstreams: [\"US\"] }
-  ap: { upstreams: [\"AP\"] }
-countries:
-  1: ap
-  2: us
-  3: eu
-default_region: eu
-";
-
 /// The GraphQL route `graphql_route` (a `routes:` item) and `/v1/orders/{id}`, the `unrouted`
 /// policy, GraphQL bodies up to 8 KiB and at most 3 hops.
 fn config(graphql_route: &str, unrouted: &str) -> ConfigYaml {
@@ -53,10 +40,7 @@ impl World {
             Upstream::start("us").await,
             Upstream::start("ap").await,
         );
-        let table = TABLE
-            .replace("EU", &eu.url())
-            .replace("US", &us.url())
-            .replace("AP", &ap.url());
+        let table = common::three_regions("gql", &eu.url(), &us.url(), &ap.url());
         let router = Router::start(config, &table).await;
         World { eu, us, ap, router }
     }
@@ -536,10 +520,7 @@ async fn graphql_requests_are_carried_by_the_own_engine() {
     use std::io::Write;
     let (eu, eu_seen) = common::recording_upstream().await;
     let (ap, ap_seen) = common::recording_upstream().await;
-    let table = TABLE
-        .replace("EU", &eu)
-        .replace("US", &eu)
-        .replace("AP", &ap);
+    let table = common::three_regions("gql", &eu, &eu, &ap);
     let config = config(GRAPHQL, "default_region").yaml();
     let router = Router::start(&config, &table).await;
     let addr = router.addr;

@@ -10,19 +10,6 @@ mod common;
 use common::{relay_id, ConfigYaml, Router, Upstream};
 use serde_json::{json, Value};
 
-const TABLE: &str = "\
-version: writes
-regions:
-  eu: { upstreams: [\"EU\"] }
-  us: { upstreams: [\"US\"] }
-  ap: { upstreams: [\"AP\"] }
-countries:
-  1: ap
-  2: us
-  3: eu
-default_region: eu
-";
-
 /// An id minted in `country` (1 ap, 2 us, 3 eu).
 fn id(country: u8) -> String {
     common::iuid_for(country)
@@ -63,10 +50,7 @@ impl World {
             Upstream::start("us").await,
             Upstream::start("ap").await,
         );
-        let table = TABLE
-            .replace("EU", &eu.url())
-            .replace("US", &us.url())
-            .replace("AP", &ap.url());
+        let table = common::three_regions("writes", &eu.url(), &us.url(), &ap.url());
         let router = Router::start(&config.yaml(), &table).await;
         World { eu, us, ap, router }
     }

@@ -874,3 +874,12 @@ pub async fn resetting_upstream() -> (SocketAddr, Arc<Mutex<Vec<String>>>) {
     });
     (addr, seen)
 }
+
+/// The table of three regions `eu`, `us` and `ap` on the given upstream URLs, with countries 1 →
+/// `ap`, 2 → `us`, 3 → `eu` and `eu` the default: the GraphQL and write-routing tests' world.
+pub fn three_regions(version: &str, eu: &str, us: &str, ap: &str) -> String {
+    format!(
+        "version: {version}\nregions:\n  eu: {{ upstreams: [\"{}\"] }}\n  us: {{ upstreams: [\"{}\"] }}\n  ap: {{ upstreams: [\"{}\"] }}\ncountries:\n  1: ap\n  2: us\n  3: eu\ndefault_region: eu\n",
+        eu, us, ap
+    )
+}
