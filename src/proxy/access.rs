@@ -1,5 +1,6 @@
 //! The access log (`access_log: true`, docs/config.md): one line per request, under the
-//! `iuid_router::access` target, the same fields whichever HTTP/1.1 engine carried it.
+//! `iuid_router::access` target, the same fields whichever protocol carried it; written
+//! only by `life::Life::finish`.
 
 use std::time::Instant;
 
@@ -9,6 +10,7 @@ use crate::extract::RouteKind;
 pub(super) struct Access<'a> {
     pub request_id: &'a str,
     pub method: &'a str,
+    /// The target's path, without its query.
     pub path: &'a str,
     pub status: u16,
     /// The kind of route that found the id (`None`: no route matched).
@@ -35,38 +37,4 @@ pub(super) fn log(a: &Access<'_>) {
         upstream = a.upstream.unwrap_or("-"),
         duration_ms = a.started.elapsed().as_secs_f64() * 1e3,
     );
-}
-
-/// What the own engine's head path keeps of a request for its line, copied before the
-/// head's bytes go.
-pub(super) struct Logged {
-    pub method: String,
-    pub path: String,
-    pub started: Instant,
-    pub route: Option<RouteKind>,
-    /// The regions asked, when several were (a fan-out).
-    pub regions: Option<String>,
-}
-
-impl Logged {
-    /// Writes the line of the request whose id is `request_id`.
-    pub fn write(
-        &self,
-        request_id: &str,
-        status: u16,
-        region: Option<&str>,
-        upstream: Option<&str>,
-    ) {
-        log(&Access {
-            request_id,
-            method: &self.method,
-            path: self.path.split('?').next().unwrap_or(&self.path),
-            status,
-            route: self.route,
-            region,
-            regions: self.regions.as_deref(),
-            upstream,
-            started: self.started,
-        });
-    }
 }

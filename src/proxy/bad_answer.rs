@@ -18,7 +18,7 @@ use http::header::TRANSFER_ENCODING;
 use http::Response;
 use http_body::{Body as _, Frame};
 
-use super::{Target, Trail};
+use super::{Life, Target};
 use crate::error::ErrorKind;
 use crate::problem::Problem;
 use crate::upstream::body::{BoxError, Inbound};
@@ -57,7 +57,7 @@ pub(super) fn unsolicited_switch(target: &Target, answered: &Answered) -> Proble
 /// header lookup.
 pub(super) async fn first_frame(
     resp: &mut Response<Inbound>,
-    trail: &Trail,
+    trail: &Life,
 ) -> Result<Option<Frame<Bytes>>, Problem> {
     if !resp.headers().contains_key(TRANSFER_ENCODING) || resp.body().is_end_stream() {
         return Ok(None);
@@ -76,7 +76,7 @@ pub(super) async fn first_frame(
 }
 
 /// The 502 for an answer whose body failed before any of it was relayed.
-fn broken(e: &BoxError, trail: &Trail) -> Problem {
+fn broken(e: &BoxError, trail: &Life) -> Problem {
     let mut cause: &(dyn std::error::Error + 'static) = &**e;
     while let Some(next) = cause.source() {
         cause = next;

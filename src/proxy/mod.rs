@@ -14,6 +14,7 @@ mod bad_answer;
 pub mod h1;
 pub mod headers;
 mod legacy;
+mod life;
 pub mod phases;
 pub mod request_id;
 pub mod route;
@@ -22,12 +23,11 @@ mod upgrade;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
 use http::request::Parts;
-use http::uri::Authority;
 use http::{HeaderValue, Request, Response, StatusCode};
 use http_body::Body as _;
 use http_body_util::{BodyExt, Either, Full, Limited};
@@ -36,7 +36,6 @@ use tracing::Instrument;
 use crate::config::{Legacy, RouterConfig, Unrouted};
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
-use crate::extract::RouteKind;
 use crate::fanout::budget::FanoutBudget;
 use crate::metrics;
 use crate::problem::Problem;
@@ -48,6 +47,7 @@ use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use legacy::owners::Owners;
+use life::Life;
 use route::{Extraction, Routes};
 
 /// The body of every response the router sends: the upstream's (with its first frame put back
@@ -98,21 +98,6 @@ impl Target {
     fn region(&self) -> &RegionRuntime {
         self.routing.region(self.region)
     }
-}
-
-/// What is known of a request as it goes through the phases, for metrics, the access log and
-/// its tracing span.
-struct Trail {
-    /// The request's span: disabled (and free) unless `RUST_LOG` enables debug for this module.
-    span: tracing::Span,
-    /// Counts the request in the gauge; moves into a proxied response's body.
-    in_flight: Option<metrics::InFlight>,
-    /// The kind of route that found the id (`None`: no route matched).
-    route: Option<RouteKind>,
-    region: Option<Arc<metrics::RegionMetrics>>,
-    upstream: Option<Authority>,
-    /// The regions asked, when more than one was (fan-out, split, probe): for the access log.
-    regions: Option<String>,
 }
 
 /// Shared state of the data path: config, live routing, `Via` values.
@@ -167,46 +152,39 @@ impl Proxy {
     }
 
     /// Handles one request end to end; never fails: refusals are problem+json responses.
-    /// Around the phases: the request id (`x-request-id`, taken or made, passed upstream and
-    /// returned), one tracing span, metrics, and the optional access log line.
+    /// Its life (request id, span, metrics, access log: `life.rs`) begins here.
+    pub fn handle<'a>(
+        &'a self,
+        req: Request<Inbound>,
+        client: &'a ClientAddr,
+    ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
+        let (parts, body) = req.into_parts();
+        let life = self.begin(&parts);
+        self.carry(parts, body, client, life)
+    }
+
+    /// Runs the phases for a request whose life has begun (here, or on the own engine's
+    /// head path, which hands a request over with its life: `h1/bridge.rs`), and ends the
+    /// life with the answer.
     ///
     /// What comes before the phases is done before the returned future, and what comes after
     /// them is a map of theirs: the future keeps no copy of the request beside the one the
     /// phases hold (rustc keeps what an `async` block captured beside what it is moved into:
     /// the request's 272 bytes, which every waiting request held, `-Zprint-type-sizes`).
-    pub fn handle<'a>(
+    pub(crate) fn carry<'a>(
         &'a self,
-        mut req: Request<Inbound>,
+        mut parts: Parts,
+        body: Inbound,
         client: &'a ClientAddr,
+        life: Life,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
-        let started = Instant::now();
-        let request_id = request_id::take_or_make(req.headers_mut());
-        // Debug level: at the default `info`, tracing-subscriber's fmt layer would format every
-        // field of every request's span into a string (measured: a quarter of the router's
-        // user-space instructions per request) for the rare warning logged inside it.
-        let span = tracing::debug_span!(
-            "request",
-            request_id = request_id::as_str(&request_id),
-            method = %req.method(),
-            id = tracing::field::Empty,
-            region = tracing::field::Empty,
-            upstream = tracing::field::Empty,
-        );
-        let trail = Trail {
-            span: span.clone(),
-            in_flight: Some(metrics::InFlight::start()),
-            route: None,
-            region: None,
-            upstream: None,
-            regions: None,
-        };
-        let grpc = crate::extract::grpc::is_grpc(req.headers());
-        let method = self.config.access_log.then(|| req.method().clone());
-        let path = self.config.access_log.then(|| req.uri().path().to_owned());
+        let request_id = life.id.stamp(&mut parts.headers);
+        let grpc = crate::extract::grpc::is_grpc(&parts.headers);
+        let span = life.span.clone();
         // A map, not an `async` block: one awaiting `phases` would keep it twice, as what it
         // captured and as what it awaits.
-        let phases = self.phases(req, client, trail).instrument(span);
-        futures_util::FutureExt::map(phases, move |(mut resp, trail)| {
+        let phases = self.phases(parts, body, client, life).instrument(span);
+        futures_util::FutureExt::map(phases, move |(mut resp, life)| {
             if grpc {
                 // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
                 if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
@@ -214,39 +192,22 @@ impl Proxy {
                 }
             }
             resp.headers_mut()
-                .insert(request_id::HEADER.clone(), request_id.clone());
-
-            let status = resp.status().as_u16();
-            let region = trail.region.as_deref().unwrap_or(&self.no_region);
-            region.request(trail.route, status);
-            if let (Some(method), Some(path)) = (method, path) {
-                access::log(&access::Access {
-                    request_id: request_id::as_str(&request_id),
-                    method: method.as_str(),
-                    path: &path,
-                    status,
-                    route: trail.route,
-                    region: trail.region.as_ref().map(|r| &*r.label),
-                    regions: trail.regions.as_deref(),
-                    upstream: trail.upstream.as_ref().map(Authority::as_str),
-                    started,
-                });
-            }
+                .insert(request_id::HEADER.clone(), request_id);
+            life.finish(self, resp.status().as_u16());
             resp
         })
     }
 
     /// The phases in order; each refusal ends them early as problem+json. The trail comes
     /// back with the response, for the metrics and the access log.
-    fn phases<'a>(
-        &'a self,
-        req: Request<Inbound>,
-        client: &'a ClientAddr,
-        mut trail: Trail,
-    ) -> impl Future<Output = (Response<ProxyBody>, Trail)> + Send + 'a {
-        // Split before the future, which then keeps no copy of the request (see `handle`).
-        let (mut parts, body) = req.into_parts();
-        async move {
+    async fn phases(
+        &self,
+        mut parts: Parts,
+        body: Inbound,
+        client: &ClientAddr,
+        mut trail: Life,
+    ) -> (Response<ProxyBody>, Life) {
+        {
             let response = 'phases: {
                 let trail = &mut trail;
                 let (target, body) = match self.route(&parts, body, trail).await {
@@ -306,7 +267,7 @@ impl Proxy {
                     }
                     _ => None,
                 };
-                let mut answered = match self.forward(&target, parts, body, &trail.span).await {
+                let mut answered = match self.forward(&target, parts, body).await {
                     Ok(answered) => answered,
                     Err(problem) => break 'phases problem.into_response().map(Either::Right),
                 };
@@ -351,7 +312,7 @@ impl Proxy {
         probe: &legacy::Probe,
         head: Parts,
         answered: Answered,
-        trail: &mut Trail,
+        trail: &mut Life,
     ) -> Answered {
         let routing = &target.routing;
         let (region, answered) = self
@@ -360,7 +321,7 @@ impl Proxy {
         if region != target.region {
             let asked = [target.region, region].map(|r| routing.region(r).name.as_str());
             trail.regions = Some(asked.join(","));
-            trail.region = Some(routing.region(region).state.metrics.clone());
+            trail.set_region(&routing.region(region).state.metrics);
         }
         answered
     }
@@ -372,7 +333,7 @@ impl Proxy {
         &self,
         parts: &Parts,
         body: Inbound,
-        trail: &mut Trail,
+        trail: &mut Life,
     ) -> Result<Routed, Problem> {
         self.admit_head(parts)?;
         admit::admit_parts(parts)?;
@@ -417,16 +378,9 @@ impl Proxy {
             }
             Err(problem) => return Err(problem),
         };
-        self.region_phase(&routing, &decision);
-        let (probe, region) = match legacy_id
-            .and_then(|id| self.legacy_target(&routing, &parts.method, &decision, || id))
-        {
-            Some((probe, region)) => (Some(Box::new(probe)), region),
-            None => (None, decision.region),
-        };
-        let metrics = &routing.region(region).state.metrics;
-        trail.span.record("region", &*metrics.label);
-        trail.region = Some(metrics.clone());
+        let method = parts.method.as_str().as_bytes();
+        let phases::Plan { region, probe } = self.plan(&routing, &decision, method, legacy_id)?;
+        trail.set_region(&routing.region(region).state.metrics);
         let target = Target {
             routing,
             region,

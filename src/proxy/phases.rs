@@ -21,7 +21,7 @@ use super::{admit, headers, Proxy};
 use crate::error::ShedReason;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
-use crate::table::Decision;
+use crate::table::{Decision, RegionId};
 use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 
 /// A request's head as the phases read it, whatever its codec.
@@ -190,12 +190,48 @@ impl Proxy {
         }
     }
 
-    /// The phase after resolution, on the region the request resolved to: the decision
-    /// counted by scheme and rule. (What must hold for every exchange with a region, fan-out
-    /// legs and probes too, goes at the sends: ARCHITECTURE.md, "Phases".)
-    pub(super) fn region_phase(&self, routing: &Routing, decision: &Decision) {
+    /// Phase 3b, one step from the table's decision to where the request goes: a legacy
+    /// id's owner learned before (`legacy/`), then the region's phase. It may refuse (a
+    /// limit on a region, a region an entity is moving away from) before anything is
+    /// forwarded, for every protocol: the head path calls it for what it carries itself,
+    /// `Proxy::handle` for the rest.
+    pub(super) fn plan(
+        &self,
+        routing: &Routing,
+        decision: &Decision,
+        method: &[u8],
+        legacy_id: Option<String>,
+    ) -> Result<Plan, Problem> {
+        let (probe, region) =
+            match legacy_id.and_then(|id| self.legacy_target(routing, method, decision, || id)) {
+                Some((probe, region)) => (Some(Box::new(probe)), region),
+                None => (None, decision.region),
+            };
+        self.region_phase(routing, decision, region)?;
+        Ok(Plan { region, probe })
+    }
+
+    /// The phase on the region a request goes to (`region`, after a legacy owner) and the
+    /// decision that named it: the decision counted by scheme and rule. A refusal for a
+    /// region goes here. (What must hold for every exchange with a region, fan-out legs and
+    /// probes too, goes in `Proxy::exchange`: ARCHITECTURE.md, "Where a feature goes".)
+    fn region_phase(
+        &self,
+        routing: &Routing,
+        decision: &Decision,
+        _region: RegionId,
+    ) -> Result<(), Problem> {
         routing
             .decisions(decision.scheme)
             .count(decision.rule.label());
+        Ok(())
     }
+}
+
+/// Where a request goes: the region asked first and, for a legacy id, its probe of the
+/// others.
+pub(super) struct Plan {
+    pub region: RegionId,
+    /// Boxed: rare, and every request's future holds the target.
+    pub probe: Option<Box<super::legacy::Probe>>,
 }

@@ -1,11 +1,14 @@
 //! Request ids: `x-request-id` taken from the client when it is sane, made here otherwise;
 //! sent upstream and returned to the client, so one id follows a request through every hop
-//! and every log line (the convention of nginx's `$request_id` and Envoy).
+//! and every log line (the convention of nginx's `$request_id` and Envoy). Taken once per
+//! request, whatever its protocol, by `life::Life::begin`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::OnceLock;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
+
+use super::phases::RequestView;
 
 /// `x-request-id`.
 pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
@@ -13,28 +16,61 @@ pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
 /// Longest client-sent id kept; longer ones are replaced (they would bloat every log line).
 const MAX_LEN: usize = 128;
 
-/// The request's id: the client's `x-request-id` if it is 1–128 characters of
-/// `[A-Za-z0-9._:-]` (what request ids are made of: UUIDs, hex, trace ids), else a fresh one
-/// (32 hex digits: a random per-process prefix and a counter). The header is set on
-/// `headers`, so it goes upstream.
-///
-/// Exactly one line goes upstream: with several `x-request-id` lines the first is judged and
-/// every line replaced by the id kept, so no unchecked line rides along behind a sane one.
-pub fn take_or_make(headers: &mut HeaderMap) -> HeaderValue {
-    let mut lines = headers.get_all(&HEADER).iter();
-    let kept = lines.next().filter(|v| is_sane(v.as_bytes()));
-    match (kept, lines.next()) {
-        (Some(v), None) => v.clone(),
-        (Some(v), Some(_)) => {
-            let id = v.clone();
-            headers.insert(HEADER.clone(), id.clone());
-            id
+/// A request's id, kept on the stack: 1–128 bytes of `[A-Za-z0-9._:-]` (ASCII).
+pub struct RequestId {
+    bytes: [u8; MAX_LEN],
+    len: usize,
+}
+
+impl RequestId {
+    /// The client's `x-request-id` if it is sane ([`is_sane`]), else a fresh one (32 hex
+    /// digits: a random per-process prefix and a counter). With several lines the first is
+    /// judged; every line is then replaced by the id kept (`stamp`, or the head path's
+    /// header rules), so no unchecked line rides along behind a sane one.
+    pub fn of<V: RequestView>(view: &V) -> RequestId {
+        match view.values("x-request-id").next() {
+            Some(kept) if is_sane(kept) => {
+                let mut id = RequestId {
+                    bytes: [0; MAX_LEN],
+                    len: kept.len(),
+                };
+                id.bytes[..kept.len()].copy_from_slice(kept);
+                id
+            }
+            _ => RequestId::fresh(),
         }
-        (None, _) => {
-            let id = make();
-            headers.insert(HEADER.clone(), id.clone());
-            id
-        }
+    }
+
+    /// A fresh id, for a request whose head could not be read.
+    pub fn fresh() -> RequestId {
+        let mut id = RequestId {
+            bytes: [0; MAX_LEN],
+            len: 32,
+        };
+        id.bytes[..32].copy_from_slice(&make_bytes());
+        id
+    }
+
+    /// The id's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..self.len]
+    }
+
+    /// The id as text for logs and spans.
+    pub fn as_str(&self) -> &str {
+        std::str::from_utf8(self.as_bytes()).unwrap_or("-")
+    }
+
+    /// Sets the id as the one `x-request-id` line of `headers` (a request's in `http` form)
+    /// and returns it, for the answer. The client's own value is reused when it is the id.
+    pub fn stamp(&self, headers: &mut HeaderMap) -> HeaderValue {
+        let value = match headers.get(&HEADER) {
+            Some(sent) if sent.as_bytes() == self.as_bytes() => sent.clone(),
+            // Only sane bytes are kept or made.
+            _ => HeaderValue::from_bytes(self.as_bytes()).unwrap_or(HeaderValue::from_static("0")),
+        };
+        headers.insert(HEADER.clone(), value.clone());
+        value
     }
 }
 
@@ -48,16 +84,6 @@ pub fn is_sane(b: &[u8]) -> bool {
 /// A byte a client's request id may hold.
 fn sane(c: u8) -> bool {
     c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b':' | b'-')
-}
-
-/// The id as text for logs (ids are checked to be ASCII).
-pub fn as_str(id: &HeaderValue) -> &str {
-    id.to_str().unwrap_or("-")
-}
-
-fn make() -> HeaderValue {
-    // Only hex digits are made.
-    HeaderValue::from_bytes(&make_bytes()).unwrap_or(HeaderValue::from_static("0"))
 }
 
 /// A fresh id: 32 hex digits, a random per-process prefix and a counter (no allocation).
@@ -88,30 +114,40 @@ pub fn make_bytes() -> [u8; 32] {
 mod tests {
     use super::*;
 
+    fn id_of(values: &[&str]) -> (RequestId, HeaderMap) {
+        let mut req = http::Request::new(());
+        for v in values {
+            req.headers_mut()
+                .append(HEADER.clone(), HeaderValue::from_str(v).expect("value"));
+        }
+        let (mut parts, ()) = req.into_parts();
+        let id = RequestId::of(&parts);
+        id.stamp(&mut parts.headers);
+        (id, parts.headers)
+    }
+
     #[test]
     fn keeps_sane_ids_and_replaces_others() {
-        let mut h = HeaderMap::new();
-        h.insert(HEADER.clone(), HeaderValue::from_static("abc-123"));
-        assert_eq!(take_or_make(&mut h), "abc-123");
-        h.insert(HEADER.clone(), HeaderValue::from_static("has space"));
-        let made = take_or_make(&mut h);
-        assert_eq!(made.len(), 32);
-        assert_eq!(h[&HEADER], made);
-        let next = take_or_make(&mut HeaderMap::new());
-        assert_ne!(made, next);
+        let (kept, h) = id_of(&["abc-123"]);
+        assert_eq!(kept.as_str(), "abc-123");
+        assert_eq!(h[&HEADER], "abc-123");
+        let (made, h) = id_of(&["has space"]);
+        assert_eq!(made.as_bytes().len(), 32);
+        assert_eq!(h[&HEADER].as_bytes(), made.as_bytes());
+        let (next, _) = id_of(&[]);
+        assert_ne!(made.as_str(), next.as_str());
         for forged in [
             "../../etc/passwd%0d%0a",
             "a/b",
             "a\"b",
             "x".repeat(129).as_str(),
         ] {
-            h.insert(
-                HEADER.clone(),
-                HeaderValue::from_str(forged).expect("value"),
-            );
-            assert_ne!(take_or_make(&mut h), forged);
+            assert_ne!(id_of(&[forged]).0.as_str(), forged);
         }
-        h.insert(HEADER.clone(), HeaderValue::from_static("trace-1.2:3_x"));
-        assert_eq!(take_or_make(&mut h), "trace-1.2:3_x");
+        assert_eq!(id_of(&["trace-1.2:3_x"]).0.as_str(), "trace-1.2:3_x");
+        // The first line is judged, and the only one that goes on.
+        let (first, h) = id_of(&["one", "two"]);
+        assert_eq!(first.as_str(), "one");
+        assert_eq!(h.get_all(&HEADER).iter().count(), 1);
     }
 }

@@ -11,46 +11,50 @@ use http::request::Parts;
 use super::{headers, Proxy, Target};
 use crate::error::{Blame, ErrorKind, ShedReason};
 use crate::problem::Problem;
-use crate::upstream::forward::{self, Answered, ForwardError, Outgoing, Policies};
+use crate::upstream::attempts::{attempts, Delivered, Exchange, ForwardError, Policies};
+use crate::upstream::forward::{Answered, HttpExchange, Outgoing};
 use crate::upstream::regions::RegionRuntime;
 use crate::upstream::UpstreamState;
 
 impl Proxy {
-    /// Sends a request to an upstream of `region`, with retries and ejection
-    /// (`upstream::forward`), for the paths that ask several regions; the span records the
-    /// upstream.
-    ///
-    /// Not an `async fn`: it returns `forward`'s own future, so the request head is not moved
-    /// through one more state machine on every request.
-    pub(super) fn send<'a>(
+    /// Every exchange with a region, whatever its wire: the region's admission
+    /// (`phases::admit_region`, docs/overload.md), then the attempt loop
+    /// (`upstream::attempts`). The one way to an upstream.
+    pub(super) fn exchange<'a, X: Exchange + 'a>(
         &'a self,
         region: &'a RegionRuntime,
-        parts: Parts,
-        body: Outgoing,
-        span: &'a tracing::Span,
-    ) -> impl std::future::Future<Output = Result<Answered, ForwardError>> + 'a {
+        mut x: X,
+    ) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
         let policies = Policies {
             retry: &self.config.retries,
             health: &self.config.health,
             limits: &self.config.limits,
         };
-        let preserve_host = self.config.preserve_host;
-        let aim = move |head: &mut Parts, upstream: &UpstreamState| {
-            headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
-            span.record("upstream", upstream.authority.as_str());
-        };
-        match self.admit_region(region) {
-            Ok(permit) => futures_util::future::Either::Left(forward::forward(
-                region, permit, parts, body, policies, None, aim,
-            )),
-            Err(reason) => futures_util::future::Either::Right(std::future::ready(Err(
-                ForwardError::Overloaded(reason),
-            ))),
+        let permit = self.admit_region(region);
+        async move {
+            let permit = permit.map_err(ForwardError::Overloaded)?;
+            attempts(region, permit, policies, &mut x).await
         }
     }
 
-    /// Phase 5: an upstream of the region (`upstream::forward`); its failure as the problem
-    /// to answer.
+    /// Sends a request to an upstream of `region`, for the paths that ask several regions
+    /// (fan-out legs, `nodes` splits, legacy probes); each attempt's span is a child of the
+    /// current one.
+    pub(super) fn send<'a>(
+        &'a self,
+        region: &'a RegionRuntime,
+        parts: Parts,
+        body: Outgoing,
+    ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
+        let preserve_host = self.config.preserve_host;
+        let aim = move |head: &mut Parts, upstream: &UpstreamState| {
+            headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
+        };
+        let x = HttpExchange::new(parts, body, None, aim);
+        futures_util::FutureExt::map(self.exchange(region, x), |d| d.map(Answered::from))
+    }
+
+    /// Phase 5: an upstream of the region; its failure as the problem to answer.
     ///
     /// A combinator, not an `async fn`: the forwarding future is kept once, in place (an
     /// `async fn` would keep its arguments beside it while the request waits).
@@ -59,40 +63,29 @@ impl Proxy {
         target: &'a Target,
         parts: Parts,
         body: Outgoing,
-        span: &'a tracing::Span,
     ) -> impl Future<Output = Result<Answered, Problem>> + Send + 'a {
-        use futures_util::future::{ready, Either as Fut, FutureExt};
         let region = target.region();
-        let policies = Policies {
-            retry: &self.config.retries,
-            health: &self.config.health,
-            limits: &self.config.limits,
-        };
         let preserve_host = self.config.preserve_host;
-        // The same aim as `send`'s, but its own closure: a `forward` instance with this one
-        // caller is inlined here, as it was before the several-region paths shared `send`'s
-        // (measured: sharing it cost the REST path about 500 instructions per request in
-        // moves of the request head between the two futures).
+        // The same aim as `send`'s, but its own closure: an instance with this one caller is
+        // inlined here, as it was before the several-region paths shared `send`'s
+        // (measured: sharing it cost about 500 instructions per request in moves of the
+        // request head between the two futures).
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
-            span.record("upstream", upstream.authority.as_str());
         };
-        let permit = match self.admit_region(region) {
-            Ok(permit) => permit,
-            Err(reason) => return Fut::Left(ready(Err(self.overloaded(region, reason)))),
-        };
-        Fut::Right(
-            forward::forward(region, permit, parts, body, policies, target.said, aim)
-                .map(move |forwarded| self.judged(region, forwarded)),
-        )
+        let x = HttpExchange::new(parts, body, target.said, aim);
+        futures_util::FutureExt::map(self.exchange(region, x), move |forwarded| {
+            self.judged(region, forwarded.map(Answered::from))
+        })
     }
 
-    /// [`Proxy::forward`]'s outcome as the answer or the problem to send.
-    fn judged(
+    /// An exchange's outcome as the answer or the problem to send: the one mapping from
+    /// failure to problem, for every wire.
+    pub(super) fn judged<T>(
         &self,
         region: &RegionRuntime,
-        forwarded: Result<Answered, ForwardError>,
-    ) -> Result<Answered, Problem> {
+        forwarded: Result<T, ForwardError>,
+    ) -> Result<T, Problem> {
         match forwarded {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),

@@ -18,6 +18,7 @@
 //!   step with the routing table by region name.
 
 pub mod adaptive;
+pub mod attempts;
 pub mod body;
 pub mod budget;
 pub mod check;

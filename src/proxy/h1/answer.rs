@@ -6,9 +6,18 @@ use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::RequestId;
-use crate::http1::write;
+use futures_util::FutureExt;
+use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
+use http::StatusCode;
+use http_body::Body as _;
+use http_body_util::BodyExt;
+
+use crate::http1::{write, Framing};
 use crate::problem::Problem;
+use crate::proxy::request_id::RequestId;
+use crate::proxy::upgrade::UpstreamUpgrade;
+use crate::proxy::ProxyBody;
+use crate::relay::{self, RelayError};
 use crate::relay::{write_all, Buffered};
 
 /// The status's reason phrase (RFC 9110 §15; empty for an unknown code, RFC 9112 §4).
@@ -53,10 +62,11 @@ where
 }
 
 /// Writes an answer the router made whole (a refusal, a merged fan-out page) to the
-/// client, with its length, the request id and `Date`; false if the client was gone.
+/// client, with its length, the request id and `Date` (an origin server with a clock sends
+/// it, RFC 9110 §6.6.1); false if the client was gone.
 pub(super) async fn write_response<S>(
     client: &mut Buffered<S>,
-    resp: http::Response<http_body_util::Full<bytes::Bytes>>,
+    mut resp: http::Response<http_body_util::Full<bytes::Bytes>>,
     id: &RequestId,
     close: bool,
     idle: Duration,
@@ -64,28 +74,169 @@ pub(super) async fn write_response<S>(
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    use futures_util::FutureExt;
-    use http_body_util::BodyExt;
+    id.stamp(resp.headers_mut());
+    let resp = resp.map(http_body_util::Either::Right);
+    let (written, _) = write_answer(&mut client.io, resp, false, false, close, idle).await;
+    written.is_ok()
+}
+
+/// Whether the connection can go on after an answer.
+pub(super) enum Kept {
+    Alive,
+    Closing,
+}
+
+/// Writes an answer in `http` form, the shared phases' or one the router made: its head
+/// under RFC 9112's framing rules for the client's version, then its body as it comes.
+/// The upstream's side of a `101` comes back to be tunnelled. The one writer of an `http`
+/// answer on the own engine (the head path relays an upstream's answer as bytes,
+/// `respond.rs`).
+pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    mut resp: http::Response<ProxyBody>,
+    http10: bool,
+    head_request: bool,
+    close: bool,
+    idle: Duration,
+) -> (Result<Kept, RelayError>, Option<UpstreamUpgrade>) {
     let status = resp.status();
+    let upgrade = match status == StatusCode::SWITCHING_PROTOCOLS {
+        true => resp.extensions_mut().remove::<UpstreamUpgrade>(),
+        false => None,
+    };
+    if status == StatusCode::SWITCHING_PROTOCOLS && (upgrade.is_none() || http10) {
+        // The phases let a 101 through only to an upgrade they forwarded.
+        let failed = RelayError::Write {
+            error: None,
+            timed_out: false,
+        };
+        return (Err(failed), None);
+    }
+    let no_body = head_request
+        || status.is_informational()
+        || status == StatusCode::NO_CONTENT
+        || status == StatusCode::NOT_MODIFIED;
+    let headers = resp.headers_mut();
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    headers.remove(TRANSFER_ENCODING);
+    let length = declared.or(resp.body().size_hint().exact());
+    let framing = match (no_body, length) {
+        (true, _) => Framing::Empty,
+        (false, Some(n)) => Framing::Length(n),
+        (false, None) if http10 => Framing::Close,
+        (false, None) => Framing::Chunked,
+    };
+    let close = close || framing == Framing::Close;
+    let headers = resp.headers_mut();
+    if status != StatusCode::SWITCHING_PROTOCOLS {
+        headers.remove(CONNECTION);
+    }
+    if !no_body || declared.is_none() {
+        headers.remove(CONTENT_LENGTH);
+    }
     let mut wire = Vec::with_capacity(512);
-    write::status_line(&mut wire, status.as_u16(), reason(status.as_u16()));
+    let reason = status.canonical_reason().unwrap_or("").as_bytes();
+    write::status_line_for(
+        &mut wire,
+        if http10 { 0 } else { 1 },
+        status.as_u16(),
+        reason,
+    );
     for (name, value) in resp.headers() {
         write::field(&mut wire, name.as_str().as_bytes(), value.as_bytes());
     }
-    let body = match resp.into_body().collect().now_or_never() {
-        Some(Ok(collected)) => collected.to_bytes(),
-        _ => bytes::Bytes::new(),
-    };
-    wire.extend_from_slice(b"content-length: ");
-    write::decimal(&mut wire, body.len() as u64);
-    wire.extend_from_slice(b"\r\n");
-    write::field(&mut wire, b"x-request-id", id.as_bytes());
-    // The router's own answer: an origin server with a clock sends `Date` (RFC 9110 §6.6.1).
-    write::field(&mut wire, b"date", &crate::clock::http_date());
-    if close {
-        write::field(&mut wire, b"connection", b"close");
+    if !resp.headers().contains_key(DATE) {
+        write::field(&mut wire, b"date", &crate::clock::http_date());
+    }
+    match framing {
+        Framing::Length(n) if !no_body => {
+            wire.extend_from_slice(b"content-length: ");
+            write::decimal(&mut wire, n);
+            wire.extend_from_slice(b"\r\n");
+        }
+        Framing::Chunked => write::field(&mut wire, b"transfer-encoding", b"chunked"),
+        _ => {}
+    }
+    match (close, http10) {
+        _ if status == StatusCode::SWITCHING_PROTOCOLS => {}
+        (true, false) => write::field(&mut wire, b"connection", b"close"),
+        (false, true) => write::field(&mut wire, b"connection", b"keep-alive"),
+        _ => {}
     }
     wire.extend_from_slice(b"\r\n");
-    wire.extend_from_slice(&body);
-    write_all(&mut client.io, &wire, idle).await.is_ok()
+    let mut body = resp.into_body();
+    // The head goes with the first frame when that one is there already (one write, as
+    // hyper's server sends them); otherwise alone, at once (a stream's head is not held
+    // back until its first bytes).
+    let mut ready = match framing {
+        Framing::Empty => None,
+        _ => body.frame().now_or_never(),
+    };
+    let mut head = Some(wire);
+    if ready.is_none() {
+        if let Some(wire) = head.take() {
+            if let Err(e) = relay::write_all(to, &wire, idle).await {
+                return (Err(e), None);
+            }
+        }
+        if framing == Framing::Empty {
+            let kept = if close { Kept::Closing } else { Kept::Alive };
+            return (Ok(kept), upgrade);
+        }
+    }
+    let mut sent = 0u64;
+    loop {
+        let frame = match ready.take() {
+            Some(frame) => frame,
+            None => body.frame().await,
+        };
+        let frame = match frame {
+            None => break,
+            // The upstream's body broke: the answer is left incomplete, and closed.
+            Some(Err(_)) => return (Ok(Kept::Closing), None),
+            Some(Ok(frame)) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers: not carried to an HTTP/1.x client
+        };
+        if data.is_empty() {
+            continue;
+        }
+        sent += data.len() as u64;
+        let mut prefix = head.take().unwrap_or_default();
+        let written = match framing {
+            Framing::Chunked => {
+                prefix.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+                relay::write_two(to, &prefix, &data, idle)
+                    .await
+                    .and(relay::write_all(to, b"\r\n", idle).await)
+            }
+            Framing::Length(n) if sent > n => return (Ok(Kept::Closing), None),
+            _ if prefix.is_empty() => relay::write_all(to, &data, idle).await,
+            _ => relay::write_two(to, &prefix, &data, idle).await,
+        };
+        if let Err(e) = written {
+            return (Err(e), None);
+        }
+    }
+    // What is left: the head of an answer with no data, and the chunked coding's end.
+    let mut rest = head.take().unwrap_or_default();
+    if framing == Framing::Chunked {
+        rest.extend_from_slice(b"0\r\n\r\n");
+    }
+    if !rest.is_empty() {
+        if let Err(e) = relay::write_all(to, &rest, idle).await {
+            return (Err(e), None);
+        }
+    }
+    if let Framing::Length(n) = framing {
+        if sent != n {
+            return (Ok(Kept::Closing), None);
+        }
+    }
+    let kept = if close { Kept::Closing } else { Kept::Alive };
+    (Ok(kept), upgrade)
 }

@@ -21,21 +21,19 @@ use std::time::Duration;
 
 use crate::problem::Shed;
 use bytes::Bytes;
-use futures_util::FutureExt;
-use http::header::{CONNECTION, CONTENT_LENGTH, DATE, TRANSFER_ENCODING};
-use http::{Request, StatusCode, Version};
-use http_body::Body as _;
-use http_body_util::BodyExt;
+use http::{StatusCode, Version};
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::{mpsc, Notify};
 
-use super::{Outcome, RequestId};
+use super::answer::{write_answer, Kept};
+use super::Outcome;
 use crate::http1::head::{RequestHead, Seen};
-use crate::http1::{framing, write, Chunked, Framing};
+use crate::http1::{framing, Chunked, Framing};
 use crate::proxy::headers::ClientAddr;
+use crate::proxy::life::Life;
 use crate::proxy::upgrade::{ClientUpgrade, UpstreamUpgrade};
-use crate::proxy::{Proxy, ProxyBody};
+use crate::proxy::Proxy;
 use crate::relay::{self, Buffered, RelayError};
 use crate::upstream::body::{Feed, Inbound, OwnBody};
 
@@ -49,6 +47,7 @@ impl Proxy {
         addr: &ClientAddr,
         client_close: bool,
         expect: bool,
+        life: Life,
     ) -> Outcome
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -67,8 +66,9 @@ impl Proxy {
         let (mut parts, framing) = match parts {
             Ok(made) => made,
             Err(problem) => {
-                super::answer::write_problem(client, problem, &RequestId::fresh(), true, idle)
-                    .await;
+                let status = problem.status().as_u16();
+                super::answer::write_problem(client, problem, &life.id, true, idle).await;
+                life.finish(self, status);
                 return Outcome::Close;
             }
         };
@@ -88,7 +88,7 @@ impl Proxy {
             // A request has no close-delimited body (RFC 9112 §6.3).
             Framing::Empty | Framing::Close => OwnBody::channel(Some(0), None),
         };
-        let req = Request::from_parts(parts, Inbound::Own(body));
+        let body = Inbound::Own(body);
 
         // The two halves of the client connection: the body read from one while the answer
         // is written to the other. The bytes read so far go with the read half.
@@ -104,7 +104,7 @@ impl Proxy {
             let mut body_failed = false;
             let mut continued = polled.is_none();
             let (written, upgrade) = {
-                let handling = self.handle(req, addr);
+                let handling = self.carry(parts, body, addr, life);
                 let pumping = pump(&mut reader, framing, feed, idle);
                 let waiting = async {
                     match &polled {
@@ -244,164 +244,6 @@ async fn pump_frames<R: AsyncRead + Unpin>(
             Ok(())
         }
     }
-}
-
-/// Whether the connection can go on after an answer.
-enum Kept {
-    Alive,
-    Closing,
-}
-
-/// Writes the phases' answer: its head under RFC 9112's framing rules for the client's
-/// version, then its body. The upstream's side of a `101` comes back to be tunnelled.
-async fn write_answer<W: AsyncWrite + Unpin>(
-    to: &mut W,
-    mut resp: http::Response<ProxyBody>,
-    http10: bool,
-    head_request: bool,
-    close: bool,
-    idle: Duration,
-) -> (Result<Kept, RelayError>, Option<UpstreamUpgrade>) {
-    let status = resp.status();
-    let upgrade = match status == StatusCode::SWITCHING_PROTOCOLS {
-        true => resp.extensions_mut().remove::<UpstreamUpgrade>(),
-        false => None,
-    };
-    if status == StatusCode::SWITCHING_PROTOCOLS && (upgrade.is_none() || http10) {
-        // The phases let a 101 through only to an upgrade they forwarded.
-        let failed = RelayError::Write {
-            error: None,
-            timed_out: false,
-        };
-        return (Err(failed), None);
-    }
-    let no_body = head_request
-        || status.is_informational()
-        || status == StatusCode::NO_CONTENT
-        || status == StatusCode::NOT_MODIFIED;
-    let headers = resp.headers_mut();
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
-    headers.remove(TRANSFER_ENCODING);
-    let length = declared.or(resp.body().size_hint().exact());
-    let framing = match (no_body, length) {
-        (true, _) => Framing::Empty,
-        (false, Some(n)) => Framing::Length(n),
-        (false, None) if http10 => Framing::Close,
-        (false, None) => Framing::Chunked,
-    };
-    let close = close || framing == Framing::Close;
-    let headers = resp.headers_mut();
-    if status != StatusCode::SWITCHING_PROTOCOLS {
-        headers.remove(CONNECTION);
-    }
-    if !no_body || declared.is_none() {
-        headers.remove(CONTENT_LENGTH);
-    }
-    let mut wire = Vec::with_capacity(512);
-    let reason = status.canonical_reason().unwrap_or("").as_bytes();
-    write::status_line_for(
-        &mut wire,
-        if http10 { 0 } else { 1 },
-        status.as_u16(),
-        reason,
-    );
-    for (name, value) in resp.headers() {
-        write::field(&mut wire, name.as_str().as_bytes(), value.as_bytes());
-    }
-    if !resp.headers().contains_key(DATE) {
-        write::field(&mut wire, b"date", &crate::clock::http_date());
-    }
-    match framing {
-        Framing::Length(n) if !no_body => {
-            wire.extend_from_slice(b"content-length: ");
-            write::decimal(&mut wire, n);
-            wire.extend_from_slice(b"\r\n");
-        }
-        Framing::Chunked => write::field(&mut wire, b"transfer-encoding", b"chunked"),
-        _ => {}
-    }
-    match (close, http10) {
-        _ if status == StatusCode::SWITCHING_PROTOCOLS => {}
-        (true, false) => write::field(&mut wire, b"connection", b"close"),
-        (false, true) => write::field(&mut wire, b"connection", b"keep-alive"),
-        _ => {}
-    }
-    wire.extend_from_slice(b"\r\n");
-    let mut body = resp.into_body();
-    // The head goes with the first frame when that one is there already (one write, as
-    // hyper's server sends them); otherwise alone, at once (a stream's head is not held
-    // back until its first bytes).
-    let mut ready = match framing {
-        Framing::Empty => None,
-        _ => body.frame().now_or_never(),
-    };
-    let mut head = Some(wire);
-    if ready.is_none() {
-        if let Some(wire) = head.take() {
-            if let Err(e) = relay::write_all(to, &wire, idle).await {
-                return (Err(e), None);
-            }
-        }
-        if framing == Framing::Empty {
-            let kept = if close { Kept::Closing } else { Kept::Alive };
-            return (Ok(kept), upgrade);
-        }
-    }
-    let mut sent = 0u64;
-    loop {
-        let frame = match ready.take() {
-            Some(frame) => frame,
-            None => body.frame().await,
-        };
-        let frame = match frame {
-            None => break,
-            // The upstream's body broke: the answer is left incomplete, and closed.
-            Some(Err(_)) => return (Ok(Kept::Closing), None),
-            Some(Ok(frame)) => frame,
-        };
-        let Ok(data) = frame.into_data() else {
-            continue; // trailers: not carried to an HTTP/1.x client
-        };
-        if data.is_empty() {
-            continue;
-        }
-        sent += data.len() as u64;
-        let mut prefix = head.take().unwrap_or_default();
-        let written = match framing {
-            Framing::Chunked => {
-                prefix.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
-                relay::write_two(to, &prefix, &data, idle)
-                    .await
-                    .and(relay::write_all(to, b"\r\n", idle).await)
-            }
-            Framing::Length(n) if sent > n => return (Ok(Kept::Closing), None),
-            _ if prefix.is_empty() => relay::write_all(to, &data, idle).await,
-            _ => relay::write_two(to, &prefix, &data, idle).await,
-        };
-        if let Err(e) = written {
-            return (Err(e), None);
-        }
-    }
-    // What is left: the head of an answer with no data, and the chunked coding's end.
-    let mut rest = head.take().unwrap_or_default();
-    if framing == Framing::Chunked {
-        rest.extend_from_slice(b"0\r\n\r\n");
-    }
-    if !rest.is_empty() {
-        if let Err(e) = relay::write_all(to, &rest, idle).await {
-            return (Err(e), None);
-        }
-    }
-    if let Framing::Length(n) = framing {
-        if sent != n {
-            return (Ok(Kept::Closing), None);
-        }
-    }
-    let kept = if close { Kept::Closing } else { Kept::Alive };
-    (Ok(kept), upgrade)
 }
 
 /// Joins the client (what it sent after its upgrade request first) and the upstream's

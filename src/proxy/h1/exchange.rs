@@ -15,18 +15,21 @@ use http::uri::Authority;
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answer::{reason, write_problem};
-use super::{Outbound, Outcome, RequestId};
-use crate::error::{Blame, Error, ErrorKind, Retry};
+use super::respond::Responded;
+use super::{Outbound, Outcome};
+use crate::error::{Error, ErrorKind};
 use crate::http1::head::ResponseHead;
 use crate::http1::{write, Chunked, Framing};
 use crate::problem::Problem;
 use crate::proxy::headers::raw::{self};
+use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
+use crate::upstream::attempts::ForwardError;
+use crate::upstream::attempts::{Exchange, Failed};
 use crate::upstream::h1::next_conn;
-use crate::upstream::health::{self, Pick};
 use crate::upstream::raw::{AnswerHead, RawConn};
-use crate::upstream::regions::{Connects, RegionRuntime};
+use crate::upstream::regions::{Connects, RegionRuntime, Upstream};
 use crate::upstream::UpstreamState;
 
 /// How a forwarded request ended, for metrics, the log and the connection.
@@ -36,18 +39,8 @@ pub(super) struct Answered {
     pub outcome: Outcome,
 }
 
-/// Why an attempt failed.
-enum Failed {
-    /// The client's fault (its body): the request ends here.
-    Client(Error),
-    /// The upstream's: counted, may eject, may be retried.
-    Upstream(Error),
-    /// A `101` nobody asked for (RFC 9110 §15.2.2): 502, the upstream's fault, not retried.
-    Switched,
-}
-
 fn upstream(kind: ErrorKind, detail: impl Into<String>) -> Failed {
-    Failed::Upstream(Error::new(kind, detail))
+    Failed::Error(Error::new(kind, detail))
 }
 
 /// A request body the client stopped sending (`e` a [`RelayError::Read`]): 408
@@ -91,8 +84,8 @@ where
 /// The request body's relay failure, blamed on the side that failed.
 fn upload_failed(e: RelayError) -> Failed {
     match e {
-        RelayError::Read { .. } => Failed::Client(client_body_failed(&e)),
-        RelayError::Framing(_) => Failed::Client(Error::new(ErrorKind::BadFraming, e.to_string())),
+        RelayError::Read { .. } => Failed::Error(client_body_failed(&e)),
+        RelayError::Framing(_) => Failed::Error(Error::new(ErrorKind::BadFraming, e.to_string())),
         RelayError::Write {
             timed_out: true, ..
         } => upstream(ErrorKind::Timeout, e.to_string()),
@@ -100,8 +93,68 @@ fn upload_failed(e: RelayError) -> Failed {
     }
 }
 
+/// The own engine's wire under the attempt loop (`upstream::attempts`): the head written
+/// once (`Outbound`) sent on a pooled socket of the chosen upstream, the answer relayed to
+/// the client by `respond.rs`.
+struct HeadWire<'a, S> {
+    proxy: &'a Proxy,
+    client: &'a mut Buffered<S>,
+    out: &'a Outbound,
+    id: &'a RequestId,
+    close: bool,
+}
+
+impl<S> Exchange for HeadWire<'_, S>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Readiness,
+{
+    type Head = (RawConn, ResponseHead);
+    type Done = Responded;
+
+    fn replayable(&self) -> bool {
+        self.out.held.is_some()
+    }
+
+    fn resendable(&self) -> bool {
+        self.out.idempotent
+    }
+
+    fn attempt(
+        &mut self,
+        upstream: &Upstream,
+        connects: Connects<'_>,
+        _again: bool,
+    ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> {
+        self.proxy
+            .h1_send(self.client, &upstream.state, self.out, connects)
+    }
+
+    async fn deliver(
+        &mut self,
+        upstream: &Upstream,
+        (up, head): (RawConn, ResponseHead),
+    ) -> Result<(Responded, Option<ErrorKind>), Error> {
+        let state = &upstream.state;
+        let (out, id, close) = (self.out, self.id, self.close);
+        let responded = self
+            .proxy
+            .h1_respond(self.client, state, up, &head, out, id, close)
+            .await;
+        conn::give_fields(head.fields);
+        match responded {
+            Ok(responded) => {
+                let failed = responded.upstream_failed;
+                Ok((responded, failed))
+            }
+            // Nothing of the answer went out: 502, the upstream's fault.
+            Err(detail) => Err(Error::new(ErrorKind::Reset, detail)),
+        }
+    }
+}
+
 impl Proxy {
-    /// Phase 5 and 6: forwards `out` to an upstream of `region` and answers the client.
+    /// Phase 5 and 6: forwards `out` to an upstream of `region` (the attempt loop, through
+    /// `Proxy::exchange`) and answers the client.
     pub(super) async fn h1_forward<S>(
         &self,
         client: &mut Buffered<S>,
@@ -113,185 +166,49 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
-        let retry = &self.config.retries;
-        let metrics = &region.state.metrics;
-        let idle = self.config.timeouts.idle();
-        let mut tried = 0u64;
-        let mut last: Option<Error> = None;
-        let mut last_upstream = None;
-        // The request's place in the region's limit, kept until its answer is relayed; a
-        // region at its limit is answered at once (no attempt, no retry).
-        let (_permit, mut answer) = match self.admit_region(region) {
-            Ok(permit) => (Some(permit), None),
-            Err(reason) => (None, Some(self.overloaded(region, reason))),
+        let wire = HeadWire {
+            proxy: self,
+            client: &mut *client,
+            out: &out,
+            id,
+            close,
         };
-        let connects = Connects {
-            region: &region.state,
-            max: self.config.limits.region_max_pending_connects,
+        let failed = match self.exchange(region, wire).await {
+            Ok(delivered) => {
+                return Answered {
+                    status: delivered.done.status,
+                    upstream: Some(delivered.upstream),
+                    outcome: delivered.done.outcome,
+                }
+            }
+            Err(failed) => failed,
         };
-        if answer.is_none() {
-            region.state.budget.deposit(retry);
-        }
-        for attempt in 0..=retry.max_retries {
-            if answer.is_some()
-                || attempt > 0 && (out.held.is_none() || !region.state.budget.withdraw(retry))
-            {
-                break;
-            }
-            let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
-                Pick::Upstream(i) => i,
-                Pick::AllEjected { retry_after_ms } if last.is_none() => {
-                    answer = Some(Problem::Unavailable {
-                        region: region.name.clone(),
-                        retry_after: Duration::from_millis(retry_after_ms),
-                    });
-                    break;
-                }
-                Pick::AllEjected { .. } | Pick::Exhausted => break,
-            };
-            tried |= 1 << (i % 64);
-            let chosen = &region.upstreams[i];
-            let state = &chosen.state;
-            last_upstream = Some(chosen.authority.clone());
-            tracing::Span::current().record("upstream", chosen.authority.as_str());
-            let in_flight = state.health.start();
-            let sent = Instant::now();
-            let failed = match self.h1_attempt(client, state, &out, connects).await {
-                Ok((up, head)) => {
-                    let took = sent.elapsed();
-                    metrics.upstream_duration(took.as_secs_f64());
-                    region.state.sample(&self.config.limits, took);
-                    let responded = self
-                        .h1_respond(client, state, up, &head, &out, id, close)
-                        .await;
-                    conn::give_fields(head.fields);
-                    drop(in_flight);
-                    match responded {
-                        Ok(responded) => {
-                            match responded.upstream_failed {
-                                Some(kind) => {
-                                    metrics.upstream_error(kind);
-                                    let health = &self.config.health;
-                                    health::record_failure(&region.upstreams, i, health);
-                                }
-                                None => state.health.success(),
-                            }
-                            return Answered {
-                                status: responded.status,
-                                upstream: last_upstream,
-                                outcome: responded.outcome,
-                            };
-                        }
-                        // Nothing of the answer went out: 502, the upstream's fault.
-                        Err(detail) => {
-                            metrics.upstream_error(ErrorKind::Reset);
-                            health::record_failure(&region.upstreams, i, &self.config.health);
-                            tracing::warn!(region = %region.name, upstream = %chosen.authority, %detail, "upstream failed");
-                            answer = Some(Problem::BadGateway {
-                                region: region.name.clone(),
-                                detail,
-                            });
-                            break;
-                        }
-                    }
-                }
-                Err(failed) => failed,
-            };
-            let error = match failed {
-                Failed::Client(error) => {
-                    crate::metrics::client_error(error.kind);
-                    tracing::debug!(upstream = %chosen.authority, %error, "the client failed its request");
-                    answer = Some(Problem::Client(error));
-                    break;
-                }
-                Failed::Switched => {
-                    metrics.upstream_error(ErrorKind::Reset);
-                    answer = Some(Problem::BadGateway {
-                        region: region.name.clone(),
-                        detail: "the upstream answered 101 Switching Protocols to a request \
-                                 that asked for no upgrade"
-                            .to_owned(),
-                    });
-                    break;
-                }
-                // The router's own limit: nothing was sent; not the upstream's, not retried.
-                Failed::Upstream(Error {
-                    kind: ErrorKind::Shed(reason),
-                    ..
-                }) => {
-                    metrics.shed(reason);
-                    answer = Some(self.overloaded(region, reason));
-                    break;
-                }
-                Failed::Upstream(error) => error,
-            };
-            if error.kind == ErrorKind::Timeout {
-                region.state.sample(&self.config.limits, sent.elapsed());
-            }
-            metrics.upstream_error(error.kind);
-            if let Some(ms) = health::record_failure(&region.upstreams, i, &self.config.health) {
-                tracing::warn!(upstream = %chosen.authority, ejected_ms = ms, "upstream ejected");
-            }
-            let retryable = match error.kind.retry() {
-                Retry::Always => true,
-                Retry::IfIdempotent => out.idempotent,
-                Retry::Never => false,
-            };
-            let more_to_come =
-                out.held.is_some() && attempt < retry.max_retries && region.upstreams.len() > 1;
-            tracing::debug!(upstream = %chosen.authority, %error, attempt, "upstream attempt failed");
-            last = Some(error);
-            if !retryable || !more_to_come {
-                break;
-            }
-        }
-        let problem = answer.unwrap_or_else(|| match last {
-            None => Problem::Unavailable {
+        let upstream = match &failed {
+            ForwardError::Failed { upstream, .. } => Some(upstream.clone()),
+            _ => None,
+        };
+        let problem = match self.judged::<()>(region, Err(failed)) {
+            Err(problem) => problem,
+            Ok(()) => Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::ZERO,
             },
-            Some(error) if error.blame() == Blame::Client => Problem::Client(error),
-            Some(error) if error.kind == ErrorKind::Timeout => Problem::GatewayTimeout {
-                region: region.name.clone(),
-                detail: error.detail,
-            },
-            Some(error) => {
-                tracing::warn!(region = %region.name, detail = %error.detail, "upstream failed");
-                Problem::BadGateway {
-                    region: region.name.clone(),
-                    detail: error.detail,
-                }
-            }
-        });
+        };
         let status = problem.status().as_u16();
         // A request whose body was streamed (or broke) cannot be followed on its connection;
         // a shed one's client comes back after `Retry-After` on a new one (docs/overload.md).
         let close = close || problem.closes_connection() || out.held.is_none() || out.http10;
+        let idle = self.config.timeouts.idle();
         let written = write_problem(client, problem, id, close, idle).await;
         Answered {
             status,
-            upstream: last_upstream,
+            upstream,
             outcome: if close || !written {
                 Outcome::Close
             } else {
                 Outcome::KeepAlive
             },
         }
-    }
-
-    /// One attempt: a pooled or new connection, the request written (its body relayed if it
-    /// streams), the response head read (1xx answers other than `100` passed to the client).
-    async fn h1_attempt<S>(
-        &self,
-        client: &mut Buffered<S>,
-        state: &Arc<UpstreamState>,
-        out: &Outbound,
-        connects: Connects<'_>,
-    ) -> Result<(RawConn, ResponseHead), Failed>
-    where
-        S: AsyncRead + AsyncWrite + Unpin + Readiness,
-    {
-        self.h1_send(client, state, out, connects).await
     }
 
     /// The request's head with this upstream's `Host`, in a buffer from the cache (a small
@@ -312,7 +229,7 @@ impl Proxy {
         wire
     }
 
-    /// [`Proxy::h1_attempt`]: the request written (again on a new connection if a pooled one
+    /// One attempt: the request written (again on a new connection if a pooled one
     /// turns out closed), its body relayed, the answer's head read.
     async fn h1_send<S>(
         &self,
@@ -332,7 +249,7 @@ impl Proxy {
         loop {
             let (mut up, reused) = next_conn(state, &mut pooled, retried, Some(connects), idle)
                 .await
-                .map_err(Failed::Upstream)?;
+                .map_err(Failed::Error)?;
             let again = reused && out.held.is_some() && !retried;
             retried |= again;
             // The body goes with the head in one write: all of it when held, else what of
@@ -365,7 +282,7 @@ impl Proxy {
                     .map_err(upload_failed)?;
             }
             match self.read_response_head(&mut up, client, out.http10).await {
-                Err(Failed::Upstream(e))
+                Err(Failed::Error(e))
                     if again
                         && e.kind == ErrorKind::Reset
                         && up.buf.is_empty()
@@ -401,7 +318,13 @@ impl Proxy {
                 AnswerHead::of(limits).parse(up, &mut head)
             };
             match parsed {
-                Ok(true) if head.status == 101 => return Err(Failed::Switched),
+                Ok(true) if head.status == 101 => {
+                    return Err(Failed::Final(Error::new(
+                        ErrorKind::Reset,
+                        "the upstream answered 101 Switching Protocols to a request that \
+                         asked for no upgrade",
+                    )))
+                }
                 // An HTTP/1.0 client gets no 1xx (RFC 9110 §15.2).
                 Ok(true) if head.status == 100 || http10 && head.status < 200 => {
                     up.consume(head.len)
@@ -519,7 +442,7 @@ where
                 };
                 if gone {
                     // (Counted as the client's by the caller, never against the upstream.)
-                    return Err(Failed::Client(Error::new(
+                    return Err(Failed::Error(Error::new(
                         ErrorKind::Aborted,
                         "the client closed its connection while its request waited on the upstream",
                     )));

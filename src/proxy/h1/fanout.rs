@@ -7,11 +7,12 @@
 use http::{HeaderName, HeaderValue, Method, Request};
 use tokio::io::{AsyncRead, AsyncWrite};
 
-use super::{Outcome, RequestId};
+use super::Outcome;
 use crate::extract::fanout::FanoutRoute;
 use crate::http1::head::RequestHead;
 use crate::problem::Problem;
 use crate::proxy::headers::ClientAddr;
+use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::Buffered;
 
@@ -91,8 +92,8 @@ pub(super) fn parts_of(
             _ => return Err(Problem::BadHead("a field the router cannot read")),
         }
     }
-    if let Some(Ok(value)) = id.map(|id| HeaderValue::from_bytes(id.as_bytes())) {
-        headers.insert(crate::proxy::request_id::HEADER.clone(), value);
+    if let Some(id) = id {
+        id.stamp(headers);
     }
     Ok(req.into_parts().0)
 }

@@ -26,17 +26,15 @@ mod exchange;
 mod fanout;
 mod respond;
 
-use std::time::Instant;
-
 use tokio::io::{AsyncRead, AsyncWrite};
 use tracing::Instrument;
 
-use super::access::Logged;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::phases::HeadView;
+pub(super) use super::request_id::RequestId;
 use super::route::Extraction;
-use super::{request_id, Proxy};
+use super::Proxy;
 use crate::error::{Error, ErrorKind};
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
@@ -109,51 +107,6 @@ impl From<Problem> for Stop<'_> {
     }
 }
 
-/// A request id, kept on the stack (at most 128 bytes, ASCII).
-struct RequestId {
-    bytes: [u8; 128],
-    len: usize,
-}
-
-impl RequestId {
-    fn as_bytes(&self) -> &[u8] {
-        &self.bytes[..self.len]
-    }
-
-    fn as_str(&self) -> &str {
-        std::str::from_utf8(self.as_bytes()).unwrap_or("-")
-    }
-
-    fn fresh() -> RequestId {
-        let mut id = RequestId {
-            bytes: [0; 128],
-            len: 32,
-        };
-        id.bytes[..32].copy_from_slice(&request_id::make_bytes());
-        id
-    }
-
-    /// The client's sane sole id, or a fresh one.
-    fn of(buf: &[u8], head: &RequestHead) -> RequestId {
-        if !head.seen.has(Seen::REQUEST_ID) {
-            return RequestId::fresh();
-        }
-        // The first line is judged; every line is replaced by the id kept.
-        let mut id = RequestId {
-            bytes: [0; 128],
-            len: 0,
-        };
-        match head::all(buf, &head.fields, b"x-request-id").next() {
-            Some(kept) if request_id::is_sane(kept) => {
-                id.bytes[..kept.len()].copy_from_slice(kept);
-                id.len = kept.len();
-            }
-            _ => return RequestId::fresh(),
-        }
-        id
-    }
-}
-
 impl Proxy {
     /// Serves one request whose head `head` was parsed from the start of
     /// `client.pending()`, end to end: the answer written, the body relayed. Never fails: a
@@ -168,19 +121,8 @@ impl Proxy {
     where
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
-        let started = Instant::now();
         let buf = client.pending();
-        let in_flight = metrics::InFlight::start();
-        let id = RequestId::of(buf, head);
-        // Debug level, as the shared phases': disabled (and free) unless `RUST_LOG` asks.
-        let span = tracing::debug_span!(
-            "request",
-            request_id = id.as_str(),
-            method = std::str::from_utf8(head.method.of(buf)).unwrap_or("-"),
-            id = tracing::field::Empty,
-            region = tracing::field::Empty,
-            upstream = tracing::field::Empty,
-        );
+        let mut life = self.begin(&HeadView { buf, head });
         // An HTTP/1.0 connection persists only when its request asks (RFC 9112 §9.3).
         let http10 = head.minor == 0;
         let connection = head.seen.has(Seen::CONNECTION);
@@ -189,22 +131,12 @@ impl Proxy {
             || (http10 && !(connection && Nominated::asks(buf, &head.fields, b"keep-alive")));
         if !head.target.of(buf).starts_with(b"/") {
             // Absolute-form (and `OPTIONS *`): the shared phases read the target.
-            drop(in_flight);
             let expect = head.seen.has(Seen::EXPECT) && !http10 && expects_continue(buf, head);
             // Boxed: the shared phases' future is large, and every request's would be
             // sized for it.
-            return Box::pin(self.h1_bridge(client, head, addr, client_close, expect)).await;
+            let bridged = self.h1_bridge(client, head, addr, client_close, expect, life);
+            return Box::pin(bridged).await;
         }
-        let mut log = self.config.access_log.then(|| {
-            let text = |s: head::Span| String::from_utf8_lossy(s.of(buf)).into_owned();
-            Logged {
-                method: text(head.method),
-                path: text(head.target),
-                started,
-                route: None,
-                regions: None,
-            }
-        });
         let framing = match head.seen.has(Seen::FRAMING) {
             true => framing::request_framing(buf, head),
             false => Ok(Framing::Empty),
@@ -218,11 +150,13 @@ impl Proxy {
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
-                let planned = self.h1_plan(buf, head, &span).map_err(|stop| match stop {
-                    // The body was not read: the connection cannot go on past it.
-                    Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
-                    handoff => handoff,
-                })?;
+                let planned = self
+                    .h1_plan(buf, head, &life.span)
+                    .map_err(|stop| match stop {
+                        // The body was not read: the connection cannot go on past it.
+                        Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
+                        handoff => handoff,
+                    })?;
                 Ok((planned, framing))
             });
         // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
@@ -238,13 +172,13 @@ impl Proxy {
             Err(Stop::Graphql(route)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
                 let route = route.clone();
-                self.h1_graphql(client, head, &route, framing, &mut expect, &span)
+                self.h1_graphql(client, head, &route, framing, &mut expect, &life.span)
                     .await
                     .map(|planned| (planned, framing))
             }
             Err(Stop::Json(pending)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
-                self.h1_json(client, head, pending, framing, &mut expect, &span)
+                self.h1_json(client, head, pending, framing, &mut expect, &life.span)
                     .await
                     .map(|planned| (planned, framing))
             }
@@ -256,22 +190,19 @@ impl Proxy {
                 let route = route.clone();
                 // (Closed after, to an HTTP/1.0 client: the page's head says no `keep-alive`.)
                 let close = client_close || http10;
-                let done = self.h1_fanout(client, head, &route, addr, &id, close).await;
-                let region = &self.all_regions;
-                region.request(Some(crate::extract::RouteKind::Fanout), done.status);
-                if let Some(log) = &mut log {
-                    log.route = Some(crate::extract::RouteKind::Fanout);
-                    log.regions = done.regions;
-                    log.write(id.as_str(), done.status, Some(&region.label), None);
-                }
-                drop(in_flight);
+                let done = self.h1_fanout(client, head, &route, addr, &life.id, close);
+                let done = done.instrument(life.span.clone()).await;
+                life.route = Some(crate::extract::RouteKind::Fanout);
+                life.regions = done.regions;
+                life.region = Some(self.all_regions.clone());
+                life.finish(self, done.status);
                 return done.outcome;
             }
             Err(Stop::Shared | Stop::Graphql(_) | Stop::Json(_)) => {
-                drop(in_flight);
                 let expect = expect && expects_continue(client.pending(), head);
                 // Boxed, as above.
-                return Box::pin(self.h1_bridge(client, head, addr, client_close, expect)).await;
+                let bridged = self.h1_bridge(client, head, addr, client_close, expect, life);
+                return Box::pin(bridged).await;
             }
             Err(Stop::Refuse(p, close)) => Err((p, close)),
             Ok(planned) => Ok(planned),
@@ -316,7 +247,7 @@ impl Proxy {
         }
         let buf = client.pending();
         let planned = planned.and_then(|(planned, framing)| {
-            let outbound = self.h1_outbound(buf, head, addr, &id, framing, planned.said)?;
+            let outbound = self.h1_outbound(buf, head, addr, &life.id, framing, planned.said)?;
             Ok((planned, outbound))
         });
         let (planned, outbound) = match planned {
@@ -326,19 +257,15 @@ impl Proxy {
             Err((problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
-                self.no_region.request(None, status);
                 let written = answer::write_problem(
                     client,
                     problem,
-                    &id,
+                    &life.id,
                     close || client_close || http10,
                     self.config.timeouts.idle(),
                 )
                 .await;
-                if let Some(log) = &log {
-                    log.write(id.as_str(), status, None, None);
-                }
-                drop(in_flight);
+                life.finish(self, status);
                 return if close || client_close || http10 || !written {
                     Outcome::Close
                 } else {
@@ -350,25 +277,17 @@ impl Proxy {
         client.consume(head.len);
         let held = outbound.held;
         let region = planned.routing.region(planned.region);
-        span.record("region", &*region.state.metrics.label);
+        life.set_region(&region.state.metrics);
+        life.route = planned.route;
         let answered = self
-            .h1_forward(client, region, outbound, &id, client_close)
-            .instrument(span)
+            .h1_forward(client, region, outbound, &life.id, client_close)
+            .instrument(life.span.clone())
             .await;
         if let Some(n) = held {
             client.consume(n);
         }
-        drop(in_flight);
-        region.state.metrics.request(planned.route, answered.status);
-        if let Some(log) = &mut log {
-            log.route = planned.route;
-            log.write(
-                id.as_str(),
-                answered.status,
-                Some(&region.state.metrics.label),
-                answered.upstream.as_ref().map(|u| u.as_str()),
-            );
-        }
+        life.upstream = answered.upstream;
+        life.finish(self, answered.status);
         answered.outcome
     }
 
@@ -451,9 +370,10 @@ impl Proxy {
         if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
             return Err(Stop::Shared);
         }
-        self.region_phase(&routing, decision);
+        // No legacy id comes here (`h1_resolve` hands those over), so no method is read.
+        let plan = self.plan(&routing, decision, b"", None)?;
         Ok(Planned {
-            region: decision.region,
+            region: plan.region,
             routing,
             route,
             said: None,

@@ -5,11 +5,12 @@
 use tokio::io::{AsyncRead, AsyncWrite};
 
 use super::answer::reason;
-use super::{Outbound, Outcome, RequestId};
+use super::{Outbound, Outcome};
 use crate::error::ErrorKind;
 use crate::http1::head::ResponseHead;
 use crate::http1::{framing, write, Chunked, Framing};
 use crate::proxy::headers::raw::{self, Nominated};
+use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, RelayError};
 use crate::upstream::raw::RawConn;

@@ -17,7 +17,7 @@ pub mod owners;
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::request::Parts;
-use http::{Method, StatusCode};
+use http::StatusCode;
 
 use super::Proxy;
 use crate::config::{Legacy, RetryPolicy};
@@ -44,13 +44,13 @@ impl Proxy {
     pub(super) fn legacy_target(
         &self,
         routing: &Routing,
-        method: &Method,
+        method: &[u8],
         decision: &Decision,
         id: impl FnOnce() -> String,
     ) -> Option<(Probe, RegionId)> {
         if self.config.legacy != Legacy::Probe
             || decision.rule != Rule::DefaultRegion
-            || !matches!(*method, Method::GET | Method::HEAD)
+            || !matches!(method, b"GET" | b"HEAD")
         {
             return None;
         }
@@ -116,13 +116,7 @@ impl Proxy {
                 async move {
                     (
                         id,
-                        self.send(
-                            region,
-                            head,
-                            Outgoing::Held(Bytes::new()),
-                            &tracing::Span::none(),
-                        )
-                        .await,
+                        self.send(region, head, Outgoing::Held(Bytes::new())).await,
                     )
                 }
             })

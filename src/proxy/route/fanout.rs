@@ -34,8 +34,9 @@ use crate::metrics::{FanoutKind, FanoutResult};
 use crate::problem::Problem;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
+use crate::upstream::attempts::ForwardError;
 use crate::upstream::body::IdleTimeout;
-use crate::upstream::forward::{self, ForwardError, Outgoing};
+use crate::upstream::forward::{self, Outgoing};
 use crate::upstream::regions::RegionRuntime;
 
 /// A `fanout:` route's keys.
@@ -264,10 +265,7 @@ impl Proxy {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
-            let answered = match self
-                .send(region, head, Outgoing::Held(body), &tracing::Span::none())
-                .await
-            {
+            let answered = match self.send(region, head, Outgoing::Held(body)).await {
                 Ok(answered) => answered,
                 Err(ForwardError::Overloaded(reason)) => {
                     return Err(LegFailure::new(

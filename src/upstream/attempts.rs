@@ -1,0 +1,252 @@
+//! The attempt loop: every exchange with a region, whatever carries the request (the own
+//! engine's head path, `http` parts from HTTP/2, gRPC and the bridge, fan-out legs, `nodes`
+//! splits, legacy probes), is tried here, as Envoy's router filter owns retries for every
+//! codec and Pingora runs one retry loop above its upstream protocols.
+//!
+//! Per attempt: pick an upstream (P2C over the healthy ones not tried yet, `health.rs`),
+//! open the attempt's span (the one per-attempt hook: [`attempt_span`]), send on the wire
+//! ([`Exchange`]), and judge the outcome by who is to blame: the client's error ends the
+//! request (counted as the client's, never against the upstream), the router's own limit
+//! ends it as shed, the upstream's is counted, may eject it, and is retried when the
+//! request can be sent again ([`Exchange::replayable`]), its kind allows it
+//! ([`crate::error::Retry`]: a connect failure always, a reset only when
+//! [`Exchange::resendable`], a timeout never) and the region's retry budget has a token.
+//!
+//! The wire is a trait with static dispatch: each caller gets its own copy of the loop,
+//! inlined as its own code was (no box, no copy of the request added on the REST path).
+
+use std::future::Future;
+
+use http::uri::Authority;
+use tracing::Instrument;
+
+use super::health::{self, Pick};
+use super::regions::{Connects, RegionPermit, RegionRuntime, Upstream};
+use crate::config::{HealthPolicy, Limits, RetryPolicy};
+use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
+
+/// Why an attempt failed.
+#[derive(Debug)]
+pub enum Failed {
+    /// Judged by its kind's blame: the client's ends the request, the router's is shed,
+    /// the upstream's is counted and may be retried.
+    Error(Error),
+    /// The upstream's, counted and ejecting, but never retried: an answer nobody can use
+    /// (a `101` to a request that asked for no upgrade, RFC 9110 §15.2.2), or one that
+    /// broke before any of it reached the client.
+    Final(Error),
+}
+
+impl From<Error> for Failed {
+    fn from(error: Error) -> Failed {
+        Failed::Error(error)
+    }
+}
+
+/// Why no upstream answered.
+#[derive(Debug)]
+pub enum ForwardError {
+    /// The router's own limit for the region was reached (→ 503 `region-overloaded`;
+    /// docs/overload.md): nothing was sent. Counted as shed by whoever refused it.
+    Overloaded(ShedReason),
+    /// Every upstream of the region is ejected (→ 503 with `Retry-After`).
+    Unavailable {
+        /// When the first ejection ends, in ms.
+        retry_after_ms: u64,
+    },
+    /// The last attempt failed: its error says who is to blame and the status.
+    Failed {
+        /// What went wrong.
+        error: Error,
+        /// The upstream of the last attempt.
+        upstream: Authority,
+    },
+}
+
+/// Settings of the attempt loop ([`attempts`]).
+#[derive(Debug, Clone, Copy)]
+pub struct Policies<'a> {
+    /// Retries and their budget.
+    pub retry: &'a RetryPolicy,
+    /// Outlier ejection.
+    pub health: &'a HealthPolicy,
+    /// The region limits (docs/overload.md): connections being made, the adaptive limit.
+    pub limits: &'a Limits,
+}
+
+/// The wire under the loop: how one request is sent to one upstream and its answer
+/// delivered. `proxy/h1/exchange.rs` (bytes on the own engine's sockets) and
+/// `upstream/forward.rs` (`http` parts) implement it.
+pub trait Exchange {
+    /// An attempt's outcome: the answer's head, its body not yet relayed.
+    type Head;
+    /// What the exchange ends with once the head is delivered.
+    type Done;
+
+    /// Whether the request can be sent again (its body, if any, is held).
+    fn replayable(&self) -> bool;
+
+    /// Whether it may be sent again after the upstream may have acted on it (a reset):
+    /// `extract::Access::resendable`.
+    fn resendable(&self) -> bool;
+
+    /// Sends the request to `upstream` and reads the answer's head. `again`: a retry may
+    /// follow, so the request must be kept.
+    fn attempt(
+        &mut self,
+        upstream: &Upstream,
+        connects: Connects<'_>,
+        again: bool,
+    ) -> impl Future<Output = Result<Self::Head, Failed>>;
+
+    /// Delivers an answer's head (and, on the own engine, relays its body): what the
+    /// exchange ends with, and the upstream's failure while its body was relayed, if it
+    /// failed then (counted and ejecting, the answer already on its way). `Err`: it broke
+    /// before any of it reached the client, which is answered 502.
+    fn deliver(
+        &mut self,
+        upstream: &Upstream,
+        head: Self::Head,
+    ) -> impl Future<Output = Result<(Self::Done, Option<ErrorKind>), Error>>;
+}
+
+/// What a delivered exchange keeps: its outcome, the upstream that gave it, the guard that
+/// counts it in flight there (P2C balances on it), and its place in the region's limit.
+#[derive(Debug)]
+pub struct Delivered<D> {
+    /// The wire's outcome.
+    pub done: D,
+    /// The upstream that answered.
+    pub upstream: Authority,
+    /// Keep it while the answer's body streams.
+    pub in_flight: health::InFlight,
+    /// The request's place in `limits.region_max_in_flight`: kept as long.
+    pub region_permit: RegionPermit,
+}
+
+/// The per-attempt hook: the span an attempt runs in, a child of the current span (the
+/// request's, or a fan-out leg's), one per attempt, so a retry shows as one more. Debug
+/// level: free unless enabled. A client span or per-attempt fields go here.
+pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -> tracing::Span {
+    let span = tracing::debug_span!(
+        "attempt",
+        region = region.name.as_str(),
+        upstream = upstream.authority.as_str(),
+        attempt,
+    );
+    tracing::Span::current().record("upstream", upstream.authority.as_str());
+    span
+}
+
+/// Runs the exchange `x` with an upstream of `region` under `policies`, with retries per
+/// the module rules. `permit`: the request's place in the region's limit (the caller's
+/// admission, `proxy::phases::admit_region`), kept in the answer.
+pub async fn attempts<X: Exchange>(
+    region: &RegionRuntime,
+    permit: RegionPermit,
+    policies: Policies<'_>,
+    x: &mut X,
+) -> Result<Delivered<X::Done>, ForwardError> {
+    let metrics = &region.state.metrics;
+    region.state.budget.deposit(policies.retry);
+    let connects = Connects {
+        region: &region.state,
+        max: policies.limits.region_max_pending_connects,
+    };
+    let max_retries = policies.retry.max_retries;
+    let mut tried = 0u64;
+    let mut last: Option<(Error, Authority)> = None;
+    for attempt in 0..=max_retries {
+        if attempt > 0 && (!x.replayable() || !region.state.budget.withdraw(policies.retry)) {
+            break;
+        }
+        let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
+            Pick::Upstream(i) => i,
+            Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                return Err(ForwardError::Unavailable { retry_after_ms })
+            }
+            Pick::AllEjected { .. } | Pick::Exhausted => break,
+        };
+        tried |= 1 << (i % 64);
+        let upstream = &region.upstreams[i];
+        let state = &upstream.state;
+        // A retry goes to another upstream, so a region of one never needs the request again.
+        let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
+        let span = attempt_span(region, upstream, attempt);
+        let in_flight = state.health.start();
+        let sent = std::time::Instant::now();
+        let failed = match x.attempt(upstream, connects, again).instrument(span).await {
+            Ok(head) => {
+                let took = sent.elapsed();
+                metrics.upstream_duration(took.as_secs_f64());
+                region.state.sample(policies.limits, took);
+                match x.deliver(upstream, head).await {
+                    Ok((done, failed_after)) => {
+                        match failed_after {
+                            Some(kind) => {
+                                metrics.upstream_error(kind);
+                                health::record_failure(&region.upstreams, i, policies.health);
+                            }
+                            None => state.health.success(),
+                        }
+                        return Ok(Delivered {
+                            done,
+                            upstream: upstream.authority.clone(),
+                            in_flight,
+                            region_permit: permit,
+                        });
+                    }
+                    Err(error) => Failed::Final(error),
+                }
+            }
+            Err(failed) => failed,
+        };
+        let (error, retry) = match failed {
+            Failed::Final(error) => (error, false),
+            Failed::Error(error) => (error, true),
+        };
+        match error.blame() {
+            // The router's own limit: nothing was sent; not the upstream's, not retried.
+            Blame::Router => {
+                let reason = match error.kind {
+                    ErrorKind::Shed(reason) => reason,
+                    _ => ShedReason::MaxInFlight,
+                };
+                metrics.shed(reason);
+                return Err(ForwardError::Overloaded(reason));
+            }
+            Blame::Client => {
+                crate::metrics::client_error(error.kind);
+                tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
+                return Err(ForwardError::Failed {
+                    error,
+                    upstream: upstream.authority.clone(),
+                });
+            }
+            Blame::Upstream => {}
+        }
+        if error.kind == ErrorKind::Timeout {
+            region.state.sample(policies.limits, sent.elapsed());
+        }
+        metrics.upstream_error(error.kind);
+        if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
+            tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
+        }
+        let retryable = retry
+            && match error.kind.retry() {
+                Retry::Always => true,
+                Retry::IfIdempotent => x.resendable(),
+                Retry::Never => false,
+            };
+        tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
+        last = Some((error, upstream.authority.clone()));
+        if !retryable || !again {
+            break;
+        }
+    }
+    match last {
+        Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
+        // Every upstream was unusable before any attempt.
+        None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
+    }
+}
