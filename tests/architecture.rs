@@ -313,3 +313,41 @@ fn no_file_in_src_is_over_600_lines() {
     assert!(files.len() > 100, "read {} files", files.len());
     assert!(long.is_empty(), "files over 600 lines: {long:?}");
 }
+
+/// Where each call of `needle` is in `src/` outside tests and comments: `file:line`.
+fn call_sites(needle: &str) -> Vec<String> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    let mut files = Vec::new();
+    rust_files(&src, &mut files);
+    let mut sites = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).expect("read file");
+        for (n, line) in code_lines(&text).iter().enumerate() {
+            let code = line.split("//").next().unwrap_or_default();
+            if code.contains(needle) && !code.contains("fn ") {
+                let name = file.strip_prefix(&src).unwrap_or(file).display();
+                sites.push(format!("{name}:{}", n + 1));
+            }
+        }
+    }
+    sites
+}
+
+/// A request's life and its exchanges with a region are each begun at one place, whatever
+/// the protocol (ARCHITECTURE.md, "Where a feature goes"): a second call site of the
+/// attempt loop, the request id, the access log or the in-flight gauge is a second copy
+/// of what every edge feature hooks into, which a feature would then miss on one path.
+#[test]
+fn the_life_and_the_attempt_loop_each_have_one_call_site() {
+    for (what, needle) in [
+        ("the attempt loop", "attempts("),
+        ("the request id", "RequestId::of("),
+        ("the access log", "access::log("),
+        ("the in-flight gauge", "InFlight::start("),
+        ("the request counter", ".request("),
+        ("the server span", "\"request\","),
+    ] {
+        let sites = call_sites(needle);
+        assert_eq!(sites.len(), 1, "{what} ({needle}) is called at {sites:?}");
+    }
+}

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod lists;
+pub mod spans;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
