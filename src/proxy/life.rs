@@ -51,11 +51,11 @@ impl Proxy {
     /// the in-flight gauge raised, what the access log needs copied.
     pub(crate) fn begin<V: RequestView>(&self, view: &V) -> Life {
         let id = RequestId::of(view);
-        let method = std::str::from_utf8(view.method()).unwrap_or("-");
+        let method = || std::str::from_utf8(view.method()).unwrap_or("-");
         let span = tracing::debug_span!(
             "request",
             request_id = id.as_str(),
-            method,
+            method = method(),
             id = tracing::field::Empty,
             region = tracing::field::Empty,
             upstream = tracing::field::Empty,
@@ -63,7 +63,7 @@ impl Proxy {
         let logged = self
             .config
             .access_log
-            .then(|| Box::new((method.to_owned(), view.path().to_owned())));
+            .then(|| Box::new((method().to_owned(), view.path().to_owned())));
         Life {
             id,
             span,
@@ -88,7 +88,8 @@ impl Life {
     /// Ends the life with the answer's `status`: the request counted under its region (or
     /// `none`), its access log line written, the gauge lowered unless a streamed body
     /// still carries it.
-    pub fn finish(self, proxy: &Proxy, status: u16) {
+    pub fn finish(&mut self, proxy: &Proxy, status: u16) {
+        self.in_flight = None;
         let region = self.region.as_deref().unwrap_or(&proxy.no_region);
         region.request(self.route, status);
         if let Some(logged) = &self.logged {

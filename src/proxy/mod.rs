@@ -184,7 +184,7 @@ impl Proxy {
         // A map, not an `async` block: one awaiting `phases` would keep it twice, as what it
         // captured and as what it awaits.
         let phases = self.phases(parts, body, client, life).instrument(span);
-        futures_util::FutureExt::map(phases, move |(mut resp, life)| {
+        futures_util::FutureExt::map(phases, move |(mut resp, mut life)| {
             if grpc {
                 // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
                 if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {

@@ -23,18 +23,16 @@ impl Proxy {
     pub(super) fn exchange<'a, X: Exchange + 'a>(
         &'a self,
         region: &'a RegionRuntime,
-        mut x: X,
+        x: X,
     ) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
         let policies = Policies {
             retry: &self.config.retries,
             health: &self.config.health,
             limits: &self.config.limits,
         };
-        let permit = self.admit_region(region);
-        async move {
-            let permit = permit.map_err(ForwardError::Overloaded)?;
-            attempts(region, permit, policies, &mut x).await
-        }
+        // The loop's own future, not one around it: each layer is one more copy of it on
+        // every request.
+        attempts(region, self.admit_region(region), policies, x)
     }
 
     /// Sends a request to an upstream of `region`, for the paths that ask several regions

@@ -92,12 +92,12 @@ pub trait Exchange {
 
     /// Sends the request to `upstream` and reads the answer's head. `again`: a retry may
     /// follow, so the request must be kept.
-    fn attempt(
-        &mut self,
-        upstream: &Upstream,
-        connects: Connects<'_>,
+    fn attempt<'s>(
+        &'s mut self,
+        upstream: &'s Upstream,
+        connects: Connects<'s>,
         again: bool,
-    ) -> impl Future<Output = Result<Self::Head, Failed>>;
+    ) -> impl Future<Output = Result<Self::Head, Failed>> + 's;
 
     /// Delivers an answer's head (and, on the own engine, relays its body): what the
     /// exchange ends with, and the upstream's failure while its body was relayed, if it
@@ -139,14 +139,17 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
 }
 
 /// Runs the exchange `x` with an upstream of `region` under `policies`, with retries per
-/// the module rules. `permit`: the request's place in the region's limit (the caller's
-/// admission, `proxy::phases::admit_region`), kept in the answer.
+/// the module rules. `admitted`: the request's place in the region's limit, or why the
+/// caller's admission (`proxy::phases::admit_region`) refused it; kept in the answer.
+/// (Taken here rather than refused by the caller around this future: a future around it
+/// is one more copy of it on every request.)
 pub async fn attempts<X: Exchange>(
     region: &RegionRuntime,
-    permit: RegionPermit,
+    admitted: Result<RegionPermit, ShedReason>,
     policies: Policies<'_>,
-    x: &mut X,
+    mut x: X,
 ) -> Result<Delivered<X::Done>, ForwardError> {
+    let permit = admitted.map_err(ForwardError::Overloaded)?;
     let metrics = &region.state.metrics;
     region.state.budget.deposit(policies.retry);
     let connects = Connects {
@@ -175,7 +178,14 @@ pub async fn attempts<X: Exchange>(
         let span = attempt_span(region, upstream, attempt);
         let in_flight = state.health.start();
         let sent = std::time::Instant::now();
-        let failed = match x.attempt(upstream, connects, again).instrument(span).await {
+        let attempting = x.attempt(upstream, connects, again);
+        // Instrumented only when the span is on: the wrapper is one more move of the
+        // attempt's future on every request otherwise.
+        let attempted = match span.is_disabled() {
+            true => attempting.await,
+            false => attempting.instrument(span).await,
+        };
+        let failed = match attempted {
             Ok(head) => {
                 let took = sent.elapsed();
                 metrics.upstream_duration(took.as_secs_f64());

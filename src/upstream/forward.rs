@@ -113,12 +113,12 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
         self.retry_ok
     }
 
-    fn attempt(
-        &mut self,
-        upstream: &Upstream,
-        connects: Connects<'_>,
+    fn attempt<'s>(
+        &'s mut self,
+        upstream: &'s Upstream,
+        connects: Connects<'s>,
         again: bool,
-    ) -> impl std::future::Future<Output = Result<Response<Inbound>, Failed>> {
+    ) -> impl std::future::Future<Output = Result<Response<Inbound>, Failed>> + 's {
         let body = match (&self.held, self.streamed.take()) {
             (Some(bytes), _) => Some(Either::Right(Full::new(bytes.clone()))),
             (None, Some(b)) => Some(b),
@@ -133,26 +133,28 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
         (self.aim)(&mut head, &upstream.state);
         let state = &upstream.state;
         let watch = self.watch.as_deref();
-        async move {
-            let Some(body) = body else {
-                return Err(Failed::Final(Error::new(
-                    ErrorKind::Reset,
-                    "the request's body was sent once already",
-                )));
-            };
-            state
-                .send::<Aim>(Request::from_parts(head, body), watch, Some(connects))
-                .await
-                .map_err(Failed::from)
+        match body {
+            Some(body) => {
+                let req = Request::from_parts(head, body);
+                let sent = state.send::<Aim>(req, watch, Some(connects));
+                futures_util::future::Either::Left(futures_util::TryFutureExt::map_err(
+                    sent,
+                    Failed::Error,
+                ))
+            }
+            None => futures_util::future::Either::Right(std::future::ready(Err(Failed::Final(
+                Error::new(ErrorKind::Reset, "the request's body was sent once already"),
+            )))),
         }
     }
 
-    async fn deliver(
+    fn deliver(
         &mut self,
         _upstream: &Upstream,
         head: Response<Inbound>,
-    ) -> Result<(Response<Inbound>, Option<ErrorKind>), Error> {
-        Ok((head, None))
+    ) -> impl std::future::Future<Output = Result<(Response<Inbound>, Option<ErrorKind>), Error>>
+    {
+        std::future::ready(Ok((head, None)))
     }
 }
 

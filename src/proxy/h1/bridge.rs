@@ -47,7 +47,7 @@ impl Proxy {
         addr: &ClientAddr,
         client_close: bool,
         expect: bool,
-        life: Life,
+        mut life: Life,
     ) -> Outcome
     where
         S: AsyncRead + AsyncWrite + Unpin,

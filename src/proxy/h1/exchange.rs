@@ -102,6 +102,8 @@ struct HeadWire<'a, S> {
     out: &'a Outbound,
     id: &'a RequestId,
     close: bool,
+    /// The answer's head while it is delivered (its field list goes back to the cache).
+    head: ResponseHead,
 }
 
 impl<S> Exchange for HeadWire<'_, S>
@@ -119,36 +121,47 @@ where
         self.out.idempotent
     }
 
-    fn attempt(
-        &mut self,
-        upstream: &Upstream,
-        connects: Connects<'_>,
+    fn attempt<'s>(
+        &'s mut self,
+        upstream: &'s Upstream,
+        connects: Connects<'s>,
         _again: bool,
-    ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> {
+    ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> + 's {
         self.proxy
             .h1_send(self.client, &upstream.state, self.out, connects)
     }
 
-    async fn deliver(
+    fn deliver(
         &mut self,
         upstream: &Upstream,
         (up, head): (RawConn, ResponseHead),
-    ) -> Result<(Responded, Option<ErrorKind>), Error> {
-        let state = &upstream.state;
-        let (out, id, close) = (self.out, self.id, self.close);
-        let responded = self
-            .proxy
-            .h1_respond(self.client, state, up, &head, out, id, close)
-            .await;
-        conn::give_fields(head.fields);
-        match responded {
+    ) -> impl std::future::Future<Output = Result<(Responded, Option<ErrorKind>), Error>> {
+        // Kept here, not in a future around `h1_respond`'s: each layer is one more move of
+        // that future on every request.
+        conn::give_fields(std::mem::replace(&mut self.head, head).fields);
+        let responding = self.proxy.h1_respond(
+            self.client,
+            &upstream.state,
+            up,
+            &self.head,
+            self.out,
+            self.id,
+            self.close,
+        );
+        futures_util::FutureExt::map(responding, |responded| match responded {
             Ok(responded) => {
                 let failed = responded.upstream_failed;
                 Ok((responded, failed))
             }
             // Nothing of the answer went out: 502, the upstream's fault.
             Err(detail) => Err(Error::new(ErrorKind::Reset, detail)),
-        }
+        })
+    }
+}
+
+impl<S> Drop for HeadWire<'_, S> {
+    fn drop(&mut self) {
+        conn::give_fields(std::mem::take(&mut self.head.fields));
     }
 }
 
@@ -172,6 +185,7 @@ impl Proxy {
             out: &out,
             id,
             close,
+            head: ResponseHead::default(),
         };
         let failed = match self.exchange(region, wire).await {
             Ok(delivered) => {
