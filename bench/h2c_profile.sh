@@ -3,7 +3,8 @@
 # callgrind, one worker: an nginx upstream answering `ok`, the REST path
 # (GET /v1/orders/<iUID>), `h2load -n 20000 -c 8 -m 10` after a warm-up of 2,000; the
 # counters are zeroed after the warm-up and dumped after the run, so the count is the run's
-# alone. Usage: bench/h2c_profile.sh [BINARY] (default target/release/iuid-router).
+# alone. Usage: bench/h2c_profile.sh [BINARY] (default target/release/iuid-router); with
+# CG_OUT=FILE the dump is kept there.
 # Needs nginx, valgrind and h2load (Debian: nginx-light valgrind nghttp2-client).
 set -euo pipefail
 BIN=${1:-target/release/iuid-router}
@@ -53,3 +54,5 @@ callgrind_control -d "$VG" > /dev/null
 kill -TERM "$VG"; wait "$VG" || true
 TOTAL=$(callgrind_annotate "$W/cg.1" 2>/dev/null | grep "PROGRAM TOTALS" | awk '{gsub(",","",$1); print $1}')
 echo "instructions per request: $((TOTAL / 20000)) (total $TOTAL)"
+# CG_OUT=FILE keeps the callgrind dump (for callgrind_annotate).
+if [ -n "${CG_OUT:-}" ]; then cp "$W/cg.1" "$CG_OUT"; fi

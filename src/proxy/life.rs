@@ -58,7 +58,6 @@ impl Proxy {
             method = method(),
             id = tracing::field::Empty,
             region = tracing::field::Empty,
-            upstream = tracing::field::Empty,
         );
         let logged = self
             .config
@@ -81,16 +80,35 @@ impl Proxy {
 impl Life {
     /// The region whose metrics count the request, as its span says too.
     pub fn set_region(&mut self, region: &Arc<RegionMetrics>) {
-        self.span.record("region", &*region.label);
+        self.record_region(region);
         self.region = Some(Arc::clone(region));
+    }
+
+    /// Records the region on the span, when it is on (a field is looked up by name even on
+    /// a disabled span).
+    fn record_region(&self, region: &RegionMetrics) {
+        if !self.span.is_disabled() {
+            self.span.record("region", &*region.label);
+        }
     }
 
     /// Ends the life with the answer's `status`: the request counted under its region (or
     /// `none`), its access log line written, the gauge lowered unless a streamed body
     /// still carries it.
     pub fn finish(&mut self, proxy: &Proxy, status: u16) {
+        self.finish_in(proxy, status, None);
+    }
+
+    /// [`Life::finish`] in `region`, which the caller holds for as long (the head path's
+    /// region): no count of a reference is taken for it.
+    pub fn finish_in(&mut self, proxy: &Proxy, status: u16, region: Option<&RegionMetrics>) {
         self.in_flight = None;
-        let region = self.region.as_deref().unwrap_or(&proxy.no_region);
+        if let Some(region) = region {
+            self.record_region(region);
+        }
+        let region = region
+            .or(self.region.as_deref())
+            .unwrap_or(&proxy.no_region);
         region.request(self.route, status);
         if let Some(logged) = &self.logged {
             access::log(&access::Access {
@@ -99,7 +117,7 @@ impl Life {
                 path: &logged.1,
                 status,
                 route: self.route,
-                region: self.region.as_ref().map(|r| &*r.label),
+                region: (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label),
                 regions: self.regions.as_deref(),
                 upstream: self.upstream.as_ref().map(Authority::as_str),
                 started: self.started,

@@ -200,14 +200,18 @@ impl Proxy {
 
     /// The phases in order; each refusal ends them early as problem+json. The trail comes
     /// back with the response, for the metrics and the access log.
-    async fn phases(
-        &self,
+    ///
+    /// Not an `async fn`: one keeps its arguments (the request head, its body, the life)
+    /// beside the locals they are moved into, bytes every waiting request would hold twice.
+    #[allow(clippy::manual_async_fn)]
+    fn phases<'a>(
+        &'a self,
         mut parts: Parts,
         body: Inbound,
-        client: &ClientAddr,
+        client: &'a ClientAddr,
         mut trail: Life,
-    ) -> (Response<ProxyBody>, Life) {
-        {
+    ) -> impl Future<Output = (Response<ProxyBody>, Life)> + Send + 'a {
+        async move {
             let response = 'phases: {
                 let trail = &mut trail;
                 let (target, body) = match self.route(&parts, body, trail).await {
@@ -404,7 +408,10 @@ impl Proxy {
                 let (key, decision) = table
                     .resolve_text(token.scheme, &token.text)
                     .map_err(|e| Problem::unresolved(e, Some(kind), &token.text))?;
-                span.record("id", tracing::field::display(&key));
+                // A field is looked up by name even on a disabled span.
+                if !span.is_disabled() {
+                    span.record("id", tracing::field::display(&key));
+                }
                 let legacy = (decision.rule == Rule::DefaultRegion
                     && self.config.legacy == Legacy::Probe)
                     .then(|| key.to_string());

@@ -40,6 +40,9 @@ pub trait RequestView {
     fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a;
     /// The first value of the field `name`.
     fn value(&self, name: &HeaderName) -> Option<&[u8]>;
+    /// The first `x-request-id` value (read on every request: no name is parsed or searched
+    /// for when the codec knows it is absent).
+    fn request_id(&self) -> Option<&[u8]>;
 }
 
 /// The own engine's head over its connection's buffer.
@@ -96,6 +99,10 @@ impl RequestView for HeadView<'_> {
         head::all(self.buf, fields, name.as_bytes())
     }
 
+    fn request_id(&self) -> Option<&[u8]> {
+        self.values("x-request-id").next()
+    }
+
     fn value(&self, name: &HeaderName) -> Option<&[u8]> {
         let name = name.as_str().as_bytes();
         self.head
@@ -129,6 +136,10 @@ impl RequestView for Parts {
 
     fn value(&self, name: &HeaderName) -> Option<&[u8]> {
         self.headers.get(name).map(HeaderValue::as_bytes)
+    }
+
+    fn request_id(&self) -> Option<&[u8]> {
+        self.value(&super::request_id::HEADER)
     }
 }
 

@@ -28,7 +28,7 @@ impl RequestId {
     /// judged; every line is then replaced by the id kept (`stamp`, or the head path's
     /// header rules), so no unchecked line rides along behind a sane one.
     pub fn of<V: RequestView>(view: &V) -> RequestId {
-        match view.values("x-request-id").next() {
+        match view.request_id() {
             Some(kept) if is_sane(kept) => {
                 let mut id = RequestId {
                     bytes: [0; MAX_LEN],
@@ -64,11 +64,15 @@ impl RequestId {
     /// Sets the id as the one `x-request-id` line of `headers` (a request's in `http` form)
     /// and returns it, for the answer. The client's own value is reused when it is the id.
     pub fn stamp(&self, headers: &mut HeaderMap) -> HeaderValue {
-        let value = match headers.get(&HEADER) {
-            Some(sent) if sent.as_bytes() == self.as_bytes() => sent.clone(),
-            // Only sane bytes are kept or made.
-            _ => HeaderValue::from_bytes(self.as_bytes()).unwrap_or(HeaderValue::from_static("0")),
-        };
+        let mut lines = headers.get_all(&HEADER).iter();
+        if let (Some(sent), None) = (lines.next(), lines.next()) {
+            if sent.as_bytes() == self.as_bytes() {
+                return sent.clone();
+            }
+        }
+        // Only sane bytes are kept or made.
+        let value =
+            HeaderValue::from_bytes(self.as_bytes()).unwrap_or(HeaderValue::from_static("0"));
         headers.insert(HEADER.clone(), value.clone());
         value
     }

@@ -125,8 +125,8 @@ pub struct Delivered<D> {
 }
 
 /// The per-attempt hook: the span an attempt runs in, a child of the current span (the
-/// request's, or a fan-out leg's), one per attempt, so a retry shows as one more. Debug
-/// level: free unless enabled. A client span or per-attempt fields go here.
+/// request's), one per attempt, so a retry shows as one more; it names the region and the
+/// upstream. Debug level: free unless enabled. A client span or per-attempt fields go here.
 pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -> tracing::Span {
     let span = tracing::debug_span!(
         "attempt",
@@ -134,7 +134,6 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
         upstream = upstream.authority.as_str(),
         attempt,
     );
-    tracing::Span::current().record("upstream", upstream.authority.as_str());
     span
 }
 
@@ -143,120 +142,127 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
 /// caller's admission (`proxy::phases::admit_region`) refused it; kept in the answer.
 /// (Taken here rather than refused by the caller around this future: a future around it
 /// is one more copy of it on every request.)
-pub async fn attempts<X: Exchange>(
-    region: &RegionRuntime,
+///
+/// A function returning its future, not an `async fn`: an `async fn` keeps its arguments
+/// beside the locals they are moved into, and every request's future would carry the wire
+/// twice.
+#[allow(clippy::manual_async_fn)] // See above: an `async fn` would keep the wire twice.
+pub fn attempts<'a, X: Exchange + 'a>(
+    region: &'a RegionRuntime,
     admitted: Result<RegionPermit, ShedReason>,
-    policies: Policies<'_>,
+    policies: Policies<'a>,
     mut x: X,
-) -> Result<Delivered<X::Done>, ForwardError> {
-    let permit = admitted.map_err(ForwardError::Overloaded)?;
-    let metrics = &region.state.metrics;
-    region.state.budget.deposit(policies.retry);
-    let connects = Connects {
-        region: &region.state,
-        max: policies.limits.region_max_pending_connects,
-    };
-    let max_retries = policies.retry.max_retries;
-    let mut tried = 0u64;
-    let mut last: Option<(Error, Authority)> = None;
-    for attempt in 0..=max_retries {
-        if attempt > 0 && (!x.replayable() || !region.state.budget.withdraw(policies.retry)) {
-            break;
-        }
-        let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
-            Pick::Upstream(i) => i,
-            Pick::AllEjected { retry_after_ms } if last.is_none() => {
-                return Err(ForwardError::Unavailable { retry_after_ms })
+) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
+    async move {
+        let permit = admitted.map_err(ForwardError::Overloaded)?;
+        let metrics = &region.state.metrics;
+        region.state.budget.deposit(policies.retry);
+        let connects = Connects {
+            region: &region.state,
+            max: policies.limits.region_max_pending_connects,
+        };
+        let max_retries = policies.retry.max_retries;
+        let mut tried = 0u64;
+        let mut last: Option<(Error, Authority)> = None;
+        for attempt in 0..=max_retries {
+            if attempt > 0 && (!x.replayable() || !region.state.budget.withdraw(policies.retry)) {
+                break;
             }
-            Pick::AllEjected { .. } | Pick::Exhausted => break,
-        };
-        tried |= 1 << (i % 64);
-        let upstream = &region.upstreams[i];
-        let state = &upstream.state;
-        // A retry goes to another upstream, so a region of one never needs the request again.
-        let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
-        let span = attempt_span(region, upstream, attempt);
-        let in_flight = state.health.start();
-        let sent = std::time::Instant::now();
-        let attempting = x.attempt(upstream, connects, again);
-        // Instrumented only when the span is on: the wrapper is one more move of the
-        // attempt's future on every request otherwise.
-        let attempted = match span.is_disabled() {
-            true => attempting.await,
-            false => attempting.instrument(span).await,
-        };
-        let failed = match attempted {
-            Ok(head) => {
-                let took = sent.elapsed();
-                metrics.upstream_duration(took.as_secs_f64());
-                region.state.sample(policies.limits, took);
-                match x.deliver(upstream, head).await {
-                    Ok((done, failed_after)) => {
-                        match failed_after {
-                            Some(kind) => {
-                                metrics.upstream_error(kind);
-                                health::record_failure(&region.upstreams, i, policies.health);
-                            }
-                            None => state.health.success(),
-                        }
-                        return Ok(Delivered {
-                            done,
-                            upstream: upstream.authority.clone(),
-                            in_flight,
-                            region_permit: permit,
-                        });
-                    }
-                    Err(error) => Failed::Final(error),
+            let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
+                Pick::Upstream(i) => i,
+                Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                    return Err(ForwardError::Unavailable { retry_after_ms })
                 }
-            }
-            Err(failed) => failed,
-        };
-        let (error, retry) = match failed {
-            Failed::Final(error) => (error, false),
-            Failed::Error(error) => (error, true),
-        };
-        match error.blame() {
-            // The router's own limit: nothing was sent; not the upstream's, not retried.
-            Blame::Router => {
-                let reason = match error.kind {
-                    ErrorKind::Shed(reason) => reason,
-                    _ => ShedReason::MaxInFlight,
-                };
-                metrics.shed(reason);
-                return Err(ForwardError::Overloaded(reason));
-            }
-            Blame::Client => {
-                crate::metrics::client_error(error.kind);
-                tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
-                return Err(ForwardError::Failed {
-                    error,
-                    upstream: upstream.authority.clone(),
-                });
-            }
-            Blame::Upstream => {}
-        }
-        if error.kind == ErrorKind::Timeout {
-            region.state.sample(policies.limits, sent.elapsed());
-        }
-        metrics.upstream_error(error.kind);
-        if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
-            tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
-        }
-        let retryable = retry
-            && match error.kind.retry() {
-                Retry::Always => true,
-                Retry::IfIdempotent => x.resendable(),
-                Retry::Never => false,
+                Pick::AllEjected { .. } | Pick::Exhausted => break,
             };
-        tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
-        last = Some((error, upstream.authority.clone()));
-        if !retryable || !again {
-            break;
+            tried |= 1 << (i % 64);
+            let upstream = &region.upstreams[i];
+            let state = &upstream.state;
+            // A retry goes to another upstream, so a region of one never needs the request again.
+            let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
+            let span = attempt_span(region, upstream, attempt);
+            let in_flight = state.health.start();
+            let sent = std::time::Instant::now();
+            // Instrumented only when the span is on, and the future awaited where it is
+            // made: a wrapper, or a named future awaited later, is one more copy of it on
+            // every request.
+            let attempted = match span.is_disabled() {
+                true => x.attempt(upstream, connects, again).await,
+                false => x.attempt(upstream, connects, again).instrument(span).await,
+            };
+            let failed = match attempted {
+                Ok(head) => {
+                    let took = sent.elapsed();
+                    metrics.upstream_duration(took.as_secs_f64());
+                    region.state.sample(policies.limits, took);
+                    match x.deliver(upstream, head).await {
+                        Ok((done, failed_after)) => {
+                            match failed_after {
+                                Some(kind) => {
+                                    metrics.upstream_error(kind);
+                                    health::record_failure(&region.upstreams, i, policies.health);
+                                }
+                                None => state.health.success(),
+                            }
+                            return Ok(Delivered {
+                                done,
+                                upstream: upstream.authority.clone(),
+                                in_flight,
+                                region_permit: permit,
+                            });
+                        }
+                        Err(error) => Failed::Final(error),
+                    }
+                }
+                Err(failed) => failed,
+            };
+            let (error, retry) = match failed {
+                Failed::Final(error) => (error, false),
+                Failed::Error(error) => (error, true),
+            };
+            match error.blame() {
+                // The router's own limit: nothing was sent; not the upstream's, not retried.
+                Blame::Router => {
+                    let reason = match error.kind {
+                        ErrorKind::Shed(reason) => reason,
+                        _ => ShedReason::MaxInFlight,
+                    };
+                    metrics.shed(reason);
+                    return Err(ForwardError::Overloaded(reason));
+                }
+                Blame::Client => {
+                    crate::metrics::client_error(error.kind);
+                    tracing::debug!(upstream = %upstream.authority, %error, "the client failed its request");
+                    return Err(ForwardError::Failed {
+                        error,
+                        upstream: upstream.authority.clone(),
+                    });
+                }
+                Blame::Upstream => {}
+            }
+            if error.kind == ErrorKind::Timeout {
+                region.state.sample(policies.limits, sent.elapsed());
+            }
+            metrics.upstream_error(error.kind);
+            if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
+                tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
+            }
+            let retryable = retry
+                && match error.kind.retry() {
+                    Retry::Always => true,
+                    Retry::IfIdempotent => x.resendable(),
+                    Retry::Never => false,
+                };
+            tracing::debug!(upstream = %upstream.authority, %error, attempt, "upstream attempt failed");
+            last = Some((error, upstream.authority.clone()));
+            if !retryable || !again {
+                break;
+            }
         }
-    }
-    match last {
-        Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
-        // Every upstream was unusable before any attempt.
-        None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
+        match last {
+            Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
+            // Every upstream was unusable before any attempt.
+            None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
+        }
     }
 }
