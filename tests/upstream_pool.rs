@@ -119,3 +119,104 @@ async fn a_connection_the_upstream_closed_while_idle_costs_no_request() {
         "a new connection each round"
     );
 }
+
+/// An upstream on raw sockets that answers the first request on each connection and, on the
+/// second, reads it whole and closes without a byte of answer: a keep-alive connection the
+/// upstream dropped just as a request reached it. Counts the `POST`s it read.
+async fn closing_upstream() -> (String, Arc<AtomicUsize>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let posts = Arc::new(AtomicUsize::new(0));
+    let count = posts.clone();
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut buf = Vec::new();
+                for n in 0.. {
+                    // One request: its head, then the body its Content-Length says.
+                    let (head_end, length) = loop {
+                        if let Some(at) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+                            let head = String::from_utf8_lossy(&buf[..at]).to_ascii_lowercase();
+                            let length = head
+                                .lines()
+                                .find_map(|l| l.strip_prefix("content-length:"))
+                                .and_then(|v| v.trim().parse::<usize>().ok())
+                                .unwrap_or(0);
+                            break (at + 4, length);
+                        }
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => buf.extend_from_slice(&chunk[..read]),
+                        }
+                    };
+                    while buf.len() < head_end + length {
+                        let mut chunk = [0u8; 4096];
+                        match stream.read(&mut chunk).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(read) => buf.extend_from_slice(&chunk[..read]),
+                        }
+                    }
+                    if buf.starts_with(b"POST") {
+                        count.fetch_add(1, Ordering::SeqCst);
+                    }
+                    buf.drain(..head_end + length);
+                    if n > 0 {
+                        return; // closed, unanswered
+                    }
+                    let answer = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok";
+                    if stream.write_all(answer).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (common::url(addr), posts)
+}
+
+/// A `POST` whose pooled connection the upstream closes once the request reached it is not
+/// sent again on a new connection, on the head path as through the shared phases (HTTP/2
+/// clients): the upstream may have acted on it (RFC 9110 §9.2.2). The stale-connection
+/// resend is one rule (`upstream::stale`); the shared phases once resent any held body.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_post_the_upstream_dropped_on_a_pooled_connection_is_not_sent_again() {
+    for (case, http) in [
+        ("HTTP/1.1", client()),
+        (
+            "h2c",
+            reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .build()
+                .expect("client"),
+        ),
+    ] {
+        let (upstream, posts) = closing_upstream().await;
+        let router = Router::start(
+            &config(60_000),
+            &common::lettered_table("stale", &[&[upstream]]),
+        )
+        .await;
+        let url = router.url(&format!("/v1/orders/{}", iuid_for(1)));
+        let primed = http.get(&url).send().await.expect("request");
+        assert_eq!(
+            primed.status(),
+            200,
+            "{case}: the GET that pools a connection"
+        );
+        let resp = http
+            .post(&url)
+            .body("order=1")
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), 502, "{case}: a POST the upstream dropped");
+        assert_eq!(
+            posts.load(Ordering::SeqCst),
+            1,
+            "{case}: the POST was sent once"
+        );
+    }
+}

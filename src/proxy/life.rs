@@ -50,7 +50,7 @@ impl Proxy {
     /// Begins the life of the request `view`: its id taken or made, its server span opened,
     /// the in-flight gauge raised, what the access log needs copied.
     pub(crate) fn begin<V: RequestView>(&self, view: &V) -> Life {
-        let id = RequestId::of(view);
+        let id = RequestId::of(view.request_id());
         let method = || std::str::from_utf8(view.method()).unwrap_or("-");
         let span = tracing::debug_span!(
             "request",

@@ -8,8 +8,6 @@ use std::sync::OnceLock;
 
 use http::header::{HeaderMap, HeaderName, HeaderValue};
 
-use super::phases::RequestView;
-
 /// `x-request-id`.
 pub static HEADER: HeaderName = HeaderName::from_static("x-request-id");
 
@@ -23,12 +21,13 @@ pub struct RequestId {
 }
 
 impl RequestId {
-    /// The client's `x-request-id` if it is sane ([`is_sane`]), else a fresh one (32 hex
-    /// digits: a random per-process prefix and a counter). With several lines the first is
-    /// judged; every line is then replaced by the id kept (`stamp`, or the head path's
-    /// header rules), so no unchecked line rides along behind a sane one.
-    pub fn of<V: RequestView>(view: &V) -> RequestId {
-        match view.request_id() {
+    /// The client's `x-request-id` (`sent`, its first line) if it is sane ([`is_sane`]),
+    /// else a fresh one (32 hex digits: a random per-process prefix and a counter). With
+    /// several lines the first is judged; every line is then replaced by the id kept
+    /// (`stamp`, or the head path's header rules), so no unchecked line rides along behind a
+    /// sane one.
+    pub fn of(sent: Option<&[u8]>) -> RequestId {
+        match sent {
             Some(kept) if is_sane(kept) => {
                 let mut id = RequestId {
                     bytes: [0; MAX_LEN],
@@ -125,7 +124,7 @@ mod tests {
                 .append(HEADER.clone(), HeaderValue::from_str(v).expect("value"));
         }
         let (mut parts, ()) = req.into_parts();
-        let id = RequestId::of(&parts);
+        let id = RequestId::of(parts.headers.get(&HEADER).map(HeaderValue::as_bytes));
         id.stamp(&mut parts.headers);
         (id, parts.headers)
     }

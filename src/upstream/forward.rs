@@ -136,7 +136,7 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
         match body {
             Some(body) => {
                 let req = Request::from_parts(head, body);
-                let sent = state.send::<Aim>(req, watch, Some(connects));
+                let sent = state.send::<Aim>(req, watch, Some(connects), self.retry_ok);
                 futures_util::future::Either::Left(futures_util::TryFutureExt::map_err(
                     sent,
                     Failed::Error,

@@ -16,6 +16,7 @@
 //! readers could disagree on is read to its end and its connection closed; a body cut
 //! midway is an error, never an end.
 
+use super::stale::StaleResend;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
@@ -42,9 +43,8 @@ use crate::relay::{self as conn, write_all, write_two};
 
 /// Sends `req` (origin form, `Host` set) on a pooled or new connection and reads the
 /// answer's head; its body streams from the connection afterwards. A pooled connection the
-/// upstream closed as the request left is replaced by a new one once, when the body is held
-/// and nothing of the answer came (RFC 9112 §9.3.1: the upstream may close an idle
-/// connection at any time).
+/// upstream closed as the request left is replaced by a new one once (`stale.rs`;
+/// `resendable`: whether the request may be sent twice).
 ///
 /// Errors: `Connect`; `Shed(PendingConnects)`; the client's body failing (reported through
 /// its watch, which the caller reads first); else `Reset` (closed, reset, a head that is
@@ -54,6 +54,7 @@ pub(super) fn exchange<'a>(
     state: &'a Arc<UpstreamState>,
     req: Request<UpstreamBody>,
     connects: Option<Connects<'a>>,
+    resendable: bool,
 ) -> impl Future<Output = Result<Response<Inbound>, Exchange>> + Send + 'a {
     // The head is made before the future: what the future keeps is what it needs while it
     // waits (rustc keeps an `async fn`'s arguments beside what they are moved into).
@@ -72,11 +73,11 @@ pub(super) fn exchange<'a>(
     async move {
         let idle = state.timeouts.idle();
         let mut pooled = state.raw_pool().checkout(idle);
-        let mut retried = false;
+        let mut stale = StaleResend::new(held.is_some(), resendable);
         loop {
+            let retried = stale.retried();
             let (mut up, reused) = next_conn(state, &mut pooled, retried, connects, idle).await?;
-            let again = reused && held.is_some() && !retried;
-            retried |= again;
+            stale.taken(reused);
             let Some(head) = wire.as_deref() else {
                 let e = Error::new(ErrorKind::Reset, "the request head was not kept");
                 return Err(e.into());
@@ -85,10 +86,10 @@ pub(super) fn exchange<'a>(
                 Some(bytes) if !bytes.is_empty() => write_two(&mut up.io, head, bytes, idle).await,
                 _ => write_all(&mut up.io, head, idle).await,
             };
-            if written.is_err() && again {
+            if written.is_err() && stale.after_write() {
                 continue;
             }
-            if !again {
+            if !stale.may_resend() {
                 wire = None;
             }
             written.map_err(|e| upload_error(&e))?;
@@ -99,9 +100,7 @@ pub(super) fn exchange<'a>(
             }
             let within = state.timeouts.response_headers();
             match read_head(&mut up, within, state.answer_head).await {
-                Err(e) if again && e.kind == ErrorKind::Reset && up.pending().is_empty() => {
-                    continue
-                }
+                Err(e) if stale.after_read(e.kind, up.pending().is_empty()) => continue,
                 Err(e) => return Err(e.into()),
                 Ok(head) => return answer(state, up, head, head_request).map_err(Exchange::Own),
             }

@@ -31,6 +31,7 @@ pub mod raw;
 pub mod raw_body;
 pub mod regions;
 mod registry;
+pub mod stale;
 
 pub use registry::Registry;
 
@@ -380,7 +381,7 @@ impl UpstreamState {
             .map_err(|e| Error::new(ErrorKind::Connect, format!("health check URI {uri}: {e}")))?;
         req.headers_mut()
             .insert(http::header::HOST, self.host.clone());
-        let resp = self.send::<Probe>(req, None, None).await?;
+        let resp = self.send::<Probe>(req, None, None, true).await?;
         let status = resp.status();
         let _ = http_body_util::BodyExt::collect(http_body_util::Limited::new(
             resp.into_body(),
@@ -401,6 +402,8 @@ impl UpstreamState {
     ///
     /// An HTTP/1.1 upstream is asked through the own engine's pooled sockets (`h1`), unless
     /// the request asks for an upgrade (hyper's client hands over the switched connection).
+    /// `resendable`: whether the request may be sent twice, which decides whether it is sent
+    /// again after its pooled connection closed with nothing of the answer come (`stale.rs`).
     ///
     /// Errors: the client's, when its body failed (whatever the exchange then reports); else
     /// `Connect`, `Reset` or `Timeout`.
@@ -418,6 +421,7 @@ impl UpstreamState {
         mut req: Request<UpstreamBody>,
         watch: Option<&'a BodyWatch>,
         connects: Option<Connects<'a>>,
+        resendable: bool,
     ) -> impl Future<Output = Result<Response<Inbound>, Error>> + Send + 'a {
         let own = self.protocol == UpstreamProtocol::Http1
             && !req.headers().contains_key(http::header::UPGRADE);
@@ -452,7 +456,7 @@ impl UpstreamState {
         type Sent<'a> =
             Pin<Box<dyn Future<Output = Result<Response<Inbound>, Exchange>> + Send + 'a>>;
         let mut sent: Sent<'a> = if own {
-            Box::pin(h1::exchange(self, req, connects))
+            Box::pin(h1::exchange(self, req, connects, resendable))
         } else {
             Box::pin(self.exchange(req, connects))
         };

@@ -30,6 +30,7 @@ use crate::upstream::attempts::{Exchange, Failed};
 use crate::upstream::h1::next_conn;
 use crate::upstream::raw::{AnswerHead, RawConn};
 use crate::upstream::regions::{Connects, RegionRuntime, Upstream};
+use crate::upstream::stale::StaleResend;
 use crate::upstream::UpstreamState;
 
 /// How a forwarded request ended, for metrics, the log and the connection.
@@ -257,15 +258,15 @@ impl Proxy {
     {
         let idle = self.config.timeouts.idle();
         // A pooled connection the upstream closed just as the request left it is replaced by
-        // a new one once, when nothing of the answer came and sending again is safe.
+        // a new one once (`upstream::stale`).
         let mut pooled = state.raw_pool().checkout(idle);
-        let mut retried = false;
+        let mut stale = StaleResend::new(out.held.is_some(), out.idempotent);
         loop {
+            let retried = stale.retried();
             let (mut up, reused) = next_conn(state, &mut pooled, retried, Some(connects), idle)
                 .await
                 .map_err(Failed::Error)?;
-            let again = reused && out.held.is_some() && !retried;
-            retried |= again;
+            stale.taken(reused);
             // The body goes with the head in one write: all of it when held, else what of
             // it came with the head (a length-framed one; the rest is relayed after).
             let (body, rest) = match (out.held, out.framing) {
@@ -285,7 +286,7 @@ impl Proxy {
                 _ => conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await,
             };
             conn::give_back(wire);
-            if written.is_err() && again {
+            if written.is_err() && stale.after_write() {
                 continue;
             }
             written.map_err(upload_failed)?;
@@ -296,14 +297,7 @@ impl Proxy {
                     .map_err(upload_failed)?;
             }
             match self.read_response_head(&mut up, client, out.http10).await {
-                Err(Failed::Error(e))
-                    if again
-                        && e.kind == ErrorKind::Reset
-                        && up.buf.is_empty()
-                        && out.idempotent =>
-                {
-                    continue;
-                }
+                Err(Failed::Error(e)) if stale.after_read(e.kind, up.buf.is_empty()) => continue,
                 Err(e) => return Err(e),
                 Ok(head) => return Ok((up, head)),
             }
