@@ -42,10 +42,7 @@ async fn router(
         .limits(&format!("header_read_timeout_ms: {header_timeout_ms}"));
     if tls {
         common::make_certs(&certs, false, &["localhost"]);
-        config = config.extra(&format!(
-            "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
-            certs.display()
-        ));
+        config = config.extra(&common::tls_lines(&certs));
     }
     let table = common::lettered_table("conns", &[&[upstream.to_owned()]]);
     (Router::start(&config.yaml(), &table).await, dir)

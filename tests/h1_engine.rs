@@ -316,12 +316,7 @@ async fn a_tls_http11_connection_is_served_by_the_own_engine() {
         "version: h1\nregions:\n  tls: {{ upstreams: [\"{}\"] }}\ncountries:\n  1: tls\ndefault_region: tls\n",
         url(up.addr)
     );
-    let config = orders_config()
-        .extra(&format!(
-            "tls:\n  certificates:\n    - {{ cert: {c}/localhost.pem, key: {c}/localhost-key.pem }}\n",
-            c = certs.display()
-        ))
-        .yaml();
+    let config = orders_config().extra(&common::tls_lines(&certs)).yaml();
     let router = Router::start(&config, &table).await;
     let target = format!(
         "https://localhost:{}/v1/orders/{}",

@@ -306,10 +306,7 @@ async fn idle_tls(alpn: &[u8]) -> f64 {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
     common::make_certs(&certs, false, &["localhost"]);
-    let tls = format!(
-        "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
-        certs.display()
-    );
+    let tls = common::tls_lines(&certs);
     let (child, public, dir) = router_with(upstream_addr, dir, &(tls + "workers: 1\n")).await;
     let pid = child.id();
 

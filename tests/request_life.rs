@@ -451,10 +451,7 @@ async fn tls_h2() {
     let dir = tempfile::tempdir().expect("tempdir");
     let certs = dir.path().join("certs");
     common::make_certs(&certs, false, &["localhost"]);
-    let tls = format!(
-        "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
-        certs.display()
-    );
+    let tls = common::tls_lines(&certs);
     let router = Router::start(&config().extra(&tls).yaml(), &three().await).await;
     let connector =
         common::tls_connector(&certs.join("ca.pem"), rustls::DEFAULT_VERSIONS, &[b"h2"]);

@@ -483,10 +483,7 @@ async fn a_tls_listener_is_upgraded() {
     let upstream = upstream().await;
     let certs = tempfile::tempdir().expect("tempdir");
     common::make_certs(certs.path(), false, &["localhost"]);
-    let tls = format!(
-        "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
-        certs.path().display()
-    );
+    let tls = common::tls_lines(certs.path());
     let edge = Edge::new(upstream, &tls);
     let _first = edge.serve("first");
     common::wait_ready(edge.admin).await;

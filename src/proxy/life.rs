@@ -58,6 +58,7 @@ impl Proxy {
             method = method(),
             id = tracing::field::Empty,
             region = tracing::field::Empty,
+            upstream = tracing::field::Empty,
         );
         let logged = self
             .config
@@ -86,7 +87,7 @@ impl Life {
 
     /// Records the region on the span, when it is on (a field is looked up by name even on
     /// a disabled span).
-    fn record_region(&self, region: &RegionMetrics) {
+    pub fn record_region(&self, region: &RegionMetrics) {
         if !self.span.is_disabled() {
             self.span.record("region", &*region.label);
         }
@@ -100,12 +101,10 @@ impl Life {
     }
 
     /// [`Life::finish`] in `region`, which the caller holds for as long (the head path's
-    /// region): no count of a reference is taken for it.
+    /// region, recorded on the span with [`Life::record_region`]): no count of a reference
+    /// is taken for it.
     pub fn finish_in(&mut self, proxy: &Proxy, status: u16, region: Option<&RegionMetrics>) {
         self.in_flight = None;
-        if let Some(region) = region {
-            self.record_region(region);
-        }
         let region = region
             .or(self.region.as_deref())
             .unwrap_or(&proxy.no_region);

@@ -134,6 +134,11 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
         upstream = upstream.authority.as_str(),
         attempt,
     );
+    // The request's span names the upstream too (what is logged between attempts carries
+    // it); only looked up when spans are on, as it costs a lookup per request otherwise.
+    if !span.is_disabled() {
+        tracing::Span::current().record("upstream", upstream.authority.as_str());
+    }
     span
 }
 

@@ -608,6 +608,15 @@ impl Drop for ChildGuard {
     }
 }
 
+/// The `tls:` lines of a router serving the `localhost` leaf that [`make_certs`] wrote in
+/// `certs`.
+pub fn tls_lines(certs: &std::path::Path) -> String {
+    format!(
+        "tls:\n  certificates:\n    - {{ cert: {0}/localhost.pem, key: {0}/localhost-key.pem }}\n",
+        certs.display()
+    )
+}
+
 /// Runs `config/make-certs.sh [--client] DIR NAME...` (openssl): a throwaway CA in `dir`, made
 /// once and reused, then a server certificate per name, or with `client` a client one.
 pub fn make_certs(dir: &std::path::Path, client: bool, names: &[&str]) {

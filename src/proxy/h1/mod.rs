@@ -277,6 +277,7 @@ impl Proxy {
         client.consume(head.len);
         let held = outbound.held;
         let region = planned.routing.region(planned.region);
+        life.record_region(&region.state.metrics);
         life.route = planned.route;
         // Instrumented only when the span is on, and the future awaited where it is made:
         // a wrapper, or a named future awaited later, is one more copy of it on every
