@@ -270,6 +270,10 @@ async fn sigterm_drains_then_exits_zero() {
     assert!(arrived.is_some(), "the slow request is in flight");
 
     p.signal("TERM");
+    // Asked a while into the drain, not only at its start: the admin API serves through it
+    // (it once closed as soon as the drain began, so that `/readyz` answered 503 only to a
+    // request that came in time).
+    tokio::time::sleep(Duration::from_millis(500)).await;
     let draining = eventually(Duration::from_secs(6), || async {
         client()
             .get(p.admin("/readyz"))

@@ -119,7 +119,11 @@ impl axum::serve::Listener for AdminListener {
             };
             let handed_over = &mut self.handed_over;
             let stop = async move {
-                let _ = handed_over.wait_for(|h| *h).await;
+                // The sender gone without a hand-over (the process shuts down on a signal):
+                // the admin API keeps serving through the drain, `/readyz` saying 503.
+                if handed_over.wait_for(|h| *h).await.is_err() {
+                    std::future::pending::<()>().await;
+                }
             };
             let accepted = tokio::select! {
                 accepted = listener.accept() => Some(accepted),
