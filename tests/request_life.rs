@@ -16,7 +16,6 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::convert::Infallible;
 use std::future::Future;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -25,12 +24,11 @@ use bytes::Bytes;
 use common::lists::ListRegion;
 use common::spans::{self, Captured};
 use common::{client, free_port, iuid_for, url, ConfigYaml, Router, Upstream};
-use http_body_util::{BodyExt, Empty, Full, StreamBody};
-use hyper::body::Frame;
+use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
 use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tracing::Level;
 
 const REQUESTS: &str = "iuid_router_requests_total";
@@ -478,54 +476,11 @@ async fn tls_h2() {
     life.check(&[("ap", 0)]);
 }
 
-/// One gRPC message frame: flag 0, 4-byte big-endian length, the bytes.
-fn grpc_frame(message: &[u8]) -> Bytes {
-    let mut out = vec![0];
-    out.extend_from_slice(&(message.len() as u32).to_be_bytes());
-    out.extend_from_slice(message);
-    Bytes::from(out)
-}
-
-/// A gRPC server over HTTP/2 prior knowledge (as tests/grpc.rs's): each call is answered
-/// with one message, then `grpc-status: 0` in trailers.
-async fn grpc_upstream() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
-    let addr = listener.local_addr().expect("addr");
-    tokio::spawn(async move {
-        while let Ok((stream, _)) = listener.accept().await {
-            tokio::spawn(async move {
-                let service = hyper::service::service_fn(
-                    |req: hyper::Request<hyper::body::Incoming>| async move {
-                        let _ = req.into_body().collect().await;
-                        let mut trailers = http::HeaderMap::new();
-                        trailers.insert("grpc-status", http::HeaderValue::from_static("0"));
-                        let frames: [Result<Frame<Bytes>, Infallible>; 2] = [
-                            Ok(Frame::data(grpc_frame(b"order"))),
-                            Ok(Frame::trailers(trailers)),
-                        ];
-                        let body = StreamBody::new(futures_util::stream::iter(frames));
-                        let mut resp = hyper::Response::new(body);
-                        resp.headers_mut().insert(
-                            "content-type",
-                            http::HeaderValue::from_static("application/grpc"),
-                        );
-                        Ok::<_, Infallible>(resp)
-                    },
-                );
-                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
-    url(addr)
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn grpc_route() {
     let _serial = serial().await;
     let case = "grpc";
-    let upstream = grpc_upstream().await;
+    let (upstream, _) = common::grpc::upstream("ap-orders").await;
     let table = format!(
         "version: life\nregions:\n  ap: {{ upstreams: [\"{upstream}\"], protocol: h2 }}\ncountries:\n  1: ap\ndefault_region: ap\n"
     );
@@ -544,7 +499,7 @@ async fn grpc_route() {
             .header("content-type", "application/grpc")
             .header("te", "trailers")
             .header("x-request-id", rid(case))
-            .body(Full::new(grpc_frame(&message)))
+            .body(Full::new(common::grpc::frame(&message)))
             .expect("request");
         let resp = h2.send_request(req).await.expect("answer");
         assert_eq!(resp.status(), 200, "{case}");

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)] // each test binary uses a different part
 
+pub mod grpc;
 pub mod lists;
 pub mod spans;
 

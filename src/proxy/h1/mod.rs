@@ -32,7 +32,7 @@ use tracing::Instrument;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::phases::HeadView;
-pub(super) use super::request_id::RequestId;
+use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
 use crate::error::{Error, ErrorKind};
