@@ -78,6 +78,10 @@ RESP_BYTES = int(os.environ.get("RESP_BYTES") or 0)
 REQ_BYTES = int(os.environ.get("REQ_BYTES") or 0)
 UPSTREAM_TLS = os.environ.get("UPSTREAM_TLS", "") == "1"
 GRAPHQL = os.environ.get("GRAPHQL", "") == "1"
+# TRACE_RATIO=r: the router (callgrind run) with `tracing:` at `sample_ratio: r`, spans posted
+# over OTLP/HTTP to the upstream nginx's `/v1/traces` (a collector that takes every batch);
+# callgrind counts the export's thread with the data path's.
+TRACE_RATIO = os.environ.get("TRACE_RATIO", "")
 if GRAPHQL and REQ_BYTES:
     sys.exit("GRAPHQL=1 sends its own body: unset REQ_BYTES")
 # GRAPHQL=1: iuid-router's GraphQL endpoint, and the region nginx and HAProxy send every
@@ -123,6 +127,10 @@ def mode_text():
         parts.append(f"GRAPHQL=1 BODY_FORM={BODY_FORM} (POST {GRAPHQL_PATH}, {form} in a JSON body; iuid-router routes "
                      f"by the id, nginx and HAProxy read no id and proxy to one fixed region, "
                      f"{FLOOR_REGION}: a floor; iuid-router's REST path driven beside it)")
+    if TRACE_RATIO:
+        parts.append(f"TRACE_RATIO={TRACE_RATIO} (the router traces at sample_ratio {TRACE_RATIO}, "
+                     "spans exported over OTLP/HTTP to an nginx that takes them; the export "
+                     "thread counted)")
     return "; ".join(parts) or "default (GET, plain HTTP/1.1 keep-alive, answers of 3 bytes)"
 
 
@@ -350,7 +358,8 @@ def configs(work, ids_path):
                     "  ssl_session_tickets on;\n"
                     "  keepalive_timeout 60s;\n" if UPSTREAM_TLS else "")
     upstream_servers = "\n".join(
-        f"""  server {{ listen 127.0.0.1:{port}{ssl}; location / {{ {upstream_location(work, region)} }} }}"""
+        f"""  server {{ listen 127.0.0.1:{port}{ssl}; location / {{ {upstream_location(work, region)} }}"""
+        """ location = /v1/traces { return 200 ""; } }"""
         for region, port in UPSTREAMS.items())
     write(f"{work}/upstreams.conf", f"""worker_processes 1;
 daemon off;
@@ -788,9 +797,14 @@ def instructions(work):
     with open(f"{work}/router.yaml") as f:
         ro = f.read().replace(f"listen: 127.0.0.1:{PORTS['iuid-router']}",
                               f"listen: 127.0.0.1:{CG_PORT + 2}")
+    tracing = ""
+    if TRACE_RATIO:
+        scheme = "https" if UPSTREAM_TLS else "http"
+        tracing = (f'tracing: {{ otlp: {{ endpoint: "{scheme}://127.0.0.1:{UPSTREAMS["eu"]}", '
+                   f'protocol: http/protobuf }}, sample_ratio: {TRACE_RATIO} }}\n')
     write(f"{work}/router-cg.yaml", ro.replace(f"admin_listen: 127.0.0.1:{ADMIN}",
                                                 f"admin_listen: 127.0.0.1:{CG_PORT + 3}")
-          + "workers: 1\n")
+          + "workers: 1\n" + tracing)
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     runs = {
         "nginx": callgrind("nginx", ["nginx", "-c", f"{work}/nginx-cg.conf", "-p", work],

@@ -4,7 +4,8 @@
 # (GET /v1/orders/<iUID>), `h2load -n 20000 -c 8 -m 10` after a warm-up of 2,000; the
 # counters are zeroed after the warm-up and dumped after the run, so the count is the run's
 # alone. Usage: bench/h2c_profile.sh [BINARY] (default target/release/iuid-router); with
-# CG_OUT=FILE the dump is kept there.
+# CG_OUT=FILE the dump is kept there; with TRACE_RATIO=r the router traces at `sample_ratio: r`,
+# its spans posted to the upstream nginx's /v1/traces (the export thread counted too).
 # Needs nginx, valgrind and h2load (Debian: nginx-light valgrind nghttp2-client).
 set -euo pipefail
 BIN=${1:-target/release/iuid-router}
@@ -15,7 +16,8 @@ UP=18281 RT=18280 ADM=18282
 cat > "$W/nginx.conf" <<NG
 daemon off; worker_processes 1; pid $W/nginx.pid; error_log $W/nginx.err;
 events { worker_connections 1024; }
-http { access_log off; server { listen 127.0.0.1:$UP; location / { return 200 "ok"; } } }
+http { access_log off; server { listen 127.0.0.1:$UP; location / { return 200 "ok"; }
+  location = /v1/traces { return 200 ""; } } }
 NG
 cat > "$W/routing-table.yaml" <<TB
 version: h2c-profile
@@ -35,6 +37,9 @@ routes:
 reload: { watch: false }
 workers: 1
 RY
+if [ -n "${TRACE_RATIO:-}" ]; then
+  echo "tracing: { otlp: { endpoint: \"http://127.0.0.1:$UP\", protocol: http/protobuf }, sample_ratio: $TRACE_RATIO }" >> "$W/router.yaml"
+fi
 ID=$("$BIN" mint --country 3 --service 1 2>/dev/null | head -1 || true)
 [ -n "$ID" ] || ID=0190b4d2-3c4e-8a76-9276-0b1c2d3e4f50
 nginx -c "$W/nginx.conf" -p "$W" &

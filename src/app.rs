@@ -18,6 +18,7 @@ use crate::server::{self, Drain};
 use crate::source::SourceErrors;
 use crate::table::{watch, LiveTable};
 use crate::tls::Certificates;
+use crate::trace::Tracing;
 use crate::upgrade::{self, Handover, Handshake, Listeners, Origin};
 use crate::upstream::regions::Regions;
 use crate::upstream::Registry;
@@ -38,6 +39,8 @@ pub enum StartError {
     Tls(String),
     /// The listening sockets cannot be opened, passed or taken over (docs/upgrades.md).
     Listen(String),
+    /// The trace export cannot start (docs/traces.md).
+    Tracing(String),
 }
 
 impl std::fmt::Display for StartError {
@@ -48,6 +51,7 @@ impl std::fmt::Display for StartError {
             StartError::Watch(e) => write!(f, "{e}"),
             StartError::Tls(e) => write!(f, "TLS: {e}"),
             StartError::Listen(e) => write!(f, "{e}"),
+            StartError::Tracing(e) => write!(f, "tracing: {e}"),
         }
     }
 }
@@ -233,7 +237,11 @@ impl App {
         let drain_delay = Duration::from_millis(config.shutdown.drain_delay_ms);
         let grace = Duration::from_millis(config.shutdown.grace_ms);
         let drain_timeout = config.shutdown.drain_timeout();
-        let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions));
+        let tracing = match &config.tracing {
+            Some(settings) => Some(Tracing::start(settings).map_err(StartError::Tracing)?),
+            None => None,
+        };
+        let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions, tracing));
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
             if let Some(handshake) = handshake {
@@ -272,7 +280,18 @@ impl App {
             }
         };
         let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
-        server::serve(group, proxy, acceptor, begin_drain, grace).await?;
+        server::serve(group, proxy.clone(), acceptor, begin_drain, grace).await?;
+        if proxy.tracing().is_some() {
+            // The spans of the last requests, exported before the process ends (the export
+            // waits on its thread at most 5 s).
+            let proxy = proxy.clone();
+            let flushed = tokio::task::spawn_blocking(move || {
+                if let Some(tracing) = proxy.tracing() {
+                    tracing.shutdown();
+                }
+            });
+            let _ = tokio::time::timeout(Duration::from_secs(6), flushed).await;
+        }
         if let (Some(at), Some(open)) = (handed_at.get(), admin_open) {
             // After a hand-over the admin API's connections close after their next
             // response; the process waits for them (within the drain timeout) rather than

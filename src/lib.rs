@@ -38,6 +38,7 @@ pub mod server;
 pub mod source;
 pub mod table;
 pub mod tls;
+pub mod trace;
 pub mod upgrade;
 pub mod upstream;
 pub mod watch;

@@ -227,6 +227,11 @@ impl Problem {
         }
     }
 
+    /// The problem type's slug: the type is `urn:iuid-router:problem:{slug}`.
+    pub fn slug(&self) -> &'static str {
+        self.slug_and_title().0
+    }
+
     fn slug_and_title(&self) -> (&'static str, &'static str) {
         match self {
             Problem::MalformedId { .. } => ("malformed-id", "Malformed entity id"),
@@ -407,6 +412,7 @@ impl Problem {
         let status = self.status();
         let made = RouterMade {
             status,
+            slug: self.slug(),
             detail: self.detail(),
         };
         let shed = self.closes_connection();
@@ -499,6 +505,8 @@ pub struct Shed;
 pub struct RouterMade {
     /// The HTTP status of docs/data-path.md.
     pub status: StatusCode,
+    /// The problem type's slug (`urn:iuid-router:problem:{slug}`).
+    pub slug: &'static str,
     /// The problem's detail.
     pub detail: String,
 }

@@ -14,8 +14,10 @@ use crate::source::{Seg, Source, SourceError, SourceErrors};
 mod admin;
 mod files;
 mod policy;
+mod tracing;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
+pub use tracing::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
 
 pub use policy::{
     CheckPolicy, HealthPolicy, Legacy, LegacyCache, LegacyProbe, Limits, RetryPolicy, Timeouts,
@@ -73,6 +75,8 @@ struct ConfigFile {
     admin: Option<admin::AdminSpec>,
     #[serde(default)]
     upgrade_socket: Option<String>,
+    #[serde(default)]
+    tracing: Option<tracing::TracingSpec>,
 }
 
 /// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
@@ -223,6 +227,8 @@ pub struct RouterConfig {
     /// `upgrade_socket`: the Unix socket a new process asks for the listening sockets on
     /// (`serve --upgrade`, docs/upgrades.md), resolved against the config's directory.
     pub upgrade_socket: Option<PathBuf>,
+    /// `tracing:` (docs/traces.md): spans exported over OTLP. `None`: no tracing.
+    pub tracing: Option<TracingSettings>,
 }
 
 /// The `routes:` list as written: the config file (each entry is read from it by its kind,
@@ -478,6 +484,10 @@ impl RouterConfig {
         };
         let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
         let admin = admin::settings(file.admin.as_ref(), base, source, &mut errors);
+        let tracing = file
+            .tracing
+            .as_ref()
+            .map(|spec| tracing::settings(spec, source, &mut errors));
         if let (Some(addr), None) = (admin_listen, &admin.token_file) {
             if !addr.ip().is_loopback() {
                 errors.push(source.error_at(
@@ -526,6 +536,7 @@ impl RouterConfig {
                 tls,
                 admin,
                 upgrade_socket,
+                tracing,
             }),
             _ => Err(SourceErrors(errors)),
         }

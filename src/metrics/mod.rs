@@ -80,6 +80,9 @@ pub const ADMIN_REFUSALS: &str = "iuid_router_admin_refusals_total";
 /// legacy ids, regions over HTTP/2, chunked GraphQL bodies and `nodes` splits
 /// (docs/data-path.md, "One data path").
 pub const HTTP1_SHARED: &str = "iuid_router_http1_shared_phases_total";
+/// Counter `{reason}`: finished spans that were not exported (docs/traces.md): `queue_full`
+/// (the export queue was full), `export_failed` (the collector refused them or was away).
+pub const TRACE_SPANS_DROPPED: &str = "iuid_router_trace_spans_dropped_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -195,6 +198,16 @@ fn describe() {
         HTTP1_SHARED,
         "HTTP/1.x requests the own engine carried through the shared phases."
     );
+    ::metrics::describe_counter!(
+        TRACE_SPANS_DROPPED,
+        "Finished spans not exported, by reason: queue_full, export_failed."
+    );
+}
+
+/// Counts `spans` finished spans dropped for `reason` (`queue_full`, `export_failed`).
+pub fn trace_spans_dropped(reason: &'static str, spans: u64) {
+    handle();
+    ::metrics::counter!(TRACE_SPANS_DROPPED, "reason" => reason).increment(spans);
 }
 
 /// Sets [`OVERLOADED`] for `resource` (`memory`, `nofile`).

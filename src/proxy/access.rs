@@ -20,6 +20,8 @@ pub(super) struct Access<'a> {
     /// The regions asked, when more than one was.
     pub regions: Option<&'a str>,
     pub upstream: Option<&'a str>,
+    /// The trace id and this edge's span id, with `tracing:` (docs/traces.md).
+    pub trace: Option<(&'a str, &'a str)>,
     pub started: Instant,
 }
 
@@ -35,6 +37,8 @@ pub(super) fn log(a: &Access<'_>) {
         region = a.region.unwrap_or("-"),
         regions = a.regions.unwrap_or("-"),
         upstream = a.upstream.unwrap_or("-"),
+        trace_id = a.trace.map_or("-", |t| t.0),
+        span_id = a.trace.map_or("-", |t| t.1),
         duration_ms = a.started.elapsed().as_secs_f64() * 1e3,
     );
 }

@@ -14,11 +14,15 @@ use std::time::Instant;
 
 use http::uri::Authority;
 
+use opentelemetry::KeyValue;
+
+use super::headers::ClientAddr;
 use super::phases::RequestView;
 use super::request_id::RequestId;
 use super::{access, Proxy};
 use crate::extract::RouteKind;
 use crate::metrics::{self, RegionMetrics};
+use crate::trace::Traced;
 
 /// What is known of one request from its head to its answer.
 pub(crate) struct Life {
@@ -41,15 +45,20 @@ pub(crate) struct Life {
     pub upstream: Option<Authority>,
     /// The regions asked, when more than one was (fan-out, split, probe): for the access log.
     pub regions: Option<String>,
+    /// Its OpenTelemetry trace (`tracing:`, docs/traces.md): the `SERVER` span, ended by
+    /// [`Life::finish`], and what its attempts send upstream. Boxed: a request without
+    /// tracing carries one word for it.
+    pub trace: Option<Box<Traced>>,
     started: Instant,
     /// The method and path, copied for the access log when it is on.
     logged: Option<Box<(String, String)>>,
 }
 
 impl Proxy {
-    /// Begins the life of the request `view`: its id taken or made, its server span opened,
-    /// the in-flight gauge raised, what the access log needs copied.
-    pub(crate) fn begin<V: RequestView>(&self, view: &V) -> Life {
+    /// Begins the life of the request `view` from `client`: its id taken or made, its server
+    /// spans opened (`tracing`'s, and OpenTelemetry's with `tracing:`), the in-flight gauge
+    /// raised, what the access log needs copied.
+    pub(crate) fn begin<V: RequestView>(&self, view: &V, client: &ClientAddr) -> Life {
         let id = RequestId::of(view.request_id());
         let method = || std::str::from_utf8(view.method()).unwrap_or("-");
         let span = tracing::debug_span!(
@@ -64,6 +73,17 @@ impl Proxy {
             .config
             .access_log
             .then(|| Box::new((method().to_owned(), view.path().to_owned())));
+        let trace = self.tracing.as_ref().map(|tracing| {
+            let method = method();
+            let traced = tracing.begin(
+                method,
+                origin_path(view.path()),
+                view.values("traceparent"),
+                view.values("tracestate"),
+                || server_attributes(view, method, client),
+            );
+            Box::new(traced)
+        });
         Life {
             id,
             span,
@@ -72,6 +92,7 @@ impl Proxy {
             region: None,
             upstream: None,
             regions: None,
+            trace,
             started: Instant::now(),
             logged,
         }
@@ -83,6 +104,19 @@ impl Life {
     pub fn set_region(&mut self, region: &Arc<RegionMetrics>) {
         self.record_region(region);
         self.region = Some(Arc::clone(region));
+    }
+
+    /// Records on the `SERVER` span, when the request is sampled, the refusal the router
+    /// answers with (`slug`: its problem type, `urn:iuid-router:problem:{slug}`).
+    pub fn refused(&self, slug: &'static str) {
+        if let Some(trace) = &self.trace {
+            trace.refused(slug);
+        }
+    }
+
+    /// The request's trace, for its attempts (`None`: `tracing:` is off).
+    pub fn traced(&self) -> Option<&Traced> {
+        self.trace.as_deref()
     }
 
     /// Records the region on the span, when it is on (a field is looked up by name even on
@@ -109,6 +143,14 @@ impl Life {
             .or(self.region.as_deref())
             .unwrap_or(&proxy.no_region);
         region.request(self.route, status);
+        let label = (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label);
+        if let Some(trace) = &self.trace {
+            let route = |path: &str| {
+                self.route
+                    .and_then(|kind| proxy.routes.template(kind, path))
+            };
+            trace.finish(route, label, status);
+        }
         if let Some(logged) = &self.logged {
             access::log(&access::Access {
                 request_id: self.id.as_str(),
@@ -116,11 +158,44 @@ impl Life {
                 path: &logged.1,
                 status,
                 route: self.route,
-                region: (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label),
+                region: label,
                 regions: self.regions.as_deref(),
                 upstream: self.upstream.as_ref().map(Authority::as_str),
+                trace: self.trace.as_deref().map(Traced::ids),
                 started: self.started,
             });
         }
     }
+}
+
+/// A sampled request's `SERVER` span attributes (OpenTelemetry HTTP semantic conventions).
+fn server_attributes<V: RequestView>(view: &V, method: &str, client: &ClientAddr) -> Vec<KeyValue> {
+    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
+    let mut attributes = vec![
+        KeyValue::new("http.request.method", method.to_owned()),
+        KeyValue::new("url.path", origin_path(view.path()).to_owned()),
+        KeyValue::new("url.scheme", if client.tls { "https" } else { "http" }),
+        KeyValue::new("network.protocol.name", "http"),
+        KeyValue::new("network.protocol.version", view.version()),
+        KeyValue::new("client.address", text(client.ip_text())),
+    ];
+    if let Some(authority) = view.authority() {
+        let authority = text(authority);
+        let (host, port) = crate::trace::host_and_port(&authority);
+        attributes.push(KeyValue::new("server.address", host.to_owned()));
+        if let Some(port) = port {
+            attributes.push(KeyValue::new("server.port", port));
+        }
+    }
+    attributes
+}
+
+/// The path of a target in origin form; of one in absolute form (`http://host/path`, RFC 9112
+/// §3.2.2), the path after its authority.
+fn origin_path(target: &str) -> &str {
+    if target.starts_with('/') {
+        return target;
+    }
+    let after_scheme = target.find("://").map_or(target, |at| &target[at + 3..]);
+    after_scheme.find('/').map_or("/", |at| &after_scheme[at..])
 }

@@ -40,6 +40,7 @@ use crate::fanout::budget::FanoutBudget;
 use crate::metrics;
 use crate::problem::Problem;
 use crate::table::{Decision, RegionId, RoutingTable, Rule};
+use crate::trace::Tracing;
 use crate::upstream::body::{Guarded, IdleTimeout, Inbound, Prefixed, Watched};
 use crate::upstream::budget::RetryBudget;
 use crate::upstream::forward::{self, Answered, Outgoing};
@@ -48,6 +49,7 @@ use crate::upstream::{self};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use legacy::owners::Owners;
 use life::Life;
+use opentelemetry::KeyValue;
 use route::{Extraction, Routes};
 
 /// The body of every response the router sends: the upstream's (with its first frame put back
@@ -118,12 +120,20 @@ pub struct Proxy {
     fanouts: FanoutBudget,
     /// Probes of legacy ids: a share of the requests for them (`legacy_probe`).
     probes: RetryBudget,
+    /// `tracing:` (docs/traces.md): the tracer every request's life and attempts use.
+    tracing: Option<Tracing>,
 }
 
 impl Proxy {
     /// A proxy over live routing (kept in step with the table's reloads), finding ids with
-    /// `routes` ([`Routes::for_config`]).
-    pub fn new(config: Arc<RouterConfig>, routes: Routes, regions: Arc<Regions>) -> Proxy {
+    /// `routes` ([`Routes::for_config`]), its requests traced with `tracing` when given
+    /// ([`Tracing::start`]).
+    pub fn new(
+        config: Arc<RouterConfig>,
+        routes: Routes,
+        regions: Arc<Regions>,
+        tracing: Option<Tracing>,
+    ) -> Proxy {
         let via = ViaValues::new(&config.region);
         let owners = Owners::new(
             config.legacy_cache.entries,
@@ -143,7 +153,13 @@ impl Proxy {
             fanouts,
             // A calm spell saves at most a second's floor of probes (docs/data-path.md).
             probes: RetryBudget::with_depth(legacy_probe.min_per_second),
+            tracing,
         }
+    }
+
+    /// The tracer, when `tracing:` is configured.
+    pub fn tracing(&self) -> Option<&Tracing> {
+        self.tracing.as_ref()
     }
 
     /// The router config this proxy serves with.
@@ -159,7 +175,7 @@ impl Proxy {
         client: &'a ClientAddr,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
         let (parts, body) = req.into_parts();
-        let life = self.begin(&parts);
+        let life = self.begin(&parts, client);
         self.carry(parts, body, client, life)
     }
 
@@ -185,9 +201,11 @@ impl Proxy {
         // captured and as what it awaits.
         let phases = self.phases(parts, body, client, life).instrument(span);
         futures_util::FutureExt::map(phases, move |(mut resp, mut life)| {
-            if grpc {
-                // A gRPC client reads the status in trailers, not a problem+json body (docs/tls-h2-grpc.md).
-                if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
+            if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
+                life.refused(made.slug);
+                if grpc {
+                    // A gRPC client reads the status in trailers, not a problem+json body
+                    // (docs/tls-h2-grpc.md).
                     resp = crate::problem::grpc_response(made).map(Either::Right);
                 }
             }
@@ -227,7 +245,13 @@ impl Proxy {
                         // on the REST path, in memcpy and malloc).
                         let answer = match self.admit_fanout(client) {
                             Ok(_permit) => {
-                                Box::pin(self.fanout(&route, parts, &mut trail.regions)).await
+                                Box::pin(self.fanout(
+                                    &route,
+                                    parts,
+                                    &mut trail.regions,
+                                    trail.trace.as_deref(),
+                                ))
+                                .await
                             }
                             Err(refusal) => Err(Problem::FanoutBusy(refusal)),
                         };
@@ -247,6 +271,7 @@ impl Proxy {
                             parts,
                             body,
                             &mut trail.regions,
+                            trail.trace.as_deref(),
                         ));
                         let answer = match self.admit_fanout(client) {
                             Ok(_permit) => splitting.await,
@@ -271,7 +296,7 @@ impl Proxy {
                     }
                     _ => None,
                 };
-                let mut answered = match self.forward(&target, parts, body).await {
+                let mut answered = match self.forward(&target, parts, body, trail.traced()).await {
                     Ok(answered) => answered,
                     Err(problem) => break 'phases problem.into_response().map(Either::Right),
                 };
@@ -320,7 +345,14 @@ impl Proxy {
     ) -> Answered {
         let routing = &target.routing;
         let (region, answered) = self
-            .probe(routing, probe, target.region, head, answered)
+            .probe(
+                routing,
+                probe,
+                target.region,
+                head,
+                answered,
+                trail.traced(),
+            )
             .await;
         if region != target.region {
             let asked = [target.region, region].map(|r| routing.region(r).name.as_str());
@@ -359,7 +391,7 @@ impl Proxy {
             _ => None,
         };
         let routing = self.regions.current();
-        let (decision, legacy_id) = match self.resolve(&routing.table, found, &trail.span) {
+        let (decision, legacy_id) = match self.resolve(&routing.table, found, trail) {
             Ok(resolved) => resolved,
             Err(Problem::RegionConflict { ids }) => {
                 let split = match (&split_route, &body) {
@@ -398,6 +430,28 @@ impl Proxy {
     /// that owns them, or the `unrouted` policy applies when there is none. With
     /// `legacy: probe`, an id without routing bits comes back as canonical text too.
     fn resolve(
+        &self,
+        table: &RoutingTable,
+        found: Extraction,
+        life: &Life,
+    ) -> Result<(Decision, Option<String>), Problem> {
+        let resolved = self.decide(table, found, &life.span);
+        if let (Some(trace), Ok((decision, _))) = (&life.trace, &resolved) {
+            trace.record(|| {
+                vec![
+                    KeyValue::new(
+                        "iuid_router.scheme",
+                        table.scheme_name(decision.scheme).to_owned(),
+                    ),
+                    KeyValue::new("iuid_router.rule", decision.rule.label().as_str()),
+                ]
+            });
+        }
+        resolved
+    }
+
+    /// [`Proxy::resolve`]'s decision; the id recorded on `span` when it is on.
+    fn decide(
         &self,
         table: &RoutingTable,
         found: Extraction,

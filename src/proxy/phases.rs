@@ -43,6 +43,12 @@ pub trait RequestView {
     /// The first `x-request-id` value (read on every request: no name is parsed or searched
     /// for when the codec knows it is absent).
     fn request_id(&self) -> Option<&[u8]>;
+    /// The HTTP version as a trace names it (`network.protocol.version`): `1.0`, `1.1`, `2`.
+    fn version(&self) -> &'static str;
+    /// The target's authority: `Host`, or HTTP/2's `:authority`.
+    fn authority(&self) -> Option<&[u8]> {
+        self.value(&http::header::HOST)
+    }
 }
 
 /// The own engine's head over its connection's buffer.
@@ -103,6 +109,13 @@ impl RequestView for HeadView<'_> {
         self.values("x-request-id").next()
     }
 
+    fn version(&self) -> &'static str {
+        match self.head.minor {
+            0 => "1.0",
+            _ => "1.1",
+        }
+    }
+
     fn value(&self, name: &HeaderName) -> Option<&[u8]> {
         let name = name.as_str().as_bytes();
         self.head
@@ -140,6 +153,23 @@ impl RequestView for Parts {
 
     fn request_id(&self) -> Option<&[u8]> {
         self.value(&super::request_id::HEADER)
+    }
+
+    fn version(&self) -> &'static str {
+        match self.version {
+            Version::HTTP_10 => "1.0",
+            Version::HTTP_11 => "1.1",
+            Version::HTTP_2 => "2",
+            Version::HTTP_3 => "3",
+            _ => "0.9",
+        }
+    }
+
+    fn authority(&self) -> Option<&[u8]> {
+        match self.uri.authority() {
+            Some(authority) => Some(authority.as_str().as_bytes()),
+            None => self.value(&http::header::HOST),
+        }
     }
 }
 

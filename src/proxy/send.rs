@@ -11,6 +11,7 @@ use http::request::Parts;
 use super::{headers, Proxy, Target};
 use crate::error::{Blame, ErrorKind, ShedReason};
 use crate::problem::Problem;
+use crate::trace::Traced;
 use crate::upstream::attempts::{attempts, Delivered, Exchange, ForwardError, Policies};
 use crate::upstream::forward::{Answered, HttpExchange, Outgoing};
 use crate::upstream::regions::RegionRuntime;
@@ -19,10 +20,12 @@ use crate::upstream::UpstreamState;
 impl Proxy {
     /// Every exchange with a region, whatever its wire: the region's admission
     /// (`phases::admit_region`, docs/overload.md), then the attempt loop
-    /// (`upstream::attempts`). The one way to an upstream.
+    /// (`upstream::attempts`), each attempt a `CLIENT` span of `trace`. The one way to an
+    /// upstream.
     pub(super) fn exchange<'a, X: Exchange + 'a>(
         &'a self,
         region: &'a RegionRuntime,
+        trace: Option<&'a Traced>,
         x: X,
     ) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
         let policies = Policies {
@@ -32,24 +35,25 @@ impl Proxy {
         };
         // The loop's own future, not one around it: each layer is one more copy of it on
         // every request.
-        attempts(region, self.admit_region(region), policies, x)
+        attempts(region, self.admit_region(region), policies, trace, x)
     }
 
     /// Sends a request to an upstream of `region`, for the paths that ask several regions
     /// (fan-out legs, `nodes` splits, legacy probes); each attempt's span is a child of the
-    /// current one.
+    /// current one, and of the request's `trace`.
     pub(super) fn send<'a>(
         &'a self,
         region: &'a RegionRuntime,
         parts: Parts,
         body: Outgoing,
+        trace: Option<&'a Traced>,
     ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
         let preserve_host = self.config.preserve_host;
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, None, aim);
-        futures_util::FutureExt::map(self.exchange(region, x), |d| d.map(Answered::from))
+        futures_util::FutureExt::map(self.exchange(region, trace, x), |d| d.map(Answered::from))
     }
 
     /// Phase 5: an upstream of the region; its failure as the problem to answer.
@@ -61,6 +65,7 @@ impl Proxy {
         target: &'a Target,
         parts: Parts,
         body: Outgoing,
+        trace: Option<&'a Traced>,
     ) -> impl Future<Output = Result<Answered, Problem>> + Send + 'a {
         let region = target.region();
         let preserve_host = self.config.preserve_host;
@@ -72,7 +77,7 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, target.said, aim);
-        futures_util::FutureExt::map(self.exchange(region, x), move |forwarded| {
+        futures_util::FutureExt::map(self.exchange(region, trace, x), move |forwarded| {
             self.judged(region, forwarded.map(Answered::from))
         })
     }

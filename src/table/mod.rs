@@ -287,6 +287,19 @@ impl RoutingTable {
             .map(|i| (SchemeSlot::Table(i as u16), &self.schemes[i].kind))
     }
 
+    /// The name of the scheme a decision was made for: `iuid`, a declared one, or `none` (an
+    /// unrouted request).
+    pub fn scheme_name(&self, slot: SchemeSlot) -> &str {
+        match slot {
+            SchemeSlot::None => "none",
+            SchemeSlot::Iuid => IUID,
+            SchemeSlot::Table(i) => self
+                .schemes
+                .get(usize::from(i))
+                .map_or("none", |s| s.name.as_str()),
+        }
+    }
+
     /// Every scheme name a route may use: `iuid`, then the declared ones.
     pub fn scheme_names(&self) -> Vec<&str> {
         std::iter::once(IUID)

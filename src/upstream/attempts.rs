@@ -24,6 +24,7 @@ use super::health::{self, Pick};
 use super::regions::{Connects, RegionPermit, RegionRuntime, Upstream};
 use crate::config::{HealthPolicy, Limits, RetryPolicy};
 use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
+use crate::trace::{Stamp, Traced};
 
 /// Why an attempt failed.
 #[derive(Debug)]
@@ -90,6 +91,14 @@ pub trait Exchange {
     /// `extract::Access::resendable`.
     fn resendable(&self) -> bool;
 
+    /// Sends `stamp`'s trace fields (`traceparent`, and `tracestate` or none) with the
+    /// attempts after this call, in place of the client's (docs/traces.md). Called before
+    /// each attempt of a traced request.
+    fn stamp(&mut self, stamp: Stamp);
+
+    /// The status code of an answer's head (its attempt's `CLIENT` span records it).
+    fn status(head: &Self::Head) -> u16;
+
     /// Sends the request to `upstream` and reads the answer's head. `again`: a retry may
     /// follow, so the request must be kept.
     fn attempt<'s>(
@@ -143,7 +152,8 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
 }
 
 /// Runs the exchange `x` with an upstream of `region` under `policies`, with retries per
-/// the module rules. `admitted`: the request's place in the region's limit, or why the
+/// the module rules; `trace`: the request's trace, whose `CLIENT` span each attempt opens
+/// ([`Traced::attempt`]) and whose `traceparent` it sends. `admitted`: the request's place in the region's limit, or why the
 /// caller's admission (`proxy::phases::admit_region`) refused it; kept in the answer.
 /// (Taken here rather than refused by the caller around this future: a future around it
 /// is one more copy of it on every request.)
@@ -156,6 +166,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
     region: &'a RegionRuntime,
     admitted: Result<RegionPermit, ShedReason>,
     policies: Policies<'a>,
+    trace: Option<&'a Traced>,
     mut x: X,
 ) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
     async move {
@@ -186,6 +197,11 @@ pub fn attempts<'a, X: Exchange + 'a>(
             // A retry goes to another upstream, so a region of one never needs the request again.
             let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
             let span = attempt_span(region, upstream, attempt);
+            let mut client_span = trace.map(|t| {
+                let (traced, stamp) = t.attempt(&region.name, upstream.authority.as_str(), attempt);
+                x.stamp(stamp);
+                traced
+            });
             let in_flight = state.health.start();
             let sent = std::time::Instant::now();
             // Instrumented only when the span is on, and the future awaited where it is
@@ -197,6 +213,9 @@ pub fn attempts<'a, X: Exchange + 'a>(
             };
             let failed = match attempted {
                 Ok(head) => {
+                    if let Some(traced) = client_span.take() {
+                        traced.answered(X::status(&head));
+                    }
                     let took = sent.elapsed();
                     metrics.upstream_duration(took.as_secs_f64());
                     region.state.sample(policies.limits, took);
@@ -225,6 +244,9 @@ pub fn attempts<'a, X: Exchange + 'a>(
                 Failed::Final(error) => (error, false),
                 Failed::Error(error) => (error, true),
             };
+            if let Some(traced) = client_span.take() {
+                traced.failed(&error);
+            }
             match error.blame() {
                 // The router's own limit: nothing was sent; not the upstream's, not retried.
                 Blame::Router => {

@@ -14,10 +14,11 @@ use super::regions::{Connects, RegionPermit, Upstream};
 use super::{UpstreamBody, UpstreamState};
 use crate::error::{Error, ErrorKind};
 use crate::extract::Access;
+use crate::trace::{Stamp, TRACEPARENT, TRACESTATE};
 use bytes::Bytes;
 use http::request::Parts;
 use http::uri::Authority;
-use http::{Request, Response};
+use http::{HeaderValue, Request, Response};
 use http_body_util::{Either, Full};
 
 /// The body to send: held (replayable) or streamed (one attempt).
@@ -78,6 +79,8 @@ pub struct HttpExchange<Aim> {
     watch: Option<Arc<BodyWatch>>,
     retry_ok: bool,
     aim: Aim,
+    /// The trace fields the next attempt sends (docs/traces.md).
+    stamp: Option<Stamp>,
 }
 
 impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> HttpExchange<Aim> {
@@ -97,6 +100,7 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> HttpExchange<Aim> {
             watch,
             retry_ok,
             aim,
+            stamp: None,
         }
     }
 }
@@ -111,6 +115,14 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
 
     fn resendable(&self) -> bool {
         self.retry_ok
+    }
+
+    fn stamp(&mut self, stamp: Stamp) {
+        self.stamp = Some(stamp);
+    }
+
+    fn status(head: &Response<Inbound>) -> u16 {
+        head.status().as_u16()
     }
 
     fn attempt<'s>(
@@ -131,6 +143,16 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
             std::mem::replace(&mut self.parts, copy_head_empty())
         };
         (self.aim)(&mut head, &upstream.state);
+        if let Some(stamp) = &self.stamp {
+            // One `traceparent` (the client's replaced), and `tracestate` only with it.
+            if let Ok(value) = HeaderValue::from_bytes(&stamp.traceparent) {
+                head.headers.insert(TRACEPARENT.clone(), value);
+            }
+            match &stamp.tracestate {
+                Some(state) => head.headers.insert(TRACESTATE.clone(), state.clone()),
+                None => head.headers.remove(&TRACESTATE),
+            };
+        }
         let state = &upstream.state;
         let watch = self.watch.as_deref();
         match body {

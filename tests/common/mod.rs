@@ -5,6 +5,7 @@
 
 pub mod grpc;
 pub mod lists;
+pub mod otlp;
 pub mod spans;
 
 use std::net::SocketAddr;

@@ -18,6 +18,7 @@ use crate::extract::{Access, RouteKind};
 use crate::http1::head::{self, RequestHead};
 use crate::http1::Framing;
 use crate::problem::{LimitedBody, Problem};
+use crate::proxy::life::Life;
 use crate::proxy::phases::{HeadView, RequestView};
 use crate::proxy::route::graphql::{ids_in, Read};
 use crate::proxy::route::{is_json, Extraction, Pending};
@@ -35,7 +36,7 @@ impl Proxy {
         route: &Arc<GraphqlRoute>,
         framing: Framing,
         expect: &mut bool,
-        span: &tracing::Span,
+        life: &Life,
     ) -> Result<Planned, Stop<'static>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -79,7 +80,7 @@ impl Proxy {
         };
         let routing = self.regions.current();
         let found = Extraction::Ids(ids, access, route);
-        let decision = match self.resolve(&routing.table, found, span) {
+        let decision = match self.resolve(&routing.table, found, life) {
             Ok((decision, _)) => decision,
             // Split by region and merged: the shared phases do that.
             Err(Problem::RegionConflict { .. }) if route.split_nodes() && post => {
@@ -102,7 +103,7 @@ impl Proxy {
         pending: Pending<'_>,
         framing: Framing,
         expect: &mut bool,
-        span: &tracing::Span,
+        life: &Life,
     ) -> Result<Planned, Stop<'static>>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -141,7 +142,7 @@ impl Proxy {
                     .map_err(refuse)?
             }
         };
-        match self.h1_resolve(found, span) {
+        match self.h1_resolve(found, life) {
             Err(Stop::Refuse(p, _)) => Err(Stop::Refuse(p, true)),
             Err(_) => Err(Stop::Shared),
             Ok(planned) => Ok(planned),

@@ -67,6 +67,7 @@ impl Proxy {
             Ok(made) => made,
             Err(problem) => {
                 let status = problem.status().as_u16();
+                life.refused(problem.slug());
                 super::answer::write_problem(client, problem, &life.id, true, idle).await;
                 life.finish(self, status);
                 return Outcome::Close;

@@ -22,9 +22,11 @@ use crate::http1::head::ResponseHead;
 use crate::http1::{write, Chunked, Framing};
 use crate::problem::Problem;
 use crate::proxy::headers::raw::{self};
+use crate::proxy::life::Life;
 use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
+use crate::trace::{Stamp, TRACEPARENT_LEN};
 use crate::upstream::attempts::ForwardError;
 use crate::upstream::attempts::{Exchange, Failed};
 use crate::upstream::h1::next_conn;
@@ -105,6 +107,8 @@ struct HeadWire<'a, S> {
     close: bool,
     /// The answer's head while it is delivered (its field list goes back to the cache).
     head: ResponseHead,
+    /// The trace fields the next attempt sends (docs/traces.md).
+    stamp: Option<Stamp>,
 }
 
 impl<S> Exchange for HeadWire<'_, S>
@@ -122,14 +126,27 @@ where
         self.out.idempotent
     }
 
+    fn stamp(&mut self, stamp: Stamp) {
+        self.stamp = Some(stamp);
+    }
+
+    fn status((_, head): &(RawConn, ResponseHead)) -> u16 {
+        head.status
+    }
+
     fn attempt<'s>(
         &'s mut self,
         upstream: &'s Upstream,
         connects: Connects<'s>,
         _again: bool,
     ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> + 's {
-        self.proxy
-            .h1_send(self.client, &upstream.state, self.out, connects)
+        self.proxy.h1_send(
+            self.client,
+            &upstream.state,
+            self.out,
+            self.stamp.as_ref(),
+            connects,
+        )
     }
 
     fn deliver(
@@ -168,13 +185,13 @@ impl<S> Drop for HeadWire<'_, S> {
 
 impl Proxy {
     /// Phase 5 and 6: forwards `out` to an upstream of `region` (the attempt loop, through
-    /// `Proxy::exchange`) and answers the client.
+    /// `Proxy::exchange`) and answers the client, in the request's `life` (its id, its trace).
     pub(super) async fn h1_forward<S>(
         &self,
         client: &mut Buffered<S>,
         region: &RegionRuntime,
         out: Outbound,
-        id: &RequestId,
+        life: &Life,
         close: bool,
     ) -> Answered
     where
@@ -184,11 +201,12 @@ impl Proxy {
             proxy: self,
             client: &mut *client,
             out: &out,
-            id,
+            id: &life.id,
             close,
             head: ResponseHead::default(),
+            stamp: None,
         };
-        let failed = match self.exchange(region, wire).await {
+        let failed = match self.exchange(region, life.traced(), wire).await {
             Ok(delivered) => {
                 return Answered {
                     status: delivered.done.status,
@@ -210,11 +228,12 @@ impl Proxy {
             },
         };
         let status = problem.status().as_u16();
+        life.refused(problem.slug());
         // A request whose body was streamed (or broke) cannot be followed on its connection;
         // a shed one's client comes back after `Retry-After` on a new one (docs/overload.md).
         let close = close || problem.closes_connection() || out.held.is_none() || out.http10;
         let idle = self.config.timeouts.idle();
-        let written = write_problem(client, problem, id, close, idle).await;
+        let written = write_problem(client, problem, &life.id, close, idle).await;
         Answered {
             status,
             upstream,
@@ -229,9 +248,12 @@ impl Proxy {
     /// The request's head with this upstream's `Host`, in a buffer from the cache (a small
     /// one when it fits). Held only while it is written: a request waiting on its answer
     /// holds no more than `out`.
-    fn h1_wire(&self, state: &UpstreamState, out: &Outbound) -> Vec<u8> {
+    fn h1_wire(&self, state: &UpstreamState, out: &Outbound, stamp: Option<&Stamp>) -> Vec<u8> {
         let host = state.host.as_bytes();
-        let mut wire = if out.bytes.len() + host.len() + 8 <= conn::SMALL {
+        let traced = stamp.map_or(0, |s| {
+            16 + TRACEPARENT_LEN + s.tracestate.as_ref().map_or(0, |v| 16 + v.len())
+        });
+        let mut wire = if out.bytes.len() + host.len() + 8 + traced <= conn::SMALL {
             conn::take_small()
         } else {
             conn::take_buffer()
@@ -239,6 +261,13 @@ impl Proxy {
         wire.extend_from_slice(&out.bytes[..out.line_end]);
         if !(self.config.preserve_host && has_host(&out.bytes[out.line_end..out.fields_end])) {
             write::field(&mut wire, b"Host", host);
+        }
+        // The trace fields of this attempt (the client's were left out of `out`).
+        if let Some(stamp) = stamp {
+            write::field(&mut wire, b"traceparent", &stamp.traceparent);
+            if let Some(state) = &stamp.tracestate {
+                write::field(&mut wire, b"tracestate", state.as_bytes());
+            }
         }
         wire.extend_from_slice(&out.bytes[out.line_end..]);
         wire
@@ -251,6 +280,7 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &Arc<UpstreamState>,
         out: &Outbound,
+        stamp: Option<&Stamp>,
         connects: Connects<'_>,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
@@ -280,7 +310,7 @@ impl Proxy {
                 }
                 (None, framing) => (0, framing),
             };
-            let wire = self.h1_wire(state, out);
+            let wire = self.h1_wire(state, out, stamp);
             let written = match body {
                 0 => write_all(&mut up.io, &wire, idle).await,
                 _ => conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await,

@@ -11,7 +11,9 @@ use super::Outcome;
 use crate::extract::fanout::FanoutRoute;
 use crate::http1::head::RequestHead;
 use crate::problem::Problem;
+use crate::problem::RouterMade;
 use crate::proxy::headers::ClientAddr;
+use crate::proxy::life::Life;
 use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::Buffered;
@@ -24,19 +26,21 @@ pub(super) struct FannedOut {
 }
 
 impl Proxy {
-    /// Serves a fan-out request whose head (and nothing more) starts `client.pending()`.
+    /// Serves a fan-out request whose head (and nothing more) starts `client.pending()`, in
+    /// its `life` (its id, its trace).
     pub(super) async fn h1_fanout<S>(
         &self,
         client: &mut Buffered<S>,
         head: &RequestHead,
         route: &FanoutRoute,
         addr: &ClientAddr,
-        id: &RequestId,
+        life: &Life,
         close: bool,
     ) -> FannedOut
     where
         S: AsyncRead + AsyncWrite + Unpin,
     {
+        let (id, trace) = (&life.id, life.traced());
         let parts = parts_of(client.pending(), head, Some(id));
         client.consume(head.len);
         let mut regions = None;
@@ -50,12 +54,15 @@ impl Proxy {
                 self.rewrite_request(&mut parts, addr);
                 match self.admit_fanout(addr) {
                     // Boxed, as on every engine: its future is large.
-                    Ok(_permit) => Box::pin(self.fanout(route, parts, &mut regions)).await,
+                    Ok(_permit) => Box::pin(self.fanout(route, parts, &mut regions, trace)).await,
                     Err(refusal) => Err(Problem::FanoutBusy(refusal)),
                 }
             }
         };
         let resp = answer.unwrap_or_else(Problem::into_response);
+        if let Some(made) = resp.extensions().get::<RouterMade>() {
+            life.refused(made.slug);
+        }
         let status = resp.status().as_u16();
         let idle = self.config.timeouts.idle();
         let written = super::answer::write_response(client, resp, id, close, idle).await;

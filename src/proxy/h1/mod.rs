@@ -31,6 +31,7 @@ use tracing::Instrument;
 
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
+use super::life::Life;
 use super::phases::HeadView;
 use super::request_id::RequestId;
 use super::route::Extraction;
@@ -122,7 +123,7 @@ impl Proxy {
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let buf = client.pending();
-        let mut life = self.begin(&HeadView { buf, head });
+        let mut life = self.begin(&HeadView { buf, head }, addr);
         // An HTTP/1.0 connection persists only when its request asks (RFC 9112 §9.3).
         let http10 = head.minor == 0;
         let connection = head.seen.has(Seen::CONNECTION);
@@ -150,13 +151,11 @@ impl Proxy {
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
-                let planned = self
-                    .h1_plan(buf, head, &life.span)
-                    .map_err(|stop| match stop {
-                        // The body was not read: the connection cannot go on past it.
-                        Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
-                        handoff => handoff,
-                    })?;
+                let planned = self.h1_plan(buf, head, &life).map_err(|stop| match stop {
+                    // The body was not read: the connection cannot go on past it.
+                    Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
+                    handoff => handoff,
+                })?;
                 Ok((planned, framing))
             });
         // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
@@ -172,13 +171,13 @@ impl Proxy {
             Err(Stop::Graphql(route)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
                 let route = route.clone();
-                self.h1_graphql(client, head, &route, framing, &mut expect, &life.span)
+                self.h1_graphql(client, head, &route, framing, &mut expect, &life)
                     .await
                     .map(|planned| (planned, framing))
             }
             Err(Stop::Json(pending)) => {
                 let framing = framing.unwrap_or(Framing::Empty);
-                self.h1_json(client, head, pending, framing, &mut expect, &life.span)
+                self.h1_json(client, head, pending, framing, &mut expect, &life)
                     .await
                     .map(|planned| (planned, framing))
             }
@@ -190,7 +189,7 @@ impl Proxy {
                 let route = route.clone();
                 // (Closed after, to an HTTP/1.0 client: the page's head says no `keep-alive`.)
                 let close = client_close || http10;
-                let done = self.h1_fanout(client, head, &route, addr, &life.id, close);
+                let done = self.h1_fanout(client, head, &route, addr, &life, close);
                 let done = done.instrument(life.span.clone()).await;
                 life.route = Some(crate::extract::RouteKind::Fanout);
                 life.regions = done.regions;
@@ -257,6 +256,7 @@ impl Proxy {
             Err((problem, close)) => {
                 client.consume(head.len + dropped_body);
                 let status = problem.status().as_u16();
+                life.refused(problem.slug());
                 let written = answer::write_problem(
                     client,
                     problem,
@@ -284,12 +284,12 @@ impl Proxy {
         // request (measured: 184 instructions of `memcpy` per REST request).
         let answered = match life.span.is_disabled() {
             true => {
-                self.h1_forward(client, region, outbound, &life.id, client_close)
+                self.h1_forward(client, region, outbound, &life, client_close)
                     .await
             }
             false => {
                 let span = life.span.clone();
-                self.h1_forward(client, region, outbound, &life.id, client_close)
+                self.h1_forward(client, region, outbound, &life, client_close)
                     .instrument(span)
                     .await
             }
@@ -303,12 +303,7 @@ impl Proxy {
     }
 
     /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
-    fn h1_plan(
-        &self,
-        buf: &[u8],
-        head: &RequestHead,
-        span: &tracing::Span,
-    ) -> Result<Planned, Stop<'_>> {
+    fn h1_plan(&self, buf: &[u8], head: &RequestHead, life: &Life) -> Result<Planned, Stop<'_>> {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
@@ -341,17 +336,13 @@ impl Proxy {
             }
             _ => {}
         }
-        self.h1_resolve(found, span)
+        self.h1_resolve(found, life)
     }
 
     /// Phase 3 on the head path, for a request whose route found its id (or none): the
     /// region it resolves to, or what the head path does not carry (several ids, several
     /// regions, a legacy id to probe) handed to the shared phases.
-    fn h1_resolve<'r>(
-        &self,
-        found: Extraction<'_, '_>,
-        span: &tracing::Span,
-    ) -> Result<Planned, Stop<'r>> {
+    fn h1_resolve<'r>(&self, found: Extraction<'_, '_>, life: &Life) -> Result<Planned, Stop<'r>> {
         let route = found.route_kind();
         match &found {
             Extraction::Id(..) | Extraction::NoId | Extraction::Invalid(..) => {}
@@ -360,7 +351,7 @@ impl Proxy {
             }
         }
         let routing = self.regions.current();
-        let (decision, legacy_id) = self.resolve(&routing.table, found, span)?;
+        let (decision, legacy_id) = self.resolve(&routing.table, found, life)?;
         if legacy_id.is_some() {
             // A legacy id may be probed in the other regions: the shared phases do that.
             return Err(Stop::Shared);
@@ -452,6 +443,7 @@ impl Proxy {
                 preserve_host: self.config.preserve_host,
                 request_id: id.as_bytes(),
                 nominates: head.seen.has(Seen::CONNECTION),
+                traced: self.tracing.is_some(),
             },
         );
         match framing {

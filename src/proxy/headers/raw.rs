@@ -103,6 +103,9 @@ pub struct RawForwarding<'a> {
     pub request_id: &'a [u8],
     /// The request has a `Connection` line (else its nominations are not looked for).
     pub nominates: bool,
+    /// The request is traced (docs/traces.md): the client's `traceparent` and `tracestate`
+    /// are left out, as each attempt writes its own.
+    pub traced: bool,
 }
 
 /// Writes the fields of a request going upstream: the client's fields under docs/data-path.md's
@@ -133,7 +136,10 @@ pub fn write_request_fields(
             || name.eq_ignore_ascii_case(b"x-request-id")
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
-            || nominated.has(name);
+            || nominated.has(name)
+            || (f.traced
+                && (name.eq_ignore_ascii_case(b"traceparent")
+                    || name.eq_ignore_ascii_case(b"tracestate")));
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             prior_xff += 1;
             continue;
@@ -242,6 +248,7 @@ X-Request-Id: old\r\nVia: 1.1 edge\r\n\r\n";
             preserve_host: false,
             request_id: b"rid",
             nominates: true,
+            traced: false,
         };
         let mut out = Vec::new();
         write_request_fields(&mut out, buf, &head.fields, &f);

@@ -23,6 +23,7 @@ use super::Proxy;
 use crate::config::{Legacy, RetryPolicy};
 use crate::metrics::{self, ProbeSkip};
 use crate::table::{Decision, RegionId, Rule};
+use crate::trace::Traced;
 use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::Routing;
 use owners::Known;
@@ -92,6 +93,7 @@ impl Proxy {
         asked: RegionId,
         head: Parts,
         first: Answered,
+        trace: Option<&Traced>,
     ) -> (RegionId, Answered) {
         let status = first.response.status();
         if status != StatusCode::NOT_FOUND && status != StatusCode::GONE {
@@ -116,7 +118,8 @@ impl Proxy {
                 async move {
                     (
                         id,
-                        self.send(region, head, Outgoing::Held(Bytes::new())).await,
+                        self.send(region, head, Outgoing::Held(Bytes::new()), trace)
+                            .await,
                     )
                 }
             })

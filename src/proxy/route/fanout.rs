@@ -34,6 +34,7 @@ use crate::metrics::{FanoutKind, FanoutResult};
 use crate::problem::Problem;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
+use crate::trace::Traced;
 use crate::upstream::attempts::ForwardError;
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, Outgoing};
@@ -261,11 +262,12 @@ impl Proxy {
         head: Parts,
         body: Bytes,
         timeout: Duration,
+        trace: Option<&Traced>,
     ) -> Result<Leg<'_>, LegFailure> {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
-            let answered = match self.send(region, head, Outgoing::Held(body)).await {
+            let answered = match self.send(region, head, Outgoing::Held(body), trace).await {
                 Ok(answered) => answered,
                 Err(ForwardError::Overloaded(reason)) => {
                     return Err(LegFailure::new(
@@ -371,6 +373,7 @@ impl Proxy {
         route: &FanoutRoute,
         mut parts: Parts,
         regions_seen: &mut Option<String>,
+        trace: Option<&Traced>,
     ) -> Result<Response<Full<Bytes>>, Problem> {
         let routing = self.regions.current();
         let (_, kind) = routing.table.scheme(&route.scheme).ok_or_else(|| {
@@ -409,7 +412,9 @@ impl Proxy {
             let head = forward::copy_head(&parts);
             async move {
                 let started = Instant::now();
-                let answer = self.ask(region, head, Bytes::new(), route.timeout).await;
+                let answer = self
+                    .ask(region, head, Bytes::new(), route.timeout, trace)
+                    .await;
                 (region, started, answer)
             }
         });

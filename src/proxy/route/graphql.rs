@@ -20,6 +20,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::trace::Traced;
 use crate::upstream::body::Inbound;
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, TRANSFER_ENCODING};
@@ -192,6 +193,7 @@ impl Proxy {
         parts: Parts,
         body: Bytes,
         regions_seen: &mut Option<String>,
+        trace: Option<&Traced>,
     ) -> Result<Response<Full<Bytes>>, Problem> {
         let routing = self.regions.current();
         let op: Value = serde_json::from_slice(&body)
@@ -247,11 +249,17 @@ impl Proxy {
                 for_merging(&mut head.headers);
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
-                let judged = self.ask(region, head, body, timeout).await.and_then(|leg| {
-                    serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
-                        LegFailure::new(LegError::NotJson, format!("the answer is not JSON: {e}"))
-                    })
-                });
+                let judged = self
+                    .ask(region, head, body, timeout, trace)
+                    .await
+                    .and_then(|leg| {
+                        serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
+                            LegFailure::new(
+                                LegError::NotJson,
+                                format!("the answer is not JSON: {e}"),
+                            )
+                        })
+                    });
                 let outcome = judged.as_ref().map_or_else(|f| f.error.as_str(), |_| "ok");
                 let answer = judged.map_err(|f| format!("{}: {}", f.error, f.detail));
                 metrics::fanout_leg(

@@ -65,6 +65,11 @@ pub struct JsonRoute {
 }
 
 impl JsonRoute {
+    /// The route's path as written, when it matches `path` (a span's `http.route`).
+    pub(super) fn template(&self, path: &str) -> Option<&str> {
+        self.path.matches(path).then(|| self.path.template())
+    }
+
     /// Whether the route applies to `path` (its body is read next).
     pub(super) fn matches(&self, path: &str) -> bool {
         self.path.matches(path)

@@ -217,7 +217,7 @@ impl Route {
 /// The path a `query:` or `json:` route applies to: exact, or a `matchit` template with
 /// `{name}` and `{*rest}` segments.
 #[derive(Debug)]
-struct PathMatch(matchit::Router<()>);
+struct PathMatch(matchit::Router<()>, String);
 
 impl PathMatch {
     /// Errors: the path does not start with `/`, or is not a template `matchit` takes.
@@ -232,11 +232,16 @@ impl PathMatch {
         router
             .insert(path, ())
             .map_err(|e| RouteError::new("path", format!("path `{path}`: {e}")))?;
-        Ok(PathMatch(router))
+        Ok(PathMatch(router, path.to_owned()))
     }
 
     fn matches(&self, path: &str) -> bool {
         self.0.at(path).is_ok()
+    }
+
+    /// The path or template as written.
+    fn template(&self) -> &str {
+        &self.1
     }
 }
 
@@ -401,6 +406,22 @@ impl Routes {
         let query = parts.uri.query().unwrap_or("");
         self.extract_head(parts.uri.path(), query, |name| {
             headers.get(name).map(HeaderValue::as_bytes)
+        })
+    }
+
+    /// The route template of the first route of `kind` that matches `path`, as a trace's
+    /// `http.route` names it (docs/traces.md): a `path:` template, a `query:` or `json:`
+    /// route's path, a `graphql:`, `fanout:` or `grpc:` endpoint; `None` for a `header:`
+    /// route, which has no path. Asked only for a sampled request, as it matches again.
+    pub fn template(&self, kind: RouteKind, path: &str) -> Option<&str> {
+        self.routes.iter().find_map(|route| match (route, kind) {
+            (Route::Path(paths), RouteKind::Path) => paths.template(path),
+            (Route::Query(q), RouteKind::Query) => q.template(path),
+            (Route::Json(j), RouteKind::Json) => j.template(path),
+            (Route::Graphql(g), RouteKind::Graphql) => (g.path == path).then_some(g.path.as_str()),
+            (Route::Fanout(f), RouteKind::Fanout) => (f.path == path).then_some(f.path.as_str()),
+            (Route::Grpc(g), RouteKind::Grpc) => (g.path == path).then_some(g.path.as_str()),
+            _ => None,
         })
     }
 

@@ -47,6 +47,7 @@ impl Kind for Spec {
         let id = PathId {
             at: IdAt::of(p),
             scheme: scheme_or_default(self.scheme)?,
+            template: p.clone(),
         };
         let at = routes.iter().position(|r| matches!(r, Route::Path(_)));
         let at = at.unwrap_or_else(|| {
@@ -74,13 +75,15 @@ pub struct Paths {
 struct PathId {
     at: IdAt,
     scheme: String,
+    /// The template as written (a span's `http.route`).
+    template: String,
 }
 
 impl Paths {
     /// The id's token in `path`, if a template matches it.
     pub(super) fn token<'q>(&self, path: &'q str) -> Option<Token<'_, 'q>> {
         let matched = self.router.at(path).ok()?;
-        let PathId { at, scheme } = matched.value;
+        let PathId { at, scheme, .. } = matched.value;
         let raw = match *at {
             IdAt::Offset(start) => segment_at(path, start)?,
             IdAt::Param => matched.params.get("id")?,
@@ -89,6 +92,13 @@ impl Paths {
             text: decode_segment(raw),
             scheme,
         })
+    }
+}
+
+impl Paths {
+    /// The template that matches `path`.
+    pub(super) fn template(&self, path: &str) -> Option<&str> {
+        Some(&self.router.at(path).ok()?.value.template)
     }
 }
 

@@ -50,6 +50,11 @@ pub struct QueryRoute {
 }
 
 impl QueryRoute {
+    /// The route's path as written, when it matches `path` (a span's `http.route`).
+    pub(super) fn template(&self, path: &str) -> Option<&str> {
+        self.path.matches(path).then(|| self.path.template())
+    }
+
     /// On a matching path, the id's token in `query` (the target after `?`); `None` when the
     /// path does not match or the parameter is absent or empty (the next route applies).
     ///
