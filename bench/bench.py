@@ -731,6 +731,9 @@ def callgrind(name, cmd, port, work, env=None):
     p.wait(timeout=30)
     total_requests = int(re.search(r"(\d+) requests in", text).group(1))
     dump = f"{out}.1"
+    # CG_KEEP=DIR keeps each proxy's dump there (for callgrind_annotate --auto=yes).
+    if os.environ.get("CG_KEEP"):
+        shutil.copy(dump, os.path.join(os.environ["CG_KEEP"], f"callgrind.{name}"))
     listing = subprocess.run(["callgrind_annotate", "--threshold=100", dump],
                              check=True, capture_output=True, text=True).stdout
     # Functions still on the stack at the dump (thread entry points, `main`) are listed with

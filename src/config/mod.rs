@@ -14,10 +14,10 @@ use crate::source::{Seg, Source, SourceError, SourceErrors};
 mod admin;
 mod files;
 mod policy;
-mod tracing;
+mod traces;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
-pub use tracing::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
+pub use traces::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
 
 pub use policy::{
     CheckPolicy, HealthPolicy, Legacy, LegacyCache, LegacyProbe, Limits, RetryPolicy, Timeouts,
@@ -76,7 +76,7 @@ struct ConfigFile {
     #[serde(default)]
     upgrade_socket: Option<String>,
     #[serde(default)]
-    tracing: Option<tracing::TracingSpec>,
+    tracing: Option<traces::TracingSpec>,
 }
 
 /// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
@@ -487,7 +487,7 @@ impl RouterConfig {
         let tracing = file
             .tracing
             .as_ref()
-            .map(|spec| tracing::settings(spec, source, &mut errors));
+            .map(|spec| traces::settings(spec, source, &mut errors));
         if let (Some(addr), None) = (admin_listen, &admin.token_file) {
             if !addr.ip().is_loopback() {
                 errors.push(source.error_at(

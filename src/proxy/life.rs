@@ -22,7 +22,7 @@ use super::request_id::RequestId;
 use super::{access, Proxy};
 use crate::extract::RouteKind;
 use crate::metrics::{self, RegionMetrics};
-use crate::trace::Traced;
+use crate::trace::{Described, Traced};
 
 /// What is known of one request from its head to its answer.
 pub(crate) struct Life {
@@ -74,15 +74,16 @@ impl Proxy {
             .access_log
             .then(|| Box::new((method().to_owned(), view.path().to_owned())));
         let trace = self.tracing.as_ref().map(|tracing| {
-            let method = method();
-            let traced = tracing.begin(
-                method,
-                origin_path(view.path()),
-                view.values("traceparent"),
-                view.values("tracestate"),
-                || server_attributes(view, method, client),
-            );
-            Box::new(traced)
+            let described = || {
+                let method = method();
+                Described {
+                    method: method.to_owned(),
+                    path: origin_path(view.path()).to_owned(),
+                    attributes: server_attributes(view, method, client),
+                }
+            };
+            let incoming = view.trace_fields();
+            Box::new(tracing.begin(incoming, || view.values("tracestate"), described))
         });
         Life {
             id,

@@ -195,6 +195,9 @@ impl Proxy {
         life: Life,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
         let request_id = life.id.stamp(&mut parts.headers);
+        if let Some(trace) = life.traced() {
+            trace.write_fields(&mut parts.headers);
+        }
         let grpc = crate::extract::grpc::is_grpc(&parts.headers);
         let span = life.span.clone();
         // A map, not an `async` block: one awaiting `phases` would keep it twice, as what it

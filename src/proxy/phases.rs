@@ -43,6 +43,9 @@ pub trait RequestView {
     /// The first `x-request-id` value (read on every request: no name is parsed or searched
     /// for when the codec knows it is absent).
     fn request_id(&self) -> Option<&[u8]>;
+    /// The W3C Trace Context fields (`traceparent`, `tracestate`), in one pass over the
+    /// fields: asked on every request when `tracing:` is on.
+    fn trace_fields(&self) -> crate::trace::Incoming<'_>;
     /// The HTTP version as a trace names it (`network.protocol.version`): `1.0`, `1.1`, `2`.
     fn version(&self) -> &'static str;
     /// The target's authority: `Host`, or HTTP/2's `:authority`.
@@ -109,6 +112,14 @@ impl RequestView for HeadView<'_> {
         self.values("x-request-id").next()
     }
 
+    fn trace_fields(&self) -> crate::trace::Incoming<'_> {
+        let mut incoming = crate::trace::Incoming::default();
+        for field in &self.head.fields {
+            incoming.note(field.name.of(self.buf), field.value.of(self.buf));
+        }
+        incoming
+    }
+
     fn version(&self) -> &'static str {
         match self.head.minor {
             0 => "1.0",
@@ -153,6 +164,14 @@ impl RequestView for Parts {
 
     fn request_id(&self) -> Option<&[u8]> {
         self.value(&super::request_id::HEADER)
+    }
+
+    fn trace_fields(&self) -> crate::trace::Incoming<'_> {
+        let mut incoming = crate::trace::Incoming::default();
+        for (name, value) in &self.headers {
+            incoming.note(name.as_str().as_bytes(), value.as_bytes());
+        }
+        incoming
     }
 
     fn version(&self) -> &'static str {

@@ -83,11 +83,21 @@ fn digit(b: u8) -> Option<u8> {
     }
 }
 
-fn hex(bytes: &[u8], out: &mut [u8]) {
+/// Every byte's two lowercase hex digits: one load per byte written.
+static HEX_PAIRS: [[u8; 2]; 256] = {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    for (i, b) in bytes.iter().enumerate() {
-        out[2 * i] = DIGITS[usize::from(b >> 4)];
-        out[2 * i + 1] = DIGITS[usize::from(b & 0xf)];
+    let mut pairs = [[0u8; 2]; 256];
+    let mut i = 0;
+    while i < 256 {
+        pairs[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
+        i += 1;
+    }
+    pairs
+};
+
+fn hex(bytes: &[u8], out: &mut [u8]) {
+    for (pair, b) in out.chunks_exact_mut(2).zip(bytes) {
+        pair.copy_from_slice(&HEX_PAIRS[usize::from(*b)]);
     }
 }
 

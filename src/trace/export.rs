@@ -27,8 +27,18 @@ use crate::config::OtlpProtocol;
 /// Spans the batch processor sends at once (the SDKs' default).
 const BATCH_SPANS: usize = 512;
 
-/// How long a batch may wait before it is sent.
+/// How long a batch may wait before it is sent, unless `OTEL_BSP_SCHEDULE_DELAY` (ms) says:
+/// shorter than the SDKs' 5 s, so that a trace is there to look at while the request is
+/// still on the operator's mind, and a batch stays small.
 const SCHEDULED_DELAY: Duration = Duration::from_millis(500);
+
+/// `OTEL_BSP_SCHEDULE_DELAY` in ms, or [`SCHEDULED_DELAY`].
+fn scheduled_delay() -> Duration {
+    std::env::var("OTEL_BSP_SCHEDULE_DELAY")
+        .ok()
+        .and_then(|ms| ms.trim().parse::<u64>().ok())
+        .map_or(SCHEDULED_DELAY, Duration::from_millis)
+}
 
 /// The longest one export may take before it counts as failed.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -84,7 +94,7 @@ pub(super) fn processor(
     let config = BatchConfigBuilder::default()
         .with_max_queue_size(max_queue + BATCH_SPANS)
         .with_max_export_batch_size(BATCH_SPANS)
-        .with_scheduled_delay(SCHEDULED_DELAY)
+        .with_scheduled_delay(scheduled_delay())
         .build();
     Ok(Bounded {
         batch: BatchSpanProcessor::new(exporter, config),

@@ -93,7 +93,7 @@ pub trait Exchange {
 
     /// Sends `stamp`'s trace fields (`traceparent`, and `tracestate` or none) with the
     /// attempts after this call, in place of the client's (docs/traces.md). Called before
-    /// each attempt of a traced request.
+    /// each attempt of a sampled request (one that is not carries its fields already).
     fn stamp(&mut self, stamp: Stamp);
 
     /// The status code of an answer's head (its attempt's `CLIENT` span records it).
@@ -197,10 +197,10 @@ pub fn attempts<'a, X: Exchange + 'a>(
             // A retry goes to another upstream, so a region of one never needs the request again.
             let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
             let span = attempt_span(region, upstream, attempt);
-            let mut client_span = trace.map(|t| {
-                let (traced, stamp) = t.attempt(&region.name, upstream.authority.as_str(), attempt);
+            let mut client_span = trace.and_then(|t| {
+                let (traced, stamp) = t.attempt(&region.name, upstream.authority.as_str(), attempt)?;
                 x.stamp(stamp);
-                traced
+                Some(traced)
             });
             let in_flight = state.health.start();
             let sent = std::time::Instant::now();

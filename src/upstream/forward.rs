@@ -79,8 +79,9 @@ pub struct HttpExchange<Aim> {
     watch: Option<Arc<BodyWatch>>,
     retry_ok: bool,
     aim: Aim,
-    /// The trace fields the next attempt sends (docs/traces.md).
-    stamp: Option<Stamp>,
+    /// The trace fields the next attempt sends (docs/traces.md); boxed, as a request without
+    /// tracing carries one word for them.
+    stamp: Option<Box<Stamp>>,
 }
 
 impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> HttpExchange<Aim> {
@@ -118,7 +119,10 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
     }
 
     fn stamp(&mut self, stamp: Stamp) {
-        self.stamp = Some(stamp);
+        match &mut self.stamp {
+            Some(held) => **held = stamp,
+            None => self.stamp = Some(Box::new(stamp)),
+        }
     }
 
     fn status(head: &Response<Inbound>) -> u16 {
@@ -149,9 +153,14 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
                 head.headers.insert(TRACEPARENT.clone(), value);
             }
             match &stamp.tracestate {
-                Some(state) => head.headers.insert(TRACESTATE.clone(), state.clone()),
-                None => head.headers.remove(&TRACESTATE),
-            };
+                Some(state) => {
+                    head.headers.insert(TRACESTATE.clone(), state.clone());
+                }
+                None if stamp.strip_tracestate => {
+                    head.headers.remove(&TRACESTATE);
+                }
+                None => {}
+            }
         }
         let state = &upstream.state;
         let watch = self.watch.as_deref();

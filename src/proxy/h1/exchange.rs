@@ -107,8 +107,9 @@ struct HeadWire<'a, S> {
     close: bool,
     /// The answer's head while it is delivered (its field list goes back to the cache).
     head: ResponseHead,
-    /// The trace fields the next attempt sends (docs/traces.md).
-    stamp: Option<Stamp>,
+    /// The trace fields the next attempt sends (docs/traces.md); boxed, as a request without
+    /// tracing carries one word for them.
+    stamp: Option<Box<Stamp>>,
 }
 
 impl<S> Exchange for HeadWire<'_, S>
@@ -127,7 +128,10 @@ where
     }
 
     fn stamp(&mut self, stamp: Stamp) {
-        self.stamp = Some(stamp);
+        match &mut self.stamp {
+            Some(held) => **held = stamp,
+            None => self.stamp = Some(Box::new(stamp)),
+        }
     }
 
     fn status((_, head): &(RawConn, ResponseHead)) -> u16 {
@@ -144,7 +148,7 @@ where
             self.client,
             &upstream.state,
             self.out,
-            self.stamp.as_ref(),
+            self.stamp.as_deref(),
             connects,
         )
     }

@@ -246,7 +246,7 @@ impl Proxy {
         }
         let buf = client.pending();
         let planned = planned.and_then(|(planned, framing)| {
-            let outbound = self.h1_outbound(buf, head, addr, &life.id, framing, planned.said)?;
+            let outbound = self.h1_outbound(buf, head, addr, &life, framing, planned.said)?;
             Ok((planned, outbound))
         });
         let (planned, outbound) = match planned {
@@ -389,7 +389,7 @@ impl Proxy {
         buf: &[u8],
         head: &RequestHead,
         addr: &ClientAddr,
-        id: &RequestId,
+        life: &Life,
         framing: Framing,
         said: Option<crate::extract::Access>,
     ) -> Result<Outbound, (Problem, bool)> {
@@ -441,9 +441,9 @@ impl Proxy {
                     _ => self.via.http11.as_bytes(),
                 },
                 preserve_host: self.config.preserve_host,
-                request_id: id.as_bytes(),
+                request_id: life.id.as_bytes(),
                 nominates: head.seen.has(Seen::CONNECTION),
-                traced: self.tracing.is_some(),
+                trace: life.traced(),
             },
         );
         match framing {

@@ -103,9 +103,10 @@ pub struct RawForwarding<'a> {
     pub request_id: &'a [u8],
     /// The request has a `Connection` line (else its nominations are not looked for).
     pub nominates: bool,
-    /// The request is traced (docs/traces.md): the client's `traceparent` and `tracestate`
-    /// are left out, as each attempt writes its own.
-    pub traced: bool,
+    /// The request's trace (docs/traces.md): the client's `traceparent` and `tracestate`
+    /// are left out, and the trace's written when they are the same for every attempt
+    /// (each attempt of a sampled request writes its own).
+    pub trace: Option<&'a crate::trace::Traced>,
 }
 
 /// Writes the fields of a request going upstream: the client's fields under docs/data-path.md's
@@ -137,7 +138,7 @@ pub fn write_request_fields(
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
             || nominated.has(name)
-            || (f.traced
+            || (f.trace.is_some()
                 && (name.eq_ignore_ascii_case(b"traceparent")
                     || name.eq_ignore_ascii_case(b"tracestate")));
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
@@ -196,6 +197,12 @@ pub fn write_request_fields(
         write::field(out, b"X-Forwarded-Client-Cert", cert.as_bytes());
     }
     write::field(out, b"X-Request-Id", f.request_id);
+    if let Some((traceparent, tracestate)) = f.trace.and_then(crate::trace::Traced::fields) {
+        write::field(out, b"traceparent", traceparent);
+        if let Some(state) = tracestate {
+            write::field(out, b"tracestate", state.as_bytes());
+        }
+    }
 }
 
 /// Writes the fields of a response going back: hop-by-hop and nominated fields removed,
@@ -248,7 +255,7 @@ X-Request-Id: old\r\nVia: 1.1 edge\r\n\r\n";
             preserve_host: false,
             request_id: b"rid",
             nominates: true,
-            traced: false,
+            trace: None,
         };
         let mut out = Vec::new();
         write_request_fields(&mut out, buf, &head.fields, &f);
