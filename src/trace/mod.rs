@@ -192,6 +192,7 @@ impl Tracing {
         };
         // A client's `tracestate` that goes on with no adopted parent is removed.
         let strip_tracestate = incoming.tracestate && adopted_state.is_none();
+        let client_fields = incoming.traceparents > 0 || incoming.tracestate;
         let random = random();
         if !self.sampling.sampled(adopted.as_ref(), random) {
             // Not sampled: the trace goes on, flagged so, with this edge's span id.
@@ -204,6 +205,7 @@ impl Tracing {
                 traceparent: format(trace_id, SpanId::from(random_nonzero()), false),
                 tracestate: adopted_state,
                 strip_tracestate,
+                client_fields,
             };
         }
         let parent = match adopted {
@@ -213,19 +215,19 @@ impl Tracing {
             }
             None => Context::new(),
         };
-        let builder = self
-            .tracer
-            .span_builder("request")
-            .with_kind(SpanKind::Server);
-        let mut span = self.tracer.build_with_context(builder, &parent);
-        let sc = span.span_context();
-        let traceparent = format(sc.trace_id(), sc.span_id(), sc.is_sampled());
         let Described {
             method,
             path,
             attributes,
         } = describe();
-        span.set_attributes(attributes);
+        let builder = self
+            .tracer
+            .span_builder("request")
+            .with_kind(SpanKind::Server)
+            .with_attributes(attributes);
+        let span = self.tracer.build_with_context(builder, &parent);
+        let sc = span.span_context();
+        let traceparent = format(sc.trace_id(), sc.span_id(), sc.is_sampled());
         Traced {
             server: Some(Server {
                 cx: Context::new().with_span(span),
@@ -237,6 +239,7 @@ impl Tracing {
             traceparent,
             tracestate: adopted_state,
             strip_tracestate,
+            client_fields,
         }
     }
 }
@@ -309,6 +312,8 @@ pub struct Traced {
     tracestate: Option<http::HeaderValue>,
     /// The request has `tracestate` lines that do not go on.
     strip_tracestate: bool,
+    /// The request came with trace fields of its own (to leave out of what goes upstream).
+    client_fields: bool,
 }
 
 /// [`random`], never 0 (an id of zeros is invalid).
@@ -340,6 +345,12 @@ impl Traced {
             text.get(3..35).unwrap_or(""),
             text.get(36..52).unwrap_or(""),
         )
+    }
+
+    /// Whether the request came with `traceparent` or `tracestate` fields of its own, which
+    /// must not go upstream beside the router's.
+    pub fn client_fields(&self) -> bool {
+        self.client_fields
     }
 
     /// Whether the request is sampled (its spans are recorded and exported).

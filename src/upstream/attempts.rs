@@ -198,7 +198,8 @@ pub fn attempts<'a, X: Exchange + 'a>(
             let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
             let span = attempt_span(region, upstream, attempt);
             let mut client_span = trace.and_then(|t| {
-                let (traced, stamp) = t.attempt(&region.name, upstream.authority.as_str(), attempt)?;
+                let (traced, stamp) =
+                    t.attempt(&region.name, upstream.authority.as_str(), attempt)?;
                 x.stamp(stamp);
                 Some(traced)
             });

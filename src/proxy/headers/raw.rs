@@ -128,6 +128,8 @@ pub fn write_request_fields(
         write::field(out, b"Host", host);
     }
     let mut prior_xff = 0;
+    // Only looked for when the request came with some (its trace fields are the router's).
+    let client_trace = f.trace.is_some_and(crate::trace::Traced::client_fields);
     for field in fields {
         let name = field.name.of(buf);
         let dropped = is_hop_by_hop(name)
@@ -138,7 +140,7 @@ pub fn write_request_fields(
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
             || nominated.has(name)
-            || (f.trace.is_some()
+            || (client_trace
                 && (name.eq_ignore_ascii_case(b"traceparent")
                     || name.eq_ignore_ascii_case(b"tracestate")));
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
