@@ -52,20 +52,7 @@ fn rid(case: &str) -> String {
 /// Every route kind of this file, `legacy: probe`, nothing unrouted (a request no route
 /// routes is a 404, not a silent success), the access log on.
 fn config() -> ConfigYaml {
-    ConfigYaml::new()
-        .route_path("/v1/orders/{id}")
-        .route_header("x-entity-id")
-        .route_graphql("/graphql")
-        .route("{ fanout: /v1/list, scheme: iuid, items: /items, id_field: id, timeout_ms: 2000 }")
-        .route("{ path: /v1/rides, query: order_id }")
-        .route("{ path: /v1/payments, json: /order_id }")
-        .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
-        .unrouted("reject")
-        .timeouts(500, 5000, 10_000)
-        .watch(false)
-        .extra("access_log: true")
-        .extra("legacy: probe")
-        .extra("legacy_probe: { budget_percent: 100, min_per_second: 1000 }")
+    common::every_route_kind()
 }
 
 /// Regions `eu`, `us`, `ap` (countries 3, 2, 1), one `common::Upstream` each.

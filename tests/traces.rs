@@ -48,24 +48,22 @@ fn traceparent(trace: &str) -> String {
 /// The route kinds of tests/request_life.rs, `legacy: probe`, exporting to `receiver` over
 /// `protocol`, every trace sampled, as edge `edge-eu`.
 fn config(receiver: &Receiver, protocol: &str) -> ConfigYaml {
-    ConfigYaml::new()
-        .route_path("/v1/orders/{id}")
-        .route_header("x-entity-id")
-        .route_graphql("/graphql")
-        .route("{ fanout: /v1/list, scheme: iuid, items: /items, id_field: id, timeout_ms: 2000 }")
-        .route("{ path: /v1/rides, query: order_id }")
-        .route("{ path: /v1/payments, json: /order_id }")
-        .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
-        .unrouted("reject")
-        .timeouts(500, 5000, 10_000)
-        .watch(false)
-        .extra("access_log: true")
-        .extra("legacy: probe")
-        .extra("legacy_probe: { budget_percent: 100, min_per_second: 1000 }")
+    common::every_route_kind()
         .extra(&format!(
             "tracing: {{ otlp: {{ endpoint: \"{}\", protocol: {protocol} }}, service_name: edge-eu, sample_ratio: 1.0 }}",
             receiver.endpoint()
         ))
+}
+
+/// GETs `path` from `router` with `headers`; the answer must be `status` (its body is read).
+async fn get(router: &Router, path: &str, headers: &[(&str, &str)], status: u16) {
+    let mut req = client().get(router.url(path));
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    let resp = req.send().await.expect("answer");
+    assert_eq!(resp.status(), status, "GET {path}");
+    resp.bytes().await.expect("body");
 }
 
 /// Regions `eu`, `us`, `ap` (countries 3, 2, 1); `ap`'s upstream is returned.
@@ -284,13 +282,13 @@ async fn fanout_has_a_client_span_per_region() {
     let table = common::three_regions("traces", &lists[0].url(), &lists[1].url(), &lists[2].url());
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url("/v1/list"))
-        .header("traceparent", traceparent(&trace))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        "/v1/list",
+        &[("traceparent", &traceparent(&trace))],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 4).await;
     let (server, clients) = tree(case, &spans, CALLER);
     assert_eq!(server.name, "GET /v1/list", "{case}");
@@ -308,13 +306,13 @@ async fn a_retry_is_a_second_client_span() {
     let table = common::lettered_table("traces", &[&[url(closed), live.url()]]);
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", traceparent(&trace))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[("traceparent", &traceparent(&trace))],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 3).await;
     let (_, mut clients) = tree(case, &spans, CALLER);
     clients.sort_by_key(|c| c.attr("http.request.resend_count").to_owned());
@@ -416,13 +414,13 @@ async fn legacy_probe_has_a_client_span_per_region() {
     );
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url(&format!("/v1/orders/{LEGACY}")))
-        .header("traceparent", traceparent(&trace))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &format!("/v1/orders/{LEGACY}"),
+        &[("traceparent", &traceparent(&trace))],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 3).await;
     let (server, clients) = tree(case, &spans, CALLER);
     assert_eq!(regions(&clients), ["eu", "us"], "{case}");
@@ -532,13 +530,13 @@ async fn http_protobuf_export() {
     let (table, ap) = three().await;
     let router = Router::start(&config(&receiver, "http/protobuf").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", traceparent(&trace))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[("traceparent", &traceparent(&trace))],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 2).await;
     check_ap(
         case,
@@ -559,14 +557,13 @@ async fn an_invalid_traceparent_is_dropped() {
     let (table, ap) = three().await;
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let bad = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", bad)
-        .header("tracestate", "vendor=1")
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[("traceparent", bad), ("tracestate", "vendor=1")],
+        200,
+    )
+    .await;
     let received = ap.last();
     let sent: Vec<&str> = received
         .headers
@@ -599,14 +596,16 @@ async fn an_untrusted_traceparent_starts_a_new_trace() {
     );
     let router = Router::start(&yaml, &table).await;
     let caller = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", traceparent(&caller))
-        .header("tracestate", "vendor=1")
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[
+            ("traceparent", &traceparent(&caller)),
+            ("tracestate", "vendor=1"),
+        ],
+        200,
+    )
+    .await;
     let received = ap.last();
     let sent = received.headers.get("traceparent").expect("traceparent");
     let sent = sent.to_str().expect("text");
@@ -651,14 +650,16 @@ async fn a_caller_that_did_not_sample_is_followed() {
     let (table, ap) = three().await;
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", format!("00-{trace}-{CALLER}-00"))
-        .header("x-request-id", "not-sampled-1")
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[
+            ("traceparent", &format!("00-{trace}-{CALLER}-00")),
+            ("x-request-id", "not-sampled-1"),
+        ],
+        200,
+    )
+    .await;
     let sent = ap
         .last()
         .headers
@@ -687,12 +688,7 @@ async fn sample_ratio_zero_exports_nothing() {
         .replace("sample_ratio: 1.0", "sample_ratio: 0");
     let router = Router::start(&yaml, &table).await;
     for _ in 0..5 {
-        let resp = client()
-            .get(router.url(&order_path()))
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(resp.status(), 200, "{case}");
+        get(&router, &order_path(), &[], 200).await;
     }
     let sent = ap
         .last()
@@ -725,13 +721,13 @@ async fn two_edges_one_trace() {
         .replace("region: edge", "region: edge-us");
     let outer = Router::start(&outer_yaml, &outer_table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(outer.url(&order_path()))
-        .header("traceparent", traceparent(&trace))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &outer,
+        &order_path(),
+        &[("traceparent", &traceparent(&trace))],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 4).await;
     assert_eq!(spans.len(), 4, "{case}: {spans:#?}");
     let of = |service: &str, kind: i32| -> &Span {
@@ -772,21 +768,21 @@ async fn errors_set_the_span_status() {
     let table = common::three_regions("traces", &failing, &failing, &failing);
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let refused = trace_id();
-    let resp = client()
-        .get(router.url("/v1/orders/not-an-id"))
-        .header("traceparent", traceparent(&refused))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 400, "{case}");
+    get(
+        &router,
+        "/v1/orders/not-an-id",
+        &[("traceparent", &traceparent(&refused))],
+        400,
+    )
+    .await;
     let failed = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", traceparent(&failed))
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 503, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[("traceparent", &traceparent(&failed))],
+        503,
+    )
+    .await;
 
     let spans = receiver.trace(&refused, 1).await;
     let (server, clients) = tree(case, &spans, CALLER);
@@ -821,14 +817,16 @@ async fn the_access_log_line_carries_the_ids() {
     let (table, _ap) = three().await;
     let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
     let trace = trace_id();
-    let resp = client()
-        .get(router.url(&order_path()))
-        .header("traceparent", traceparent(&trace))
-        .header("x-request-id", "traces-access-log")
-        .send()
-        .await
-        .expect("answer");
-    assert_eq!(resp.status(), 200, "{case}");
+    get(
+        &router,
+        &order_path(),
+        &[
+            ("traceparent", &traceparent(&trace)),
+            ("x-request-id", "traces-access-log"),
+        ],
+        200,
+    )
+    .await;
     let spans = receiver.trace(&trace, 2).await;
     let (server, _) = tree(case, &spans, CALLER);
     let lines = common::spans::access_lines("traces-access-log");
@@ -864,12 +862,7 @@ async fn a_collector_that_is_down_costs_no_request() {
     let before = dropped().await;
     for _ in 0..20 {
         let started = std::time::Instant::now();
-        let resp = client()
-            .get(router.url(&order_path()))
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(resp.status(), 200, "{case}");
+        get(&router, &order_path(), &[], 200).await;
         assert!(started.elapsed() < Duration::from_secs(2), "{case}");
     }
     common::eventually(Duration::from_secs(10), || async {
@@ -906,12 +899,7 @@ async fn a_full_queue_drops_and_counts() {
     let before = dropped().await;
     let started = std::time::Instant::now();
     for _ in 0..50 {
-        let resp = client()
-            .get(router.url(&order_path()))
-            .send()
-            .await
-            .expect("answer");
-        assert_eq!(resp.status(), 200, "{case}");
+        get(&router, &order_path(), &[], 200).await;
     }
     assert!(
         started.elapsed() < Duration::from_secs(5),

@@ -373,6 +373,28 @@ impl Default for ConfigYaml {
 
 /// The config of the REST routing tests: `/v1/orders/{id}` (alone and with a rest), the
 /// `x-entity-id` header, unrouted requests to the default region, no file watch. A builder,
+/// Every route kind (`path:` /v1/orders/{id}, `header:` x-entity-id, `graphql:` /graphql,
+/// `fanout:` /v1/list, `query:` /v1/rides?order_id, `json:` /v1/payments /order_id, `grpc:`
+/// orders.v1.Orders/GetOrder field 1), `legacy: probe` with every legacy request probed,
+/// nothing unrouted (a request no route routes is a 404, not a silent success), the access
+/// log on: the request life's and the traces' tests.
+pub fn every_route_kind() -> ConfigYaml {
+    ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .route_header("x-entity-id")
+        .route_graphql("/graphql")
+        .route("{ fanout: /v1/list, scheme: iuid, items: /items, id_field: id, timeout_ms: 2000 }")
+        .route("{ path: /v1/rides, query: order_id }")
+        .route("{ path: /v1/payments, json: /order_id }")
+        .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
+        .unrouted("reject")
+        .timeouts(500, 5000, 10_000)
+        .watch(false)
+        .extra("access_log: true")
+        .extra("legacy: probe")
+        .extra("legacy_probe: { budget_percent: 100, min_per_second: 1000 }")
+}
+
 /// so a test can change a key of it.
 pub fn orders_config() -> ConfigYaml {
     ConfigYaml::new()
