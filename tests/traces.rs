@@ -79,6 +79,28 @@ async fn three() -> (String, Upstream) {
     )
 }
 
+/// A receiver, [`three`] and a router of [`config`] in front of them exporting over gRPC:
+/// (receiver, `ap`'s upstream, router).
+async fn traced_three() -> (Receiver, Upstream, Router) {
+    let receiver = Receiver::start().await;
+    let (table, ap) = three().await;
+    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    (receiver, ap, router)
+}
+
+/// The one `traceparent` the last request `upstream` received carried.
+fn sent_traceparent(upstream: &Upstream) -> String {
+    let received = upstream.last();
+    let sent: Vec<&str> = received
+        .headers
+        .get_all("traceparent")
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .collect();
+    assert_eq!(sent.len(), 1, "one traceparent upstream: {sent:?}");
+    sent[0].to_owned()
+}
+
 fn order_path() -> String {
     format!("/v1/orders/{}", iuid_for(1))
 }
@@ -182,9 +204,7 @@ async fn ap_case(
     route: Option<&str>,
     request: impl FnOnce(&reqwest::Client, &Router) -> reqwest::RequestBuilder,
 ) {
-    let receiver = Receiver::start().await;
-    let (table, ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (receiver, ap, router) = traced_three().await;
     let trace = trace_id();
     let resp = request(&http, &router)
         .header("traceparent", traceparent(&trace))
@@ -334,14 +354,9 @@ async fn a_retry_is_a_second_client_span() {
         live.addr.port().to_string(),
         "{case}"
     );
-    let sent = live
-        .last()
-        .headers
-        .get("traceparent")
-        .cloned()
-        .expect("traceparent");
+    let sent = sent_traceparent(&live);
     assert_eq!(
-        sent.to_str().ok(),
+        Some(sent.as_str()),
         Some(format!("00-{trace}-{}-01", second.span_id).as_str()),
         "{case}: the retry's own span is the parent upstream"
     );
@@ -352,9 +367,7 @@ async fn a_retry_is_a_second_client_span() {
 #[tokio::test(flavor = "multi_thread")]
 async fn bridged_absolute_form_target() {
     let case = "bridged-absolute";
-    let receiver = Receiver::start().await;
-    let (table, ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (receiver, ap, router) = traced_three().await;
     let trace = trace_id();
     let request = format!(
         "GET http://shop.example{} HTTP/1.1\r\nHost: shop.example\r\ntraceparent: {}\r\nConnection: close\r\n\r\n",
@@ -553,9 +566,7 @@ async fn http_protobuf_export() {
 #[tokio::test(flavor = "multi_thread")]
 async fn an_invalid_traceparent_is_dropped() {
     let case = "invalid";
-    let receiver = Receiver::start().await;
-    let (table, ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (receiver, ap, router) = traced_three().await;
     let bad = "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01";
     get(
         &router,
@@ -606,11 +617,9 @@ async fn an_untrusted_traceparent_starts_a_new_trace() {
         200,
     )
     .await;
-    let received = ap.last();
-    let sent = received.headers.get("traceparent").expect("traceparent");
-    let sent = sent.to_str().expect("text");
+    let sent = sent_traceparent(&ap);
     assert!(!sent.contains(&caller), "{case}: {sent}");
-    assert!(received.headers.get("tracestate").is_none(), "{case}");
+    assert!(ap.last().headers.get("tracestate").is_none(), "{case}");
     let spans = receiver.trace(&sent[3..35], 2).await;
     let (server, _) = tree(case, &spans, "");
     assert_eq!(server.parent, "", "{case}: a root span");
@@ -619,9 +628,7 @@ async fn an_untrusted_traceparent_starts_a_new_trace() {
 /// A trusted caller's `tracestate` goes on with its trace.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_trusted_tracestate_goes_on() {
-    let receiver = Receiver::start().await;
-    let (table, ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (_receiver, ap, router) = traced_three().await;
     let trace = trace_id();
     let resp = client()
         .get(router.url(&order_path()))
@@ -646,9 +653,7 @@ async fn a_trusted_tracestate_goes_on() {
 #[tokio::test(flavor = "multi_thread")]
 async fn a_caller_that_did_not_sample_is_followed() {
     let case = "not-sampled";
-    let receiver = Receiver::start().await;
-    let (table, ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (receiver, ap, router) = traced_three().await;
     let trace = trace_id();
     get(
         &router,
@@ -660,13 +665,7 @@ async fn a_caller_that_did_not_sample_is_followed() {
         200,
     )
     .await;
-    let sent = ap
-        .last()
-        .headers
-        .get("traceparent")
-        .cloned()
-        .expect("traceparent");
-    let sent = sent.to_str().expect("text");
+    let sent = sent_traceparent(&ap);
     assert!(sent.starts_with(&format!("00-{trace}-")), "{case}: {sent}");
     assert!(sent.ends_with("-00"), "{case}: {sent}");
     assert!(
@@ -690,13 +689,8 @@ async fn sample_ratio_zero_exports_nothing() {
     for _ in 0..5 {
         get(&router, &order_path(), &[], 200).await;
     }
-    let sent = ap
-        .last()
-        .headers
-        .get("traceparent")
-        .cloned()
-        .expect("traceparent");
-    assert!(sent.to_str().expect("text").ends_with("-00"), "{case}");
+    let sent = sent_traceparent(&ap);
+    assert!(sent.ends_with("-00"), "{case}");
     tokio::time::sleep(Duration::from_millis(1500)).await;
     assert!(
         receiver.spans().is_empty(),
@@ -742,14 +736,9 @@ async fn two_edges_one_trace() {
     assert_eq!(outer_client.parent, outer_server.span_id, "{case}");
     assert_eq!(inner_server.parent, outer_client.span_id, "{case}");
     assert_eq!(inner_client.parent, inner_server.span_id, "{case}");
-    let sent = ap
-        .last()
-        .headers
-        .get("traceparent")
-        .cloned()
-        .expect("traceparent");
+    let sent = sent_traceparent(&ap);
     assert_eq!(
-        sent.to_str().ok(),
+        Some(sent.as_str()),
         Some(format!("00-{trace}-{}-01", inner_client.span_id).as_str()),
         "{case}"
     );
@@ -813,9 +802,7 @@ async fn errors_set_the_span_status() {
 async fn the_access_log_line_carries_the_ids() {
     common::spans::install();
     let case = "access-log";
-    let receiver = Receiver::start().await;
-    let (table, _ap) = three().await;
-    let router = Router::start(&config(&receiver, "grpc").yaml(), &table).await;
+    let (receiver, _ap, router) = traced_three().await;
     let trace = trace_id();
     get(
         &router,
