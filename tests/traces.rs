@@ -825,27 +825,34 @@ async fn the_access_log_line_carries_the_ids() {
 
 // ---- a collector away or slow ---------------------------------------------------------
 
+/// A router of one `path:` route in front of [`three`], every trace sampled, with `tracing:`
+/// keys `otlp` (where spans go).
+async fn exporting_to(otlp: &str) -> Router {
+    let (table, _ap) = three().await;
+    let yaml = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .extra(&format!("tracing: {{ {otlp}, sample_ratio: 1.0 }}"))
+        .yaml();
+    Router::start(&yaml, &table).await
+}
+
+/// `iuid_router_trace_spans_dropped_total{reason}` of `router`.
+async fn dropped(router: &Router, reason: &str) -> f64 {
+    let label = format!("reason=\"{reason}\"");
+    router
+        .metric("iuid_router_trace_spans_dropped_total", &[label.as_str()])
+        .await
+}
+
 /// Nothing listens where spans go: every request is answered as without tracing, and the
 /// spans that could not be exported are counted.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_collector_that_is_down_costs_no_request() {
     let case = "collector-down";
     let down = free_port();
-    let (table, _ap) = three().await;
-    let yaml = ConfigYaml::new()
-        .route_path("/v1/orders/{id}")
-        .watch(false)
-        .extra(&format!(
-            "tracing: {{ otlp: {{ endpoint: \"http://{down}\" }}, sample_ratio: 1.0 }}"
-        ))
-        .yaml();
-    let router = Router::start(&yaml, &table).await;
-    let dropped = || {
-        router.metric(
-            "iuid_router_trace_spans_dropped_total",
-            &["reason=\"export_failed\""],
-        )
-    };
+    let router = exporting_to(&format!("otlp: {{ endpoint: \"http://{down}\" }}")).await;
+    let dropped = || dropped(&router, "export_failed");
     let before = dropped().await;
     for _ in 0..20 {
         let started = std::time::Instant::now();
@@ -868,21 +875,11 @@ async fn a_collector_that_is_down_costs_no_request() {
 async fn a_full_queue_drops_and_counts() {
     let case = "queue-full";
     let hanging = common::hanging_upstream().await;
-    let (table, _ap) = three().await;
-    let yaml = ConfigYaml::new()
-        .route_path("/v1/orders/{id}")
-        .watch(false)
-        .extra(&format!(
-            "tracing: {{ otlp: {{ endpoint: \"http://{hanging}\", protocol: http/protobuf }}, sample_ratio: 1.0, max_queue_spans: 4 }}"
-        ))
-        .yaml();
-    let router = Router::start(&yaml, &table).await;
-    let dropped = || {
-        router.metric(
-            "iuid_router_trace_spans_dropped_total",
-            &["reason=\"queue_full\""],
-        )
-    };
+    let router = exporting_to(&format!(
+        "otlp: {{ endpoint: \"http://{hanging}\", protocol: http/protobuf }}, max_queue_spans: 4"
+    ))
+    .await;
+    let dropped = || dropped(&router, "queue_full");
     let before = dropped().await;
     let started = std::time::Instant::now();
     for _ in 0..50 {
