@@ -83,7 +83,7 @@ impl Proxy {
                 }
             };
             let incoming = view.trace_fields();
-            Box::new(tracing.begin(incoming, || view.values("tracestate"), described))
+            tracing.begin(incoming, || view.values("tracestate"), described)
         });
         Life {
             id,
@@ -166,22 +166,28 @@ impl Life {
                 started: self.started,
             });
         }
+        if let Some(trace) = self.trace.take() {
+            Traced::done(trace);
+        }
     }
 }
 
 /// A sampled request's `SERVER` span attributes (OpenTelemetry HTTP semantic conventions).
 fn server_attributes<V: RequestView>(view: &V, method: &str, client: &ClientAddr) -> Vec<KeyValue> {
-    let text = |b: &[u8]| String::from_utf8_lossy(b).into_owned();
-    let mut attributes = vec![
+    // Room for those `Traced::refused` and `Traced::finish` add: the span's list never grows.
+    let mut attributes = Vec::with_capacity(16);
+    attributes.extend([
         KeyValue::new("http.request.method", method.to_owned()),
         KeyValue::new("url.path", origin_path(view.path()).to_owned()),
         KeyValue::new("url.scheme", if client.tls { "https" } else { "http" }),
-        KeyValue::new("network.protocol.name", "http"),
         KeyValue::new("network.protocol.version", view.version()),
-        KeyValue::new("client.address", text(client.ip_text())),
-    ];
+        KeyValue::new(
+            "client.address",
+            String::from_utf8_lossy(client.ip_text()).into_owned(),
+        ),
+    ]);
     if let Some(authority) = view.authority() {
-        let authority = text(authority);
+        let authority = String::from_utf8_lossy(authority);
         let (host, port) = crate::trace::host_and_port(&authority);
         attributes.push(KeyValue::new("server.address", host.to_owned()));
         if let Some(port) = port {

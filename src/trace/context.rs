@@ -10,8 +10,35 @@ use opentelemetry::trace::{SpanId, TraceFlags, TraceId};
 /// The length of a version-00 `traceparent` value, in bytes.
 pub const TRACEPARENT_LEN: usize = 55;
 
-/// A `traceparent` value as sent: 55 ASCII bytes.
-pub type Traceparent = [u8; TRACEPARENT_LEN];
+/// `traceparent: `, before the value on its field line.
+const LINE_NAME: &[u8; 13] = b"traceparent: ";
+
+/// The length of a `traceparent` field line as an HTTP/1.1 head carries it, in bytes:
+/// `traceparent: <value>\r\n`.
+pub const TRACEPARENT_LINE_LEN: usize = LINE_NAME.len() + TRACEPARENT_LEN + 2;
+
+/// A version-00 `traceparent` as sent: its whole field line (ASCII), so that an HTTP/1.1
+/// head takes it in one copy and `http` parts take [`Traceparent::value`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct Traceparent([u8; TRACEPARENT_LINE_LEN]);
+
+impl Traceparent {
+    /// The value: 55 bytes, `00-{trace}-{span}-{flags}`.
+    pub fn value(&self) -> &[u8] {
+        &self.0[LINE_NAME.len()..LINE_NAME.len() + TRACEPARENT_LEN]
+    }
+
+    /// The field line, `traceparent: {value}\r\n`.
+    pub fn line(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Traceparent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.value()))
+    }
+}
 
 /// A parsed `traceparent`: the caller's trace, its span (the parent id), and its flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,25 +87,100 @@ pub fn parse(value: &[u8]) -> Option<Parent> {
 
 /// Writes the version-00 `traceparent` of a span: `00-{trace}-{span}-{flags}`.
 pub fn format(trace_id: TraceId, span_id: SpanId, sampled: bool) -> Traceparent {
-    let mut out = [b'-'; TRACEPARENT_LEN];
-    out[0] = b'0';
-    out[1] = b'0';
-    // Fixed bounds: unrolled, no bounds checks (callgrind: 150 → 60 instructions).
-    let trace = trace_id.to_bytes();
-    for i in 0..16 {
-        let [high, low] = HEX_PAIRS[usize::from(trace[i])];
-        out[3 + 2 * i] = high;
-        out[4 + 2 * i] = low;
+    let trace = u128::from_be_bytes(trace_id.to_bytes());
+    let span = u64::from_be_bytes(span_id.to_bytes());
+    let mut line = Traceparent::BLANK;
+    line.set_ids(
+        &hex16((trace >> 64) as u64),
+        &hex16(trace as u64),
+        &hex16(span),
+    );
+    line.0[VALUE + 54] = if sampled { b'1' } else { b'0' };
+    line
+}
+
+/// Where the value starts on the line.
+const VALUE: usize = LINE_NAME.len();
+
+impl Traceparent {
+    /// `traceparent: 00-{32 zeros}-{16 zeros}-00\r\n`: the line with its ids to write and
+    /// not sampled.
+    pub const BLANK: Traceparent = {
+        let mut line = [b'0'; TRACEPARENT_LINE_LEN];
+        let mut i = 0;
+        while i < VALUE {
+            line[i] = LINE_NAME[i];
+            i += 1;
+        }
+        line[VALUE + 2] = b'-';
+        line[VALUE + 35] = b'-';
+        line[VALUE + 52] = b'-';
+        line[VALUE + 55] = b'\r';
+        line[VALUE + 56] = b'\n';
+        Traceparent(line)
+    };
+
+    /// Writes the ids of a request that is not sampled into a [`Traceparent::BLANK`] in
+    /// place, in fewer instructions than `format` (callgrind: 134 → 74 a request), as nobody
+    /// reads them as numbers: `high`, the trace id's first 16 digits (the adopted parent's,
+    /// or `random_digits`); `low`, the trace id's low 64 bits, whose value the ratio sampler
+    /// compared (written exactly); `span`, 64 random bits, not 0, made digits by
+    /// `random_digits`.
+    pub fn set_unsampled(&mut self, high: &[u8; 16], low: u64, span: u64) {
+        self.set_ids(high, &hex16(low), &random_digits(span));
     }
-    let span = span_id.to_bytes();
-    for i in 0..8 {
-        let [high, low] = HEX_PAIRS[usize::from(span[i])];
-        out[36 + 2 * i] = high;
-        out[37 + 2 * i] = low;
+
+    fn set_ids(&mut self, high: &[u8; 16], low: &[u8; 16], span: &[u8; 16]) {
+        self.0[VALUE + 3..VALUE + 19].copy_from_slice(high);
+        self.0[VALUE + 19..VALUE + 35].copy_from_slice(low);
+        self.0[VALUE + 36..VALUE + 52].copy_from_slice(span);
     }
-    out[53] = b'0';
-    out[54] = if sampled { b'1' } else { b'0' };
+}
+
+/// The first 16 digits of a valid `traceparent`'s trace id (one [`parse`] accepted), as
+/// [`Traceparent::set_unsampled`] takes them.
+pub fn trace_high_digits(value: &[u8]) -> Option<[u8; 16]> {
+    value.get(3..19)?.try_into().ok()
+}
+
+/// 16 hex digits from 64 random bits, one nibble each, in an order that is not the bits'
+/// (so the digits' value is a permutation of `bits`: 0 only when `bits` is). Two masks and
+/// no spreading: a third of [`hex16`]'s instructions.
+pub fn random_digits(bits: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&digits(bits & every_byte(0x0F)));
+    out[8..].copy_from_slice(&digits(bits >> 4 & every_byte(0x0F)));
     out
+}
+
+/// The 16 lowercase hex digits of `x`, most significant first.
+fn hex16(x: u64) -> [u8; 16] {
+    let mut out = [0; 16];
+    out[..8].copy_from_slice(&hex8((x >> 32) as u32));
+    out[8..].copy_from_slice(&hex8(x as u32));
+    out
+}
+
+/// The 8 lowercase hex digits of `x`, most significant first, computed in one word: each
+/// nibble spread into a byte of its own, then made a digit.
+fn hex8(x: u32) -> [u8; 8] {
+    let mut n = u64::from(x);
+    n = (n | n << 16) & 0x0000_FFFF_0000_FFFF;
+    n = (n | n << 8) & 0x00FF_00FF_00FF_00FF;
+    n = (n | n << 4) & every_byte(0x0F);
+    digits(n)
+}
+
+/// Eight bytes of nibbles (0 to 15 each) as their lowercase hex digits, the most
+/// significant byte first.
+fn digits(nibbles: u64) -> [u8; 8] {
+    // A nibble over 9 carries into bit 4 when 6 is added.
+    let letters = ((nibbles + every_byte(6)) >> 4) & every_byte(1);
+    (nibbles + every_byte(b'0') + letters * u64::from(b'a' - b'0' - 10)).to_be_bytes()
+}
+
+const fn every_byte(b: u8) -> u64 {
+    u64::from_ne_bytes([b; 8])
 }
 
 /// Two lowercase hex digits as a byte.
@@ -93,18 +195,6 @@ fn digit(b: u8) -> Option<u8> {
         _ => None,
     }
 }
-
-/// Every byte's two lowercase hex digits: one load per byte written.
-static HEX_PAIRS: [[u8; 2]; 256] = {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut pairs = [[0u8; 2]; 256];
-    let mut i = 0;
-    while i < 256 {
-        pairs[i] = [DIGITS[i >> 4], DIGITS[i & 0xf]];
-        i += 1;
-    }
-    pairs
-};
 
 /// Whether `value` may be sent as `tracestate` (§3.3): visible ASCII, spaces and tabs, at most
 /// 512 bytes as the specification asks a vendor to keep, 32 list members at most.
@@ -126,7 +216,9 @@ mod tests {
     fn the_specifications_example_reads_and_writes_back() {
         let p = parse(VALID).expect("valid");
         assert!(p.flags.is_sampled());
-        assert_eq!(format(p.trace_id, p.span_id, true).as_slice(), VALID);
+        let written = format(p.trace_id, p.span_id, true);
+        assert_eq!(written.value(), VALID);
+        assert_eq!(written.line(), [b"traceparent: ", VALID, b"\r\n"].concat());
     }
 
     #[test]
@@ -154,7 +246,26 @@ mod tests {
         assert!(parse(later).is_some());
     }
 
+    #[test]
+    fn an_unsampled_traceparent_keeps_the_parents_trace_and_the_low_half_exactly() {
+        let high = trace_high_digits(VALID).expect("valid");
+        let low = 0xa3ce929d0e0e4736;
+        let mut written = Traceparent::BLANK;
+        written.set_unsampled(&high, low, 0x0123_4567_89ab_cdef);
+        let read = parse(written.value()).expect("valid");
+        assert_eq!(read.trace_id, parse(VALID).expect("valid").trace_id);
+        assert!(!read.flags.is_sampled());
+        assert_eq!(&written.value()[36..52], b"13579bdf02468ace".as_slice());
+    }
+
     proptest::proptest! {
+        #[test]
+        fn random_digits_are_hex_and_zero_only_for_zero(bits: u64) {
+            let digits = random_digits(bits);
+            proptest::prop_assert!(digits.iter().all(|d| d.is_ascii_hexdigit() && !d.is_ascii_uppercase()));
+            proptest::prop_assert_eq!(digits == [b'0'; 16], bits == 0);
+        }
+
         #[test]
         fn any_bytes_parse_without_panic(value in proptest::collection::vec(proptest::num::u8::ANY, 0..80)) {
             let _ = parse(&value);
@@ -163,7 +274,7 @@ mod tests {
         #[test]
         fn every_written_value_reads_back(trace in 1u128.., span in 1u64.., sampled: bool) {
             let written = format(TraceId::from(trace), SpanId::from(span), sampled);
-            let read = parse(&written).expect("written values are valid");
+            let read = parse(written.value()).expect("written values are valid");
             proptest::prop_assert_eq!(read.trace_id, TraceId::from(trace));
             proptest::prop_assert_eq!(read.span_id, SpanId::from(span));
             proptest::prop_assert_eq!(read.flags.is_sampled(), sampled);

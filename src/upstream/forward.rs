@@ -149,7 +149,7 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
         (self.aim)(&mut head, &upstream.state);
         if let Some(stamp) = &self.stamp {
             // One `traceparent` (the client's replaced), and `tracestate` only with it.
-            if let Ok(value) = HeaderValue::from_bytes(&stamp.traceparent) {
+            if let Ok(value) = HeaderValue::from_bytes(stamp.traceparent.value()) {
                 head.headers.insert(TRACEPARENT.clone(), value);
             }
             match &stamp.tracestate {

@@ -26,7 +26,7 @@ use crate::proxy::life::Life;
 use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
-use crate::trace::{Stamp, TRACEPARENT_LEN};
+use crate::trace::{Stamp, TRACEPARENT_LINE_LEN};
 use crate::upstream::attempts::ForwardError;
 use crate::upstream::attempts::{Exchange, Failed};
 use crate::upstream::h1::next_conn;
@@ -255,7 +255,7 @@ impl Proxy {
     fn h1_wire(&self, state: &UpstreamState, out: &Outbound, stamp: Option<&Stamp>) -> Vec<u8> {
         let host = state.host.as_bytes();
         let traced = stamp.map_or(0, |s| {
-            16 + TRACEPARENT_LEN + s.tracestate.as_ref().map_or(0, |v| 16 + v.len())
+            TRACEPARENT_LINE_LEN + s.tracestate.as_ref().map_or(0, |v| 16 + v.len())
         });
         let mut wire = if out.bytes.len() + host.len() + 8 + traced <= conn::SMALL {
             conn::take_small()
@@ -268,7 +268,7 @@ impl Proxy {
         }
         // The trace fields of this attempt (the client's were left out of `out`).
         if let Some(stamp) = stamp {
-            write::field(&mut wire, b"traceparent", &stamp.traceparent);
+            wire.extend_from_slice(stamp.traceparent.line());
             if let Some(state) = &stamp.tracestate {
                 write::field(&mut wire, b"tracestate", state.as_bytes());
             }

@@ -200,7 +200,7 @@ pub fn write_request_fields(
     }
     write::field(out, b"X-Request-Id", f.request_id);
     if let Some((traceparent, tracestate)) = f.trace.and_then(crate::trace::Traced::fields) {
-        write::field(out, b"traceparent", traceparent);
+        out.extend_from_slice(traceparent.line());
         if let Some(state) = tracestate {
             write::field(out, b"tracestate", state.as_bytes());
         }
