@@ -76,6 +76,8 @@ impl Seen {
     pub const FRAMING: Seen = Seen(1 << 7);
     /// `X-Forwarded-For`.
     pub const FORWARDED_FOR: Seen = Seen(1 << 8);
+    /// `traceparent` or `tracestate` (W3C Trace Context).
+    pub const TRACE: Seen = Seen(1 << 9);
 
     /// Whether `field` was seen.
     pub fn has(self, field: Seen) -> bool {
@@ -90,6 +92,8 @@ impl Seen {
             6 if is(b"expect") => Seen::EXPECT,
             7 if is(b"upgrade") => Seen::UPGRADE,
             10 if is(b"connection") => Seen::CONNECTION,
+            10 if is(b"tracestate") => Seen::TRACE,
+            11 if is(b"traceparent") => Seen::TRACE,
             12 if is(b"content-type") => Seen::CONTENT_TYPE,
             12 if is(b"x-request-id") => Seen::REQUEST_ID,
             14 if is(b"content-length") => Seen::FRAMING,

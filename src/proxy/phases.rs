@@ -114,6 +114,9 @@ impl RequestView for HeadView<'_> {
 
     fn trace_fields(&self) -> crate::trace::Incoming<'_> {
         let mut incoming = crate::trace::Incoming::default();
+        if !self.head.seen.has(Seen::TRACE) {
+            return incoming;
+        }
         for field in &self.head.fields {
             incoming.note(field.name.of(self.buf), field.value.of(self.buf));
         }
