@@ -198,7 +198,8 @@ impl Shared {
             addr: match self.tls {
                 Some(_) => ClientAddr::with_tls(client),
                 None => ClientAddr::new(client),
-            },
+            }
+            .trusting(self.proxy.config().trusted_proxies.as_ref()),
             settings: self.settings.clone(),
             draining: self.draining.clone(),
             client,

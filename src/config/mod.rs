@@ -14,9 +14,11 @@ use crate::source::{Seg, Source, SourceError, SourceErrors};
 mod admin;
 mod files;
 mod policy;
+mod proxies;
 mod traces;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
+pub use proxies::{Cidr, TrustedProxies};
 pub use traces::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
 
 pub use policy::{
@@ -77,6 +79,8 @@ struct ConfigFile {
     upgrade_socket: Option<String>,
     #[serde(default)]
     tracing: Option<traces::TracingSpec>,
+    #[serde(default)]
+    trusted_proxies: Option<Vec<String>>,
 }
 
 /// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
@@ -229,6 +233,10 @@ pub struct RouterConfig {
     pub upgrade_socket: Option<PathBuf>,
     /// `tracing:` (docs/traces.md): spans exported over OTLP. `None`: no tracing.
     pub tracing: Option<TracingSettings>,
+    /// `trusted_proxies:` (docs/data-path.md "Header rules"): the peers whose
+    /// `X-Forwarded-For` and `Forwarded` go on appended to; from any other, they are
+    /// replaced. `None`: every peer's are appended to.
+    pub trusted_proxies: Option<TrustedProxies>,
 }
 
 /// The `routes:` list as written: the config file (each entry is read from it by its kind,
@@ -488,6 +496,10 @@ impl RouterConfig {
             .tracing
             .as_ref()
             .map(|spec| traces::settings(spec, source, &mut errors));
+        let trusted_proxies = file
+            .trusted_proxies
+            .as_deref()
+            .map(|list| proxies::settings(list, source, &mut errors));
         if let (Some(addr), None) = (admin_listen, &admin.token_file) {
             if !addr.ip().is_loopback() {
                 errors.push(source.error_at(
@@ -537,6 +549,7 @@ impl RouterConfig {
                 admin,
                 upgrade_socket,
                 tracing,
+                trusted_proxies,
             }),
             _ => Err(SourceErrors(errors)),
         }

@@ -31,9 +31,23 @@ pub struct ClientAddr {
     pub client_cert: Option<HeaderValue>,
     /// Fan-outs in flight on this connection (`limits.fanout_per_connection`).
     pub fanouts: std::sync::atomic::AtomicU32,
+    /// `trusted_proxies` is set and this peer is not in it: its requests' `X-Forwarded-For`
+    /// and `Forwarded` are replaced by the router's own, not appended to (docs/data-path.md
+    /// "Header rules").
+    pub replaces_forwarding: bool,
 }
 
 impl ClientAddr {
+    /// The same client, its forwarding fields trusted only when `trusted` (the config's
+    /// `trusted_proxies`) is unset or holds its address.
+    pub fn trusting(self, trusted: Option<&crate::config::TrustedProxies>) -> ClientAddr {
+        let replaces_forwarding = trusted.is_some_and(|t| !t.contains(self.addr.ip()));
+        ClientAddr {
+            replaces_forwarding,
+            ..self
+        }
+    }
+
     /// The fields for a client at `addr` that connected over TLS.
     pub fn with_tls(addr: SocketAddr) -> ClientAddr {
         ClientAddr {
@@ -72,6 +86,7 @@ impl ClientAddr {
             tls: false,
             client_cert: None,
             fanouts: Default::default(),
+            replaces_forwarding: false,
         }
     }
 

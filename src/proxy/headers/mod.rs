@@ -338,7 +338,8 @@ pub struct Forwarding<'a> {
 }
 
 /// Applies docs/data-path.md to a request about to go upstream: hop-by-hop fields removed (an upgrade
-/// keeps `Connection: upgrade` and its `Upgrade`), `X-Forwarded-For` appended,
+/// keeps `Connection: upgrade` and its `Upgrade`), `X-Forwarded-For` appended (replaced, with
+/// `Forwarded`, for a peer outside `trusted_proxies`),
 /// `X-Forwarded-Proto`/`-Host` and `Forwarded` set, `Via` added. `Host` is left to [`aim`]
 /// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
@@ -362,6 +363,11 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
         headers.insert(TRANSFER_ENCODING, HeaderValue::from_static("chunked"));
     }
     canonical_length(headers);
+    if f.client.replaces_forwarding {
+        // A peer outside `trusted_proxies` names no client: the router's elements alone go on.
+        headers.remove(&X_FORWARDED_FOR);
+        headers.remove(FORWARDED);
+    }
     append_forwarded_for(headers, f.client.xff());
     let (proto, proto_pair) = if f.client.tls {
         ("https", ";proto=https")

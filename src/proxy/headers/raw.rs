@@ -130,6 +130,8 @@ pub fn write_request_fields(
     let mut prior_xff = 0;
     // Only looked for when the request came with some (its trace fields are the router's).
     let client_trace = f.trace.is_some_and(crate::trace::Traced::client_fields);
+    // A peer outside `trusted_proxies`: its forwarding fields are replaced, not appended to.
+    let replaces = f.client.replaces_forwarding;
     for field in fields {
         let name = field.name.of(buf);
         let dropped = is_hop_by_hop(name)
@@ -142,9 +144,10 @@ pub fn write_request_fields(
             || nominated.has(name)
             || (client_trace
                 && (name.eq_ignore_ascii_case(b"traceparent")
-                    || name.eq_ignore_ascii_case(b"tracestate")));
+                    || name.eq_ignore_ascii_case(b"tracestate")))
+            || (replaces && name.eq_ignore_ascii_case(b"forwarded"));
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
-            prior_xff += 1;
+            prior_xff += usize::from(!replaces);
             continue;
         }
         if !dropped {
