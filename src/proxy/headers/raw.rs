@@ -19,7 +19,8 @@ const MAX_NOMINATED: usize = 16;
 /// the hop-by-hop ones (removed anyway) and those the proxies own.
 #[derive(Debug, Default)]
 pub struct Nominated<'b> {
-    names: [&'b [u8]; MAX_NOMINATED],
+    /// One slot past `MAX_NOMINATED`: the router's own ([`Nominated::also`]).
+    names: [&'b [u8]; MAX_NOMINATED + 1],
     len: usize,
 }
 
@@ -43,6 +44,15 @@ impl<'b> Nominated<'b> {
             }
         }
         nominated
+    }
+
+    /// Adds a name the router itself removes from this message (a client's `Forwarded`
+    /// from a peer outside `trusted_proxies`): no test a field on the path where none is.
+    pub fn also(&mut self, name: &'b [u8]) {
+        if self.len <= MAX_NOMINATED {
+            self.names[self.len] = name;
+            self.len += 1;
+        }
     }
 
     /// Whether `name` was nominated.
@@ -120,18 +130,22 @@ pub fn write_request_fields(
     fields: &[Field],
     f: &RawForwarding<'_>,
 ) {
-    let nominated = match f.nominates {
+    let mut nominated = match f.nominates {
         true => Nominated::of(buf, fields),
         false => Nominated::default(),
     };
+    // A peer outside `trusted_proxies`: its forwarding fields are replaced, not appended to.
+    let replaces = f.client.replaces_forwarding;
+    if replaces {
+        nominated.also(b"forwarded");
+    }
     if let (true, Some(host)) = (f.preserve_host, f.original_host) {
         write::field(out, b"Host", host);
     }
     let mut prior_xff = 0;
     // Only looked for when the request came with some (its trace fields are the router's).
     let client_trace = f.trace.is_some_and(crate::trace::Traced::client_fields);
-    // A peer outside `trusted_proxies`: its forwarding fields are replaced, not appended to.
-    let replaces = f.client.replaces_forwarding;
+
     for field in fields {
         let name = field.name.of(buf);
         let dropped = is_hop_by_hop(name)
@@ -144,8 +158,7 @@ pub fn write_request_fields(
             || nominated.has(name)
             || (client_trace
                 && (name.eq_ignore_ascii_case(b"traceparent")
-                    || name.eq_ignore_ascii_case(b"tracestate")))
-            || (replaces && name.eq_ignore_ascii_case(b"forwarded"));
+                    || name.eq_ignore_ascii_case(b"tracestate")));
         if name.eq_ignore_ascii_case(b"x-forwarded-for") {
             prior_xff += usize::from(!replaces);
             continue;
