@@ -193,14 +193,6 @@ fn a_bad_range_is_refused_where_written() {
         let text = format!(
             "listen: 127.0.0.1:0\nregion: eu\nrouting_table: routing-table.yaml\ntrusted_proxies:\n  - 127.0.0.1\n  - {entry}\n"
         );
-        let path = common::write(&dir, "router.yaml", &text);
-        let checked = common::check(&path);
-        assert_ne!(checked.code, Some(0), "{entry}: accepted");
-        assert!(checked.output.contains(why), "{entry}: {}", checked.output);
-        assert!(
-            checked.output.contains("router.yaml:6:"),
-            "{entry}: {}",
-            checked.output
-        );
+        common::assert_refused_at(&dir, &text, why, 6);
     }
 }

@@ -923,14 +923,6 @@ fn bad_tracing_settings_are_refused_where_written() {
         let text = format!(
             "listen: 127.0.0.1:0\nregion: eu\nrouting_table: routing-table.yaml\ntracing:\n  {line}\n"
         );
-        let path = common::write(&dir, "router.yaml", &text);
-        let checked = common::check(&path);
-        assert_ne!(checked.code, Some(0), "{line}: accepted");
-        assert!(checked.output.contains(why), "{line}: {}", checked.output);
-        assert!(
-            checked.output.contains("router.yaml:5:"),
-            "{line}: {}",
-            checked.output
-        );
+        common::assert_refused_at(&dir, &text, why, 5);
     }
 }

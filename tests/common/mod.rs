@@ -706,6 +706,20 @@ pub fn check(path: &std::path::Path) -> Checked {
     }
 }
 
+/// Writes `text` as `dir/router.yaml` and runs `check` on it: it must be refused, saying
+/// `why`, at `router.yaml:{line}:` (the table must be in `dir`).
+pub fn assert_refused_at(dir: &tempfile::TempDir, text: &str, why: &str, line: usize) {
+    let path = write(dir, "router.yaml", text);
+    let checked = check(&path);
+    assert_ne!(checked.code, Some(0), "accepted:\n{text}");
+    assert!(checked.output.contains(why), "{text}: {}", checked.output);
+    assert!(
+        checked.output.contains(&format!("router.yaml:{line}:")),
+        "{text}: {}",
+        checked.output
+    );
+}
+
 /// Sends `request` as raw bytes on a new connection to `addr` and reads until the server
 /// closes it (or 5 s pass): what went over the wire, as text.
 pub async fn raw_http(addr: SocketAddr, request: Vec<u8>) -> String {
