@@ -206,6 +206,7 @@ impl App {
         let handed_at = Arc::new(std::sync::OnceLock::new());
         let handed_at_set = handed_at.clone();
         let mut admin_open = None;
+        let rate_limits = crate::ratelimit::RateLimits::start(&config);
         if let Some(admin) = listeners.admin {
             admin.set_nonblocking(true)?;
             let admin =
@@ -220,6 +221,7 @@ impl App {
                 admin: config.admin.clone(),
                 regions: Some(regions.clone()),
                 rates: Some(admin::rates::Rates::spawn(regions.clone())),
+                rate_limits: rate_limits.clone(),
             };
             tokio::spawn(async move {
                 // With each client's address, for the admin token throttle.
@@ -241,7 +243,13 @@ impl App {
             Some(settings) => Some(Tracing::start(settings).map_err(StartError::Tracing)?),
             None => None,
         };
-        let proxy = Arc::new(Proxy::new(Arc::new(config), routes, regions, tracing));
+        let proxy = Arc::new(Proxy::new(
+            Arc::new(config),
+            routes,
+            regions,
+            tracing,
+            rate_limits,
+        ));
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
             if let Some(handshake) = handshake {

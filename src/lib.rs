@@ -31,6 +31,7 @@ pub mod nofile;
 pub mod overload;
 pub mod problem;
 pub mod proxy;
+pub mod ratelimit;
 pub mod relay;
 pub mod scheme;
 pub mod send_timeout;

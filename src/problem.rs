@@ -138,6 +138,9 @@ pub enum Problem {
     },
     /// A fan-out refused at a bound of `crate::fanout::budget` (503, `Retry-After: 1`).
     FanoutBusy(crate::fanout::budget::Refusal),
+    /// Over a `rate_limits:` rule (429, docs/rate-limits.md; gRPC 8 RESOURCE_EXHAUSTED),
+    /// with `Retry-After` and the `RateLimit-Policy` / `RateLimit` fields; nothing forwarded.
+    RateLimited(crate::ratelimit::Limited),
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.
@@ -220,7 +223,9 @@ impl Problem {
             Problem::BadParameter(_) | Problem::GrpcInvalid(_) => StatusCode::BAD_REQUEST,
             Problem::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             Problem::ForeignOrigin | Problem::HostNotAllowed => StatusCode::FORBIDDEN,
-            Problem::TooManyAttempts { .. } => StatusCode::TOO_MANY_REQUESTS,
+            Problem::TooManyAttempts { .. } | Problem::RateLimited(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
             Problem::FanoutBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
@@ -283,6 +288,7 @@ impl Problem {
             Problem::GetOnly => ("method-not-allowed", "Method not allowed here"),
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
             Problem::FanoutBusy(_) => ("fanout-busy", "Too many fan-outs in flight"),
+            Problem::RateLimited(_) => ("rate-limited", "Too many requests"),
         }
     }
 
@@ -395,6 +401,12 @@ impl Problem {
                 "the router is at its bound {}; retry in a second",
                 refusal.key()
             ),
+            Problem::RateLimited(limited) => format!(
+                "over the rate limit `{}` ({}): retry in {} s",
+                limited.rule,
+                limited.terms,
+                limited.retry_after_secs()
+            ),
         }
     }
 
@@ -439,6 +451,9 @@ impl Problem {
             }
             Problem::InvalidTable { errors, .. } => {
                 body["errors"] = json!(errors);
+            }
+            Problem::RateLimited(limited) => {
+                body["rule"] = json!(&*limited.rule);
             }
             Problem::RegionsFailed { regions } => {
                 let failed: serde_json::Map<String, serde_json::Value> = regions
@@ -487,6 +502,17 @@ impl Problem {
                 resp.headers_mut().insert(header::RETRY_AFTER, v);
             }
         }
+        if let Problem::RateLimited(limited) = &self {
+            let headers = resp.headers_mut();
+            headers.insert(
+                header::RETRY_AFTER,
+                HeaderValue::from(limited.retry_after_secs()),
+            );
+            headers.insert("ratelimit-policy", limited.policy.clone());
+            if let Ok(v) = HeaderValue::from_str(&limited.rate_limit_field()) {
+                headers.insert("ratelimit", v);
+            }
+        }
         resp.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -512,14 +538,14 @@ pub struct RouterMade {
 }
 
 /// The gRPC status code for a refusal's HTTP status (docs/tls-h2-grpc.md; gRPC's `statuscodes.md`):
-/// 400 → 3 INVALID_ARGUMENT, 404 → 5 NOT_FOUND, 413 → 8 RESOURCE_EXHAUSTED, 502/503 → 14
+/// 400 → 3 INVALID_ARGUMENT, 404 → 5 NOT_FOUND, 413 and 429 → 8 RESOURCE_EXHAUSTED, 502/503 → 14
 /// UNAVAILABLE, 504 → 4 DEADLINE_EXCEEDED, 508 → 10 ABORTED; beyond that list, 405/501
 /// → 12 UNIMPLEMENTED, 408 → 4 DEADLINE_EXCEEDED, anything else 2 UNKNOWN.
 pub fn grpc_code(status: StatusCode) -> u8 {
     match status.as_u16() {
         400 => 3,
         404 => 5,
-        413 => 8,
+        413 | 429 => 8,
         502 | 503 => 14,
         504 | 408 => 4,
         508 => 10,

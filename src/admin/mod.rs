@@ -12,6 +12,7 @@
 //! | `GET /admin/decode/{id}` | the id read in every scheme, with its region or why not |
 //! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
 //! | `GET /admin/rates` | requests and 5xx per region over the last minute |
+//! | `GET /admin/rate-limits` | the `rate_limits:` rules, their keys in memory, refusals, most-refused keys, the store |
 //! | `GET /` | the support console, a page that reads the routes above (`console`) |
 //! | `POST /admin/login` | the console's login: opens a session, sets its cookie (`auth`) |
 //! | `POST /admin/logout` | ends the session, clears its cookie |
@@ -52,6 +53,8 @@ pub struct AdminState {
     pub regions: Option<Arc<crate::upstream::regions::Regions>>,
     /// Per-region rates, sampled from `regions`.
     pub rates: Option<Arc<rates::Rates>>,
+    /// `rate_limits:`, for `/admin/rate-limits` (none configured: `None`).
+    pub rate_limits: Option<Arc<crate::ratelimit::RateLimits>>,
 }
 
 /// The admin API's routes.
@@ -70,6 +73,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/routing-table", get(routing_table))
         .route("/admin/routing-table/summary", get(table_summary))
         .route("/admin/rates", get(region_rates))
+        .route("/admin/rate-limits", get(rate_limits))
         .route("/admin/resolve/{id}", get(resolve))
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
@@ -114,6 +118,15 @@ async fn region_rates(State(s): State<AdminState>) -> Response {
         _ => Vec::new(),
     };
     Json(json!({ "window_s": rates::WINDOW.as_secs(), "regions": list })).into_response()
+}
+
+/// The rate limits: each rule, its keys held, its refusals and the keys refused most this
+/// minute, and the store (docs/admin.md `GET /admin/rate-limits`).
+async fn rate_limits(State(s): State<AdminState>) -> Response {
+    match &s.rate_limits {
+        Some(limits) => Json(limits.snapshot()).into_response(),
+        None => Json(json!({ "store": { "kind": "memory" }, "rules": [] })).into_response(),
+    }
 }
 
 /// Every upstream of every region with its health (docs/admin.md `GET /admin/upstreams`).

@@ -15,10 +15,12 @@ mod admin;
 mod files;
 mod policy;
 mod proxies;
+mod rate_limits;
 mod traces;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
 pub use proxies::{Cidr, TrustedProxies};
+pub use rate_limits::{LimitKey, OnStoreError, Rate, RateLimitRule, RateLimitStore};
 pub use traces::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
 
 pub use policy::{
@@ -81,6 +83,10 @@ struct ConfigFile {
     tracing: Option<traces::TracingSpec>,
     #[serde(default)]
     trusted_proxies: Option<Vec<String>>,
+    #[serde(default)]
+    rate_limits: Vec<rate_limits::RuleSpec>,
+    #[serde(default)]
+    store: Option<rate_limits::StoreSpec>,
 }
 
 /// How routing-table changes are picked up (docs/routing-table.md#hot-reload); `SIGHUP` and `POST /admin/reload`
@@ -237,6 +243,12 @@ pub struct RouterConfig {
     /// `X-Forwarded-For` and `Forwarded` go on appended to; from any other, they are
     /// replaced. `None`: every peer's are appended to.
     pub trusted_proxies: Option<TrustedProxies>,
+    /// `rate_limits:` (docs/rate-limits.md): the rules, in the file's order. Empty: no
+    /// request is counted.
+    pub rate_limits: Vec<RateLimitRule>,
+    /// `store:`: the Redis the rules' counters are shared through. `None`: this edge's
+    /// memory.
+    pub store: Option<RateLimitStore>,
 }
 
 /// The `routes:` list as written: the config file (each entry is read from it by its kind,
@@ -500,6 +512,11 @@ impl RouterConfig {
             .trusted_proxies
             .as_deref()
             .map(|list| proxies::settings(list, source, &mut errors));
+        let rate_limits = rate_limits::rules(&file.rate_limits, source, &mut errors);
+        let store = file
+            .store
+            .as_ref()
+            .map(|spec| rate_limits::store(spec, source, &mut errors));
         if let (Some(addr), None) = (admin_listen, &admin.token_file) {
             if !addr.ip().is_loopback() {
                 errors.push(source.error_at(
@@ -550,6 +567,8 @@ impl RouterConfig {
                 upgrade_socket,
                 tracing,
                 trusted_proxies,
+                rate_limits,
+                store,
             }),
             _ => Err(SourceErrors(errors)),
         }

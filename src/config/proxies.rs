@@ -77,6 +77,11 @@ fn same_prefix(a: u128, b: u128, width: u32, prefix: u8) -> bool {
 pub struct TrustedProxies(Vec<Cidr>);
 
 impl TrustedProxies {
+    /// The ranges given, in order.
+    pub fn from_ranges(ranges: Vec<Cidr>) -> TrustedProxies {
+        TrustedProxies(ranges)
+    }
+
     /// Whether `ip` is in one of the ranges.
     pub fn contains(&self, ip: IpAddr) -> bool {
         self.0.iter().any(|range| range.contains(ip))

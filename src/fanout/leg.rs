@@ -18,6 +18,8 @@ pub enum LegError {
     Unavailable,
     /// The region is at `limits.region_max_in_flight` (docs/overload.md): not asked.
     Overloaded,
+    /// A `region` rate limit refused the leg (docs/rate-limits.md): not asked.
+    RateLimited,
     /// A non-2xx status (the entry gives it, and the problem type if any).
     Status,
     /// The answer is over `limits.fanout_region_bytes`.
@@ -42,6 +44,7 @@ impl LegError {
             LegError::Timeout => "timeout",
             LegError::Unavailable => "unavailable",
             LegError::Overloaded => "overloaded",
+            LegError::RateLimited => "rate_limited",
             LegError::Status => "status",
             LegError::TooLarge => "too_large",
             LegError::NotJson => "not_json",

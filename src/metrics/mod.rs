@@ -83,6 +83,15 @@ pub const HTTP1_SHARED: &str = "iuid_router_http1_shared_phases_total";
 /// Counter `{reason}`: finished spans that were not exported (docs/traces.md): `queue_full`
 /// (the export queue was full), `export_failed` (the collector refused them or was away).
 pub const TRACE_SPANS_DROPPED: &str = "iuid_router_trace_spans_dropped_total";
+/// Counter `{rule}`: requests (and fan-out legs, legacy probes) refused 429 by a
+/// `rate_limits:` rule (docs/rate-limits.md).
+pub const RATE_LIMITED: &str = "iuid_router_rate_limited_total";
+/// Counter `{on_error}`: rate-limit decisions Redis (`store.redis`) could not make, decided
+/// by `on_error` instead (`local`, `allow`); never a 5xx (docs/rate-limits.md).
+pub const RATE_LIMIT_STORE_ERRORS: &str = "iuid_router_rate_limit_store_errors_total";
+/// Gauge `{rule}`: keys a rule holds in this edge's memory now (idle ones are evicted every
+/// second).
+pub const RATE_LIMIT_KEYS: &str = "iuid_router_rate_limit_keys";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -199,6 +208,18 @@ fn describe() {
         "HTTP/1.x requests the own engine carried through the shared phases."
     );
     ::metrics::describe_counter!(
+        RATE_LIMITED,
+        "Requests, fan-out legs and legacy probes refused 429 by a rate_limits rule, by rule."
+    );
+    ::metrics::describe_counter!(
+        RATE_LIMIT_STORE_ERRORS,
+        "Rate-limit decisions Redis could not make, by on_error (local, allow)."
+    );
+    ::metrics::describe_gauge!(
+        RATE_LIMIT_KEYS,
+        "Keys a rate_limits rule holds in this edge's memory, by rule."
+    );
+    ::metrics::describe_counter!(
         TRACE_SPANS_DROPPED,
         "Finished spans not exported, by reason: queue_full, export_failed."
     );
@@ -208,6 +229,24 @@ fn describe() {
 pub fn trace_spans_dropped(reason: &'static str, spans: u64) {
     handle();
     ::metrics::counter!(TRACE_SPANS_DROPPED, "reason" => reason).increment(spans);
+}
+
+/// The handle of [`RATE_LIMITED`] for `rule`, looked up once per rule.
+pub fn rate_limited(rule: &str) -> Counter {
+    handle();
+    ::metrics::counter!(RATE_LIMITED, "rule" => rule.to_owned())
+}
+
+/// Counts one decision Redis could not make, decided by `on_error` (`local`, `allow`).
+pub fn rate_limit_store_error(on_error: &'static str) {
+    handle();
+    ::metrics::counter!(RATE_LIMIT_STORE_ERRORS, "on_error" => on_error).increment(1);
+}
+
+/// Sets [`RATE_LIMIT_KEYS`] of `rule`.
+pub fn rate_limit_keys(rule: &str, keys: usize) {
+    handle();
+    ::metrics::gauge!(RATE_LIMIT_KEYS, "rule" => rule.to_owned()).set(keys as f64);
 }
 
 /// Sets [`OVERLOADED`] for `resource` (`memory`, `nofile`).

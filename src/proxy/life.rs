@@ -49,6 +49,9 @@ pub(crate) struct Life {
     /// [`Life::finish`], and what its attempts send upstream. Boxed: a request without
     /// tracing carries one word for it.
     pub trace: Option<Box<Traced>>,
+    /// The head's rate limits have counted it (`phases::limit_head`, on the head path):
+    /// the shared phases, if it is handed to them, do not count it again.
+    pub head_limited: bool,
     started: Instant,
     /// The method and path, copied for the access log when it is on.
     logged: Option<Box<(String, String)>>,
@@ -94,6 +97,7 @@ impl Proxy {
             upstream: None,
             regions: None,
             trace,
+            head_limited: false,
             started: Instant::now(),
             logged,
         }

@@ -17,6 +17,7 @@ mod legacy;
 mod life;
 pub mod phases;
 pub mod request_id;
+mod resolve;
 pub mod route;
 mod send;
 mod upgrade;
@@ -33,13 +34,13 @@ use http_body::Body as _;
 use http_body_util::{BodyExt, Either, Full, Limited};
 use tracing::Instrument;
 
-use crate::config::{Legacy, RouterConfig, Unrouted};
+use crate::config::RouterConfig;
 use crate::extract::fanout::FanoutRoute;
 use crate::extract::graphql::plan::SplitNodes;
 use crate::fanout::budget::FanoutBudget;
 use crate::metrics;
 use crate::problem::Problem;
-use crate::table::{Decision, RegionId, RoutingTable, Rule};
+use crate::table::RegionId;
 use crate::trace::Tracing;
 use crate::upstream::body::{Guarded, IdleTimeout, Inbound, Prefixed, Watched};
 use crate::upstream::budget::RetryBudget;
@@ -49,7 +50,6 @@ use crate::upstream::{self};
 use headers::{ClientAddr, Forwarding, ViaValues};
 use legacy::owners::Owners;
 use life::Life;
-use opentelemetry::KeyValue;
 use route::{Extraction, Routes};
 
 /// The body of every response the router sends: the upstream's (with its first frame put back
@@ -122,17 +122,21 @@ pub struct Proxy {
     probes: RetryBudget,
     /// `tracing:` (docs/traces.md): the tracer every request's life and attempts use.
     tracing: Option<Tracing>,
+    /// `rate_limits:` (docs/rate-limits.md): checked in the admit phase and the plan step.
+    limits: Option<Arc<crate::ratelimit::RateLimits>>,
 }
 
 impl Proxy {
     /// A proxy over live routing (kept in step with the table's reloads), finding ids with
     /// `routes` ([`Routes::for_config`]), its requests traced with `tracing` when given
-    /// ([`Tracing::start`]).
+    /// ([`Tracing::start`]), refused over the `rate_limits:` rules `limits`
+    /// ([`crate::ratelimit::RateLimits::start`]).
     pub fn new(
         config: Arc<RouterConfig>,
         routes: Routes,
         regions: Arc<Regions>,
         tracing: Option<Tracing>,
+        limits: Option<Arc<crate::ratelimit::RateLimits>>,
     ) -> Proxy {
         let via = ViaValues::new(&config.region);
         let owners = Owners::new(
@@ -143,6 +147,7 @@ impl Proxy {
         let fanouts = FanoutBudget::new(&config.limits);
         let legacy_probe = config.legacy_probe;
         Proxy {
+            limits,
             config,
             routes,
             regions,
@@ -160,6 +165,11 @@ impl Proxy {
     /// The tracer, when `tracing:` is configured.
     pub fn tracing(&self) -> Option<&Tracing> {
         self.tracing.as_ref()
+    }
+
+    /// The `rate_limits:` rules and their counters, when there are any.
+    pub fn rate_limits(&self) -> Option<&Arc<crate::ratelimit::RateLimits>> {
+        self.limits.as_ref()
     }
 
     /// The router config this proxy serves with.
@@ -235,7 +245,7 @@ impl Proxy {
         async move {
             let response = 'phases: {
                 let trail = &mut trail;
-                let (target, body) = match self.route(&parts, body, trail).await {
+                let (target, body) = match self.route(&parts, body, client, trail).await {
                     Ok(Routed::Region(target, body)) => (target, body),
                     Ok(Routed::Fanout(route, body)) => {
                         // A body cut midway is the client's error, and no region is asked for it.
@@ -372,10 +382,15 @@ impl Proxy {
         &self,
         parts: &Parts,
         body: Inbound,
+        client: &ClientAddr,
         trail: &mut Life,
     ) -> Result<Routed, Problem> {
         self.admit_head(parts)?;
         admit::admit_parts(parts)?;
+        if !trail.head_limited {
+            let limited = self.limit_head(parts, client).decided().await;
+            limited.map_err(Problem::RateLimited)?;
+        }
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
         let said = match &found {
@@ -418,7 +433,13 @@ impl Proxy {
             Err(problem) => return Err(problem),
         };
         let method = parts.method.as_str().as_bytes();
-        let phases::Plan { region, probe } = self.plan(&routing, &decision, method, legacy_id)?;
+        let path = parts.uri.path();
+        let phases::Plan {
+            region,
+            probe,
+            limit,
+        } = self.plan(&routing, &decision, method, path, legacy_id)?;
+        limit.decided().await.map_err(Problem::RateLimited)?;
         trail.set_region(&routing.region(region).state.metrics);
         let target = Target {
             routing,
@@ -427,72 +448,6 @@ impl Proxy {
             said,
         };
         Ok(Routed::Region(target, body))
-    }
-
-    /// Phase 3: the live table parses the id(s) with the route's scheme and names the region
-    /// that owns them, or the `unrouted` policy applies when there is none. With
-    /// `legacy: probe`, an id without routing bits comes back as canonical text too.
-    fn resolve(
-        &self,
-        table: &RoutingTable,
-        found: Extraction,
-        life: &Life,
-    ) -> Result<(Decision, Option<String>), Problem> {
-        let resolved = self.decide(table, found, &life.span);
-        if let (Some(trace), Ok((decision, _))) = (&life.trace, &resolved) {
-            trace.record(|| {
-                vec![
-                    KeyValue::new(
-                        "iuid_router.scheme",
-                        table.scheme_name(decision.scheme).to_owned(),
-                    ),
-                    KeyValue::new("iuid_router.rule", decision.rule.label().as_str()),
-                ]
-            });
-        }
-        resolved
-    }
-
-    /// [`Proxy::resolve`]'s decision; the id recorded on `span` when it is on.
-    fn decide(
-        &self,
-        table: &RoutingTable,
-        found: Extraction,
-        span: &tracing::Span,
-    ) -> Result<(Decision, Option<String>), Problem> {
-        match found {
-            Extraction::Id(token, kind) => {
-                let (key, decision) = table
-                    .resolve_text(token.scheme, &token.text)
-                    .map_err(|e| Problem::unresolved(e, Some(kind), &token.text))?;
-                // A field is looked up by name even on a disabled span.
-                if !span.is_disabled() {
-                    span.record("id", tracing::field::display(&key));
-                }
-                let legacy = (decision.rule == Rule::DefaultRegion
-                    && self.config.legacy == Legacy::Probe)
-                    .then(|| key.to_string());
-                Ok((decision, legacy))
-            }
-            Extraction::Ids(texts, _, route) if !texts.is_empty() => {
-                route::resolve_all(table, route.scheme(), &texts).map(|d| (d, None))
-            }
-            Extraction::Invalid(message, _) => Err(Problem::BadParameter(message)),
-            Extraction::NoId
-            | Extraction::Ids(..)
-            | Extraction::Pending(_)
-            | Extraction::Fanout(_) => match self.config.unrouted {
-                Unrouted::DefaultRegion => Ok((
-                    Decision {
-                        region: table.default_region,
-                        rule: Rule::Unrouted,
-                        scheme: crate::table::SchemeSlot::None,
-                    },
-                    None,
-                )),
-                Unrouted::Reject => Err(Problem::NoId),
-            },
-        }
     }
 
     /// Phase 4a: docs/data-path.md header rules (once; each attempt then only aims the request).

@@ -16,11 +16,13 @@
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Version};
 
+use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{admit, headers, Proxy};
 use crate::error::ShedReason;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
+use crate::ratelimit::{Keys, Verdict};
 use crate::table::{Decision, RegionId};
 use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 
@@ -208,6 +210,25 @@ impl Proxy {
         headers::check_via(view.values("via"), &self.config.region, max_hops).map_err(Problem::Loop)
     }
 
+    /// The admit phase's rate limits (docs/rate-limits.md): the rules keyed by the head
+    /// (`client_ip` through `trusted_proxies`, a header, `route`). Each driver calls it once
+    /// per request (the head path marks its life, so the shared phases do not count a
+    /// request it hands over again); a refusal is the 429 `Problem::RateLimited`.
+    pub(super) fn limit_head<'a, V: RequestView>(
+        &'a self,
+        view: &V,
+        client: &ClientAddr,
+    ) -> Verdict<'a> {
+        match &self.limits {
+            None => Verdict::Admit,
+            Some(limits) => limits.check_head(&HeadKeys {
+                view,
+                client,
+                trusted: self.config.trusted_proxies.as_ref(),
+            }),
+        }
+    }
+
     /// Phase 2 on a request's head: the routes, in order, find an id, several, none, or one
     /// to read from the body (`route::Pending`, read by the driver, which has the body).
     pub(super) fn extract_head<'q, V: RequestView>(&self, view: &'q V) -> Extraction<'_, 'q> {
@@ -258,43 +279,89 @@ impl Proxy {
     /// limit on a region, a region an entity is moving away from) before anything is
     /// forwarded, for every protocol: the head path calls it for what it carries itself,
     /// `Proxy::handle` for the rest.
-    pub(super) fn plan(
-        &self,
+    pub(super) fn plan<'a>(
+        &'a self,
         routing: &Routing,
         decision: &Decision,
         method: &[u8],
+        path: &str,
         legacy_id: Option<String>,
-    ) -> Result<Plan, Problem> {
+    ) -> Result<Plan<'a>, Problem> {
         let (probe, region) =
             match legacy_id.and_then(|id| self.legacy_target(routing, method, decision, || id)) {
                 Some((probe, region)) => (Some(Box::new(probe)), region),
                 None => (None, decision.region),
             };
-        self.region_phase(routing, decision, region)?;
-        Ok(Plan { region, probe })
+        let limit = self.region_phase(routing, decision, region, path)?;
+        Ok(Plan {
+            region,
+            probe,
+            limit,
+        })
     }
 
     /// The phase on the region a request goes to (`region`, after a legacy owner) and the
     /// decision that named it: the decision counted by scheme and rule. A refusal for a
     /// region goes here. (What must hold for every exchange with a region, fan-out legs and
     /// probes too, goes in `Proxy::exchange`: ARCHITECTURE.md, "Where a feature goes".)
-    fn region_phase(
-        &self,
+    ///
+    /// The region's rate limits (`key: region`, docs/rate-limits.md) are spent here, on
+    /// the region the request goes to (a legacy id's owner, when known); the other regions
+    /// a probe or a fan-out asks spend theirs in `Proxy::send`. A decision Redis makes
+    /// comes back to await (`Plan::limit`).
+    fn region_phase<'a>(
+        &'a self,
         routing: &Routing,
         decision: &Decision,
-        _region: RegionId,
-    ) -> Result<(), Problem> {
+        region: RegionId,
+        path: &str,
+    ) -> Result<Verdict<'a>, Problem> {
         routing
             .decisions(decision.scheme)
             .count(decision.rule.label());
-        Ok(())
+        let Some(limits) = &self.limits else {
+            return Ok(Verdict::Admit);
+        };
+        match limits.check_region(path, &routing.region(region).name) {
+            Verdict::Limited(limited) => Err(Problem::RateLimited(limited)),
+            verdict => Ok(verdict),
+        }
     }
 }
 
 /// Where a request goes: the region asked first and, for a legacy id, its probe of the
 /// others.
-pub(super) struct Plan {
+pub(super) struct Plan<'a> {
     pub region: RegionId,
     /// Boxed: rare, and every request's future holds the target.
     pub probe: Option<Box<super::legacy::Probe>>,
+    /// The region's rate limits: admitted, or (`store.redis`) Redis's answer to await
+    /// before anything is forwarded.
+    pub limit: Verdict<'a>,
+}
+
+/// What the rate limits read of a request's head, whatever its codec.
+struct HeadKeys<'v, V> {
+    view: &'v V,
+    client: &'v ClientAddr,
+    trusted: Option<&'v crate::config::TrustedProxies>,
+}
+
+impl<V: RequestView> Keys for HeadKeys<'_, V> {
+    fn path(&self) -> &str {
+        self.view.path()
+    }
+
+    fn client_ip(&self) -> std::net::IpAddr {
+        crate::ratelimit::client_ip(
+            self.client.addr.ip().to_canonical(),
+            self.trusted,
+            self.view.values("x-forwarded-for"),
+            self.view.values("forwarded"),
+        )
+    }
+
+    fn field(&self, name: &HeaderName) -> Option<&[u8]> {
+        self.view.value(name)
+    }
 }

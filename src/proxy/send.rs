@@ -39,8 +39,9 @@ impl Proxy {
     }
 
     /// Sends a request to an upstream of `region`, for the paths that ask several regions
-    /// (fan-out legs, `nodes` splits, legacy probes); each attempt's span is a child of the
-    /// current one, and of the request's `trace`.
+    /// (fan-out legs, `nodes` splits, legacy probes), after the region's rate limits (each
+    /// spends the region's budget as a request to it would: docs/rate-limits.md); each
+    /// attempt's span is a child of the current one, and of the request's `trace`.
     pub(super) fn send<'a>(
         &'a self,
         region: &'a RegionRuntime,
@@ -48,12 +49,24 @@ impl Proxy {
         body: Outgoing,
         trace: Option<&'a Traced>,
     ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
+        let limited = self
+            .limits
+            .as_ref()
+            .map(|limits| limits.check_region(parts.uri.path(), &region.name));
         let preserve_host = self.config.preserve_host;
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, None, aim);
-        futures_util::FutureExt::map(self.exchange(region, trace, x), |d| d.map(Answered::from))
+        async move {
+            if let Some(verdict) = limited {
+                verdict
+                    .decided()
+                    .await
+                    .map_err(|limited| ForwardError::Limited(Box::new(limited)))?;
+            }
+            self.exchange(region, trace, x).await.map(Answered::from)
+        }
     }
 
     /// Phase 5: an upstream of the region; its failure as the problem to answer.
@@ -92,6 +105,7 @@ impl Proxy {
         match forwarded {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),
+            Err(ForwardError::Limited(limited)) => Err(Problem::RateLimited(*limited)),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),

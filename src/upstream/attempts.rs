@@ -50,6 +50,9 @@ pub enum ForwardError {
     /// The router's own limit for the region was reached (→ 503 `region-overloaded`;
     /// docs/overload.md): nothing was sent. Counted as shed by whoever refused it.
     Overloaded(ShedReason),
+    /// A `region` rate limit refused the exchange (→ 429, docs/rate-limits.md): nothing
+    /// was sent. Boxed: rare, and every exchange's result holds the error.
+    Limited(Box<crate::ratelimit::Limited>),
     /// Every upstream of the region is ejected (→ 503 with `Retry-After`).
     Unavailable {
         /// When the first ejection ends, in ms.

@@ -32,7 +32,7 @@ use tracing::Instrument;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::life::Life;
-use super::phases::HeadView;
+use super::phases::{HeadView, RequestView};
 use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
@@ -41,6 +41,7 @@ use crate::http1::head::{self, RequestHead, Seen};
 use crate::http1::{framing, write, Chunked, Framing, FramingError};
 use crate::metrics;
 use crate::problem::Problem;
+use crate::ratelimit::Verdict;
 use crate::relay::{Buffered, Readiness};
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
@@ -151,11 +152,13 @@ impl Proxy {
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
-                let planned = self.h1_plan(buf, head, &life).map_err(|stop| match stop {
-                    // The body was not read: the connection cannot go on past it.
-                    Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
-                    handoff => handoff,
-                })?;
+                let planned =
+                    self.h1_plan(buf, head, addr, &mut life)
+                        .map_err(|stop| match stop {
+                            // The body was not read: the connection cannot go on past it.
+                            Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
+                            handoff => handoff,
+                        })?;
                 Ok((planned, framing))
             });
         // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
@@ -303,7 +306,13 @@ impl Proxy {
     }
 
     /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
-    fn h1_plan(&self, buf: &[u8], head: &RequestHead, life: &Life) -> Result<Planned, Stop<'_>> {
+    fn h1_plan(
+        &self,
+        buf: &[u8],
+        head: &RequestHead,
+        addr: &ClientAddr,
+        life: &mut Life,
+    ) -> Result<Planned, Stop<'_>> {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
@@ -317,6 +326,16 @@ impl Proxy {
         }
         let view = HeadView { buf, head };
         self.admit_head(&view)?;
+        if let Some(limits) = &self.limits {
+            if limits.is_shared() {
+                // Redis's answer is awaited: the shared phases can (docs/rate-limits.md).
+                return Err(Stop::Shared);
+            }
+            if let Verdict::Limited(limited) = self.limit_head(&view, addr) {
+                return Err(Problem::RateLimited(limited).into());
+            }
+            life.head_limited = true;
+        }
         let found = self.extract_head(&view);
         match &found {
             Extraction::Pending(pending) => {
@@ -336,13 +355,18 @@ impl Proxy {
             }
             _ => {}
         }
-        self.h1_resolve(found, life)
+        self.h1_resolve(found, view.path(), life)
     }
 
     /// Phase 3 on the head path, for a request whose route found its id (or none): the
     /// region it resolves to, or what the head path does not carry (several ids, several
     /// regions, a legacy id to probe) handed to the shared phases.
-    fn h1_resolve<'r>(&self, found: Extraction<'_, '_>, life: &Life) -> Result<Planned, Stop<'r>> {
+    fn h1_resolve<'r>(
+        &self,
+        found: Extraction<'_, '_>,
+        path: &str,
+        life: &Life,
+    ) -> Result<Planned, Stop<'r>> {
         let route = found.route_kind();
         match &found {
             Extraction::Id(..) | Extraction::NoId | Extraction::Invalid(..) => {}
@@ -356,7 +380,7 @@ impl Proxy {
             // A legacy id may be probed in the other regions: the shared phases do that.
             return Err(Stop::Shared);
         }
-        self.planned(routing, &decision, route)
+        self.planned(routing, &decision, path, route)
     }
 
     /// Where a resolved request goes, on the head path: a region whose upstreams it can
@@ -366,6 +390,7 @@ impl Proxy {
         &self,
         routing: std::sync::Arc<Routing>,
         decision: &crate::table::Decision,
+        path: &str,
         route: Option<crate::extract::RouteKind>,
     ) -> Result<Planned, Stop<'r>> {
         let region = routing.region(decision.region);
@@ -373,7 +398,11 @@ impl Proxy {
             return Err(Stop::Shared);
         }
         // No legacy id comes here (`h1_resolve` hands those over), so no method is read.
-        let plan = self.plan(&routing, decision, b"", None)?;
+        let plan = self.plan(&routing, decision, b"", path, None)?;
+        if !matches!(plan.limit, Verdict::Admit) {
+            // Redis decides: never here, since `h1_plan` hands those requests over first.
+            return Err(Stop::Shared);
+        }
         Ok(Planned {
             region: plan.region,
             routing,

@@ -275,6 +275,12 @@ impl Proxy {
                         format!("shed: the limit of {} was reached", reason.setting()),
                     ))
                 }
+                Err(ForwardError::Limited(limited)) => {
+                    return Err(LegFailure::new(
+                        LegError::RateLimited,
+                        format!("over the rate limit `{}`", limited.rule),
+                    ))
+                }
                 Err(ForwardError::Unavailable { .. }) => {
                     return Err(LegFailure::new(
                         LegError::Unavailable,
