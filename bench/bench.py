@@ -82,6 +82,9 @@ GRAPHQL = os.environ.get("GRAPHQL", "") == "1"
 # over OTLP/HTTP to the upstream nginx's `/v1/traces` (a collector that takes every batch);
 # callgrind counts the export's thread with the data path's.
 TRACE_RATIO = os.environ.get("TRACE_RATIO", "")
+# RATE_LIMIT=1: the router (callgrind run) with one `client_ip` rate limit in memory, high
+# enough that every request is admitted (docs/rate-limits.md): what a check costs.
+RATE_LIMIT = os.environ.get("RATE_LIMIT", "") == "1"
 if GRAPHQL and REQ_BYTES:
     sys.exit("GRAPHQL=1 sends its own body: unset REQ_BYTES")
 # GRAPHQL=1: iuid-router's GraphQL endpoint, and the region nginx and HAProxy send every
@@ -127,6 +130,9 @@ def mode_text():
         parts.append(f"GRAPHQL=1 BODY_FORM={BODY_FORM} (POST {GRAPHQL_PATH}, {form} in a JSON body; iuid-router routes "
                      f"by the id, nginx and HAProxy read no id and proxy to one fixed region, "
                      f"{FLOOR_REGION}: a floor; iuid-router's REST path driven beside it)")
+    if RATE_LIMIT:
+        parts.append("RATE_LIMIT=1 (the router checks one client_ip rate limit in memory, "
+                     "every request admitted)")
     if TRACE_RATIO:
         parts.append(f"TRACE_RATIO={TRACE_RATIO} (the router traces at sample_ratio {TRACE_RATIO}, "
                      "spans exported over OTLP/HTTP to an nginx that takes them; the export "
@@ -807,7 +813,9 @@ def instructions(work):
                    f'protocol: http/protobuf }}, sample_ratio: {TRACE_RATIO} }}\n')
     write(f"{work}/router-cg.yaml", ro.replace(f"admin_listen: 127.0.0.1:{ADMIN}",
                                                 f"admin_listen: 127.0.0.1:{CG_PORT + 3}")
-          + "workers: 1\n" + tracing)
+          + "workers: 1\n" + tracing
+          + ("rate_limits:\n  - { key: client_ip, rate: 1000000/s, burst: 1000000 }\n"
+             if RATE_LIMIT else ""))
     env = {k: v for k, v in os.environ.items() if k != "RUST_LOG"}
     runs = {
         "nginx": callgrind("nginx", ["nginx", "-c", f"{work}/nginx-cg.conf", "-p", work],

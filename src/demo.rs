@@ -48,6 +48,8 @@ legacy: probe
 legacy_cache: { entries: 10000, ttl_s: 600 }
 limits: { adaptive: true }
 overload: { max_memory_mb: 4096 }
+rate_limits:
+  - { name: api-key, key: { header: x-api-key }, rate: 1/min }
 ";
 
 /// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
@@ -492,6 +494,21 @@ fn tour(
         "200",
         "the admin API: requests and 5xx per region over the last minute",
         format!("curl -s {admin_base}/admin/rates"),
+    );
+    line(
+        "eu",
+        "rate limits (docs/rate-limits.md): an API key's first request of the minute          (rate_limits: x-api-key at 1/min)",
+        format!("curl -s -H 'x-api-key: demo-key' {base}/v1/orders/{}", order(3)),
+    );
+    line(
+        "429",
+        "the same key again within the minute: 429 rate-limited with Retry-After,          RateLimit-Policy and RateLimit; nothing forwarded",
+        format!("curl -si -H 'x-api-key: demo-key' {base}/v1/orders/{}", order(3)),
+    );
+    line(
+        "200",
+        "the admin API: each rate limit, its keys, refusals and the keys refused most",
+        format!("curl -s {admin_base}/admin/rate-limits"),
     );
     line(
         "200",

@@ -331,3 +331,38 @@ async fn an_ejected_upstream_shows_as_ejected_without_reloading_the_page() {
     b.shot("ejected-upstream").await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
+async fn the_rate_limits_panel_shows_each_rule_its_refusals_and_the_key_refused_most() {
+    let _turn = TURN.lock().await;
+    let a = Upstream::start("a").await;
+    let table = common::lettered_table("console-limits", &[&[a.url()]]);
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .watch(false)
+        .extra("rate_limits:\n  - { name: api-key, key: { header: x-api-key }, rate: 1/min }\n");
+    let router = Router::start(&config.yaml(), &table).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    b.wait_text("#limits-store", "memory").await;
+    for _ in 0..3 {
+        client()
+            .get(router.url(&format!("/v1/orders/{}", common::iuid_for(1))))
+            .header("x-api-key", "noisy-client")
+            .send()
+            .await
+            .expect("request");
+    }
+    let row = b
+        .wait_text("#limits tr[data-rule=\"api-key\"]", "noisy-client")
+        .await;
+    assert!(
+        row.contains("header:x-api-key") && row.contains("1/min"),
+        "{row}"
+    );
+    assert!(row.contains("× 2"), "two refusals of the key: {row}");
+    b.shot("rate-limits").await;
+    b.close().await;
+}

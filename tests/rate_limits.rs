@@ -1,4 +1,4 @@
-//! Rate limits (docs/rate-limits.md, SPEC §17) over real sockets, counters in the router's
+//! Rate limits (docs/rate-limits.md) over real sockets, counters in the router's
 //! memory: the GCRA's timing, the 429 and its fields, nothing forwarded, keys kept apart,
 //! `routes:` scope, the `region` key with fan-outs and legacy probes, `client_ip` through
 //! `trusted_proxies`, the same answer on every protocol, idle keys evicted under a flood.

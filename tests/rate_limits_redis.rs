@@ -199,7 +199,11 @@ async fn three_edges_share_one_budget_and_fall_back_to_their_own_while_redis_is_
     eprintln!("redis back: {again:.1}/s admitted");
     for n in 0..3 {
         let log = std::fs::read_to_string(dir.path().join(format!("edge{n}/router.log")));
-        for line in log.unwrap_or_default().lines().filter(|l| l.contains("store.redis")) {
+        for line in log
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("store.redis"))
+        {
             eprintln!("edge{n}: {line}");
         }
     }

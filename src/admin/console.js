@@ -180,6 +180,21 @@ function renderRates(rates) {
     el("td", {}, r.errors), el("td", {}, (100 * r.error_ratio).toFixed(1) + " %"))));
 }
 
+function renderLimits(limits) {
+  const store = limits.store;
+  $("limits-store").textContent = store.kind === "redis"
+    ? "shared through " + store.url + (store.reachable ? "" : " (unreachable: " + store.on_error + " decides)") +
+      " · " + store.errors + " decisions without Redis"
+    : "counters in this edge's memory";
+  const rows = limits.rules.map((r) => el("tr", { "data-rule": r.name },
+    el("td", {}, r.name), el("td", {}, el("code", {}, r.key)),
+    el("td", {}, r.rate + " burst " + r.burst, r.routes.length ? el("div", { class: "muted" }, r.routes.join(" ")) : null),
+    el("td", {}, r.keys_in_memory), el("td", {}, r.refused),
+    el("td", {}, r.top_keys.map((k) => el("div", {}, el("code", {}, k.key), " ", el("span", { class: "muted" }, "× " + k.refused))))));
+  if (rows.length === 0) rows.push(el("tr", {}, el("td", { colspan: 6, class: "muted" }, "no rate_limits: in router.yaml")));
+  $("limits").replaceChildren(...rows);
+}
+
 function chips(items) {
   return el("div", { class: "chips" }, items.map((t) => el("span", {}, el("code", {}, t))));
 }
@@ -215,12 +230,14 @@ function renderReloads(status) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const [up, rates, table, status] = await Promise.all(
-      ["/admin/upstreams", "/admin/rates", "/admin/routing-table/summary", "/admin/routing-table"].map((p) => api(p)));
+    const [up, rates, table, status, limits] = await Promise.all(
+      ["/admin/upstreams", "/admin/rates", "/admin/routing-table/summary", "/admin/routing-table",
+        "/admin/rate-limits"].map((p) => api(p)));
     showConsole();
     $("logout").hidden = false;
     renderUpstreams(up.body);
     renderRates(rates.body);
+    renderLimits(limits.body);
     renderTable(table.body);
     renderReloads(status.body);
     if (currentId) await lookup(currentId);

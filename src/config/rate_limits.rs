@@ -1,4 +1,4 @@
-//! `rate_limits:` and `store:` of the router config (docs/rate-limits.md, SPEC §17): GCRA
+//! `rate_limits:` and `store:` of the router config (docs/rate-limits.md): GCRA
 //! rules, each a rate with a burst counted per key (the client's address, a header's value,
 //! the owner region, the route), checked in the file's order; and where their counters live
 //! (this edge's memory, or a Redis every edge shares). Validated here from the text alone;

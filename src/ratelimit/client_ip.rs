@@ -1,4 +1,4 @@
-//! The client a `client_ip` rule counts (docs/rate-limits.md "Keys", SPEC §17): the peer,
+//! The client a `client_ip` rule counts (docs/rate-limits.md "Keys"): the peer,
 //! or, when the peer is one of `trusted_proxies`, the right-most element of
 //! `X-Forwarded-For` (else of `Forwarded`'s `for=`) that is not itself trusted, as nginx's
 //! `real_ip_recursive on`. Elements to the left of that one were written by whoever the

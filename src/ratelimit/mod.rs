@@ -1,4 +1,4 @@
-//! Rate limits (docs/rate-limits.md, SPEC §17): `rate_limits:` rules, each a GCRA (the
+//! Rate limits (docs/rate-limits.md): `rate_limits:` rules, each a GCRA (the
 //! generic cell rate algorithm: `rate` with `burst` extra; from idle `burst + 1` pass at
 //! once, then one per `1/rate`) counted per key, and the answer to a request over one.
 //!
