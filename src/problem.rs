@@ -140,7 +140,7 @@ pub enum Problem {
     FanoutBusy(crate::fanout::budget::Refusal),
     /// Over a `rate_limits:` rule (429, docs/rate-limits.md; gRPC 8 RESOURCE_EXHAUSTED),
     /// with `Retry-After` and the `RateLimit-Policy` / `RateLimit` fields; nothing forwarded.
-    RateLimited(crate::ratelimit::Limited),
+    RateLimited(Box<crate::ratelimit::Limited>),
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.

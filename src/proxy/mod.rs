@@ -432,13 +432,11 @@ impl Proxy {
             }
             Err(problem) => return Err(problem),
         };
-        let method = parts.method.as_str().as_bytes();
-        let path = parts.uri.path();
         let phases::Plan {
             region,
             probe,
             limit,
-        } = self.plan(&routing, &decision, method, path, legacy_id)?;
+        } = self.plan(&routing, &decision, parts, legacy_id)?;
         limit.decided().await.map_err(Problem::RateLimited)?;
         trail.set_region(&routing.region(region).state.metrics);
         let target = Target {

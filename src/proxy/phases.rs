@@ -279,20 +279,19 @@ impl Proxy {
     /// limit on a region, a region an entity is moving away from) before anything is
     /// forwarded, for every protocol: the head path calls it for what it carries itself,
     /// `Proxy::handle` for the rest.
-    pub(super) fn plan<'a>(
+    pub(super) fn plan<'a, V: RequestView>(
         &'a self,
         routing: &Routing,
         decision: &Decision,
-        method: &[u8],
-        path: &str,
+        view: &V,
         legacy_id: Option<String>,
     ) -> Result<Plan<'a>, Problem> {
-        let (probe, region) =
-            match legacy_id.and_then(|id| self.legacy_target(routing, method, decision, || id)) {
-                Some((probe, region)) => (Some(Box::new(probe)), region),
-                None => (None, decision.region),
-            };
-        let limit = self.region_phase(routing, decision, region, path)?;
+        let legacy = |id| self.legacy_target(routing, view.method(), decision, || id);
+        let (probe, region) = match legacy_id.and_then(legacy) {
+            Some((probe, region)) => (Some(Box::new(probe)), region),
+            None => (None, decision.region),
+        };
+        let limit = self.region_phase(routing, decision, region, view)?;
         Ok(Plan {
             region,
             probe,
@@ -309,12 +308,12 @@ impl Proxy {
     /// the region the request goes to (a legacy id's owner, when known); the other regions
     /// a probe or a fan-out asks spend theirs in `Proxy::send`. A decision Redis makes
     /// comes back to await (`Plan::limit`).
-    fn region_phase<'a>(
+    fn region_phase<'a, V: RequestView>(
         &'a self,
         routing: &Routing,
         decision: &Decision,
         region: RegionId,
-        path: &str,
+        view: &V,
     ) -> Result<Verdict<'a>, Problem> {
         routing
             .decisions(decision.scheme)
@@ -322,7 +321,7 @@ impl Proxy {
         let Some(limits) = &self.limits else {
             return Ok(Verdict::Admit);
         };
-        match limits.check_region(path, &routing.region(region).name) {
+        match limits.check_region(|| view.path(), &routing.region(region).name) {
             Verdict::Limited(limited) => Err(Problem::RateLimited(limited)),
             verdict => Ok(verdict),
         }

@@ -52,7 +52,7 @@ impl Proxy {
         let limited = self
             .limits
             .as_ref()
-            .map(|limits| limits.check_region(parts.uri.path(), &region.name));
+            .map(|limits| limits.check_region(|| parts.uri.path(), &region.name));
         let preserve_host = self.config.preserve_host;
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
@@ -60,10 +60,7 @@ impl Proxy {
         let x = HttpExchange::new(parts, body, None, aim);
         async move {
             if let Some(verdict) = limited {
-                verdict
-                    .decided()
-                    .await
-                    .map_err(|limited| ForwardError::Limited(Box::new(limited)))?;
+                verdict.decided().await.map_err(ForwardError::Limited)?;
             }
             self.exchange(region, trace, x).await.map(Answered::from)
         }
@@ -105,7 +102,7 @@ impl Proxy {
         match forwarded {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),
-            Err(ForwardError::Limited(limited)) => Err(Problem::RateLimited(*limited)),
+            Err(ForwardError::Limited(limited)) => Err(Problem::RateLimited(limited)),
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),

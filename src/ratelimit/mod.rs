@@ -71,19 +71,20 @@ impl Limited {
     }
 }
 
-/// A decision: made at once, or a Redis answer to await.
+/// A decision: made at once, or a Redis answer to await. A refusal is boxed: rare, and
+/// every request's `Result`s would be sized for it.
 pub enum Verdict<'a> {
     /// Every rule that applies admits the request.
     Admit,
     /// A rule refuses it.
-    Limited(Limited),
+    Limited(Box<Limited>),
     /// The shared store decides (`store.redis`).
-    Ask(Pin<Box<dyn Future<Output = Result<(), Limited>> + Send + 'a>>),
+    Ask(Pin<Box<dyn Future<Output = Result<(), Box<Limited>>> + Send + 'a>>),
 }
 
 impl<'a> Verdict<'a> {
     /// The decision, awaited when it is the store's.
-    pub async fn decided(self) -> Result<(), Limited> {
+    pub async fn decided(self) -> Result<(), Box<Limited>> {
         match self {
             Verdict::Admit => Ok(()),
             Verdict::Limited(limited) => Err(limited),
@@ -198,45 +199,64 @@ impl RateLimits {
             return Verdict::Admit;
         }
         let mut ip = None;
-        self.decide(true, keys.path(), |rule, route| match &rule.settings.key {
-            LimitKey::ClientIp => Some(KeyVal::Ip(*ip.get_or_insert_with(|| keys.client_ip()))),
-            LimitKey::Header(name) => keys.field(name).map(KeyVal::Bytes),
-            LimitKey::Route => rule
-                .settings
-                .routes
-                .get(route)
-                .map(|r| KeyVal::Bytes(r.as_bytes())),
-            LimitKey::Region => None,
-        })
+        self.decide(
+            true,
+            || keys.path(),
+            |rule, route| match &rule.settings.key {
+                LimitKey::ClientIp => Some(KeyVal::Ip(*ip.get_or_insert_with(|| keys.client_ip()))),
+                LimitKey::Header(name) => keys.field(name).map(KeyVal::Bytes),
+                LimitKey::Route => rule
+                    .settings
+                    .routes
+                    .get(route)
+                    .map(|r| KeyVal::Bytes(r.as_bytes())),
+                LimitKey::Region => None,
+            },
+        )
     }
 
     /// The decision for one exchange with `region` (a request in the plan step, a fan-out
-    /// leg, a legacy probe) at `path`: the `region` rules.
-    pub fn check_region<'a>(&'a self, path: &str, region: &str) -> Verdict<'a> {
+    /// leg, a legacy probe) at `path` (asked only when a rule has `routes:`): the `region`
+    /// rules.
+    pub fn check_region<'a, 'p>(
+        &'a self,
+        path: impl FnOnce() -> &'p str,
+        region: &str,
+    ) -> Verdict<'a> {
         if !self.region {
             return Verdict::Admit;
         }
         self.decide(false, path, |_, _| Some(KeyVal::Bytes(region.as_bytes())))
     }
 
-    fn decide<'a: 'k, 'k>(
+    /// Every rule of the stage (`head` or region) that applies: its key, its decision. The
+    /// path is read once, and only for a rule with `routes:` (it is a UTF-8 check and a
+    /// search on the head path).
+    fn decide<'a: 'k, 'k, 'p>(
         &'a self,
         head: bool,
-        path: &str,
+        path: impl FnOnce() -> &'p str,
         mut key_of: impl FnMut(&'a Rule, usize) -> Option<KeyVal<'k>>,
     ) -> Verdict<'a> {
         let shared = self.shared.as_ref();
         let mut asks: Vec<(usize, Vec<u8>, u64)> = Vec::new();
+        let mut path = Some(path);
+        let mut read: &str = "";
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.settings.key.from_head() != head {
                 continue;
             }
             let route = match &rule.scope {
                 None => 0,
-                Some(scope) => match scope.at(path) {
-                    Ok(matched) => *matched.value,
-                    Err(_) => continue,
-                },
+                Some(scope) => {
+                    if let Some(path) = path.take() {
+                        read = path();
+                    }
+                    match scope.at(read) {
+                        Ok(matched) => *matched.value,
+                        Err(_) => continue,
+                    }
+                }
             };
             let Some(key) = key_of(rule, route) else {
                 continue;
@@ -272,7 +292,7 @@ impl RateLimits {
         &self,
         store: &shared::Shared,
         asks: Vec<(usize, Vec<u8>, u64)>,
-    ) -> Result<(), Limited> {
+    ) -> Result<(), Box<Limited>> {
         let keys: Vec<Vec<u8>> = asks
             .iter()
             .map(|(i, text, _)| self.rules[*i].store_key(text))
@@ -380,7 +400,7 @@ impl Rule {
     }
 
     /// The in-memory decision for the key hashed to `hash`.
-    fn check_local(&self, hash: u64, text: impl FnOnce() -> Vec<u8>) -> Result<(), Limited> {
+    fn check_local(&self, hash: u64, text: impl FnOnce() -> Vec<u8>) -> Result<(), Box<Limited>> {
         match self.local.check(hash) {
             Ok(()) => Ok(()),
             Err(wait) => Err(self.refuse(hash, wait, || lossy(&text()))),
@@ -388,16 +408,16 @@ impl Rule {
     }
 
     /// A refusal: counted, its key noted for the admin API, its answer.
-    fn refuse(&self, hash: u64, wait: Duration, text: impl FnOnce() -> String) -> Limited {
+    fn refuse(&self, hash: u64, wait: Duration, text: impl FnOnce() -> String) -> Box<Limited> {
         self.refused.increment(1);
         self.refused_n.fetch_add(1, Ordering::Relaxed);
         self.local.note_refused(hash, text);
-        Limited {
+        Box::new(Limited {
             rule: Arc::clone(&self.name),
             retry_after: wait,
             policy: self.policy.clone(),
             terms: Arc::clone(&self.terms),
-        }
+        })
     }
 
     /// The Redis key of a key's text: `iuid-router:rl:<rule>:<text>` (a text over 200 bytes

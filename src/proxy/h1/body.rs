@@ -88,8 +88,7 @@ impl Proxy {
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        let mut planned =
-            self.planned(routing, &decision, view.path(), Some(RouteKind::Graphql))?;
+        let mut planned = self.planned(routing, &decision, &view, Some(RouteKind::Graphql))?;
         planned.said = Some(access);
         Ok(planned)
     }
@@ -143,7 +142,7 @@ impl Proxy {
                     .map_err(refuse)?
             }
         };
-        match self.h1_resolve(found, view.path(), life) {
+        match self.h1_resolve(found, &view, life) {
             Err(Stop::Refuse(p, _)) => Err(Stop::Refuse(p, true)),
             Err(_) => Err(Stop::Shared),
             Ok(planned) => Ok(planned),

@@ -32,7 +32,7 @@ use tracing::Instrument;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::life::Life;
-use super::phases::{HeadView, RequestView};
+use super::phases::HeadView;
 use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
@@ -355,7 +355,7 @@ impl Proxy {
             }
             _ => {}
         }
-        self.h1_resolve(found, view.path(), life)
+        self.h1_resolve(found, &view, life)
     }
 
     /// Phase 3 on the head path, for a request whose route found its id (or none): the
@@ -364,7 +364,7 @@ impl Proxy {
     fn h1_resolve<'r>(
         &self,
         found: Extraction<'_, '_>,
-        path: &str,
+        view: &HeadView<'_>,
         life: &Life,
     ) -> Result<Planned, Stop<'r>> {
         let route = found.route_kind();
@@ -380,7 +380,7 @@ impl Proxy {
             // A legacy id may be probed in the other regions: the shared phases do that.
             return Err(Stop::Shared);
         }
-        self.planned(routing, &decision, path, route)
+        self.planned(routing, &decision, view, route)
     }
 
     /// Where a resolved request goes, on the head path: a region whose upstreams it can
@@ -390,15 +390,15 @@ impl Proxy {
         &self,
         routing: std::sync::Arc<Routing>,
         decision: &crate::table::Decision,
-        path: &str,
+        view: &HeadView<'_>,
         route: Option<crate::extract::RouteKind>,
     ) -> Result<Planned, Stop<'r>> {
         let region = routing.region(decision.region);
         if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
             return Err(Stop::Shared);
         }
-        // No legacy id comes here (`h1_resolve` hands those over), so no method is read.
-        let plan = self.plan(&routing, decision, b"", path, None)?;
+        // No legacy id comes here (`h1_resolve` hands those over).
+        let plan = self.plan(&routing, decision, view, None)?;
         if !matches!(plan.limit, Verdict::Admit) {
             // Redis decides: never here, since `h1_plan` hands those requests over first.
             return Err(Stop::Shared);
