@@ -25,6 +25,8 @@ Modes, from the environment; each applies to every proxy of the run, and they co
                  `mutation { cancelOrder(input: {id: "<id>"}) { order { id } } }`, routed by the
                  `input.id` argument) or `json` (POST /v1/payments with `{"order_id":"<id>"}`, a
                  `json: /order_id` route); `node` (the default) is the `node(id:)` query
+  RATE_LIMIT=1   (callgrind only) the router with one `client_ip` rate limit in memory, every
+                 request admitted (docs/rate-limits.md "Cost")
 Unset, the run is the default one: GET over plain HTTP/1.1 keep-alive, answers of 3 bytes.
 The callgrind counts honour CONNCLOSE, RESP_BYTES, REQ_BYTES, UPSTREAM_TLS and GRAPHQL, and the
 client side of them is plain HTTP always.
