@@ -178,6 +178,46 @@ async fn h2c_from_an_untrusted_peer_is_replaced_too() {
     assert!(!forwarded[0].contains("6.6.6.6"), "{forwarded:?}");
 }
 
+/// A gRPC call (h2c, its id in `x-entity-id` metadata) to an HTTP/2 region: the same rule.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_grpc_call_from_an_untrusted_peer_is_replaced_too() {
+    let upstream = Upstream::start("a").await;
+    let table = format!(
+        "version: trust\nregions:\n  a: {{ upstreams: [\"{}\"], protocol: h2 }}\ncountries:\n  1: a\ndefault_region: a\n",
+        upstream.url()
+    );
+    let config = orders_config()
+        .extra("trusted_proxies: [10.0.0.0/8]\n")
+        .yaml();
+    let router = Router::start(&config, &table).await;
+    let tcp = TcpStream::connect(router.addr).await.expect("connect");
+    let (mut h2, conn) =
+        hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tcp))
+            .await
+            .expect("h2c handshake");
+    tokio::spawn(conn);
+    let call = http::Request::post(router.url("/orders.v1.Orders/GetOrder"))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .header("x-entity-id", iuid_for(1))
+        .header("x-forwarded-for", SPOOFED_XFF)
+        .header("forwarded", SPOOFED_FORWARDED)
+        .body(http_body_util::Full::new(common::grpc::frame(b"")))
+        .expect("call");
+    let resp = h2.send_request(call).await.expect("answer");
+    assert_eq!(resp.status(), 200);
+    resp.into_body().collect().await.expect("body");
+    let got = upstream.last();
+    assert_eq!(
+        got.headers["content-type"], "application/grpc",
+        "the call arrived"
+    );
+    let (xff, forwarded) = forwarding(&upstream);
+    assert_eq!(xff, ["127.0.0.1"]);
+    assert_eq!(forwarded.len(), 1, "{forwarded:?}");
+    assert!(!forwarded[0].contains("6.6.6.6"), "{forwarded:?}");
+}
+
 #[test]
 fn a_bad_range_is_refused_where_written() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -538,14 +538,7 @@ async fn the_admin_api_shows_rules_refusals_and_the_keys_refused_most() {
     for _ in 0..4 {
         get(&router, &order(), &[("x-api-key", "noisy")]).await;
     }
-    let v: Value = client()
-        .get(router.admin_url("/admin/rate-limits"))
-        .send()
-        .await
-        .expect("admin")
-        .json()
-        .await
-        .expect("json");
+    let v = common::get_json(&router.admin_url("/admin/rate-limits")).await;
     assert_eq!(v["store"]["kind"], "memory");
     let rule = &v["rules"][0];
     assert_eq!(rule["name"], "api-key");

@@ -212,14 +212,7 @@ async fn three_edges_share_one_budget_and_fall_back_to_their_own_while_redis_is_
         (RATE * 0.9..=RATE * 1.1).contains(&again),
         "shared again: {again:.1}/s, not {RATE} ± 10 %"
     );
-    let v: serde_json::Value = common::client()
-        .get(format!("http://{}/admin/rate-limits", edges[0].admin))
-        .send()
-        .await
-        .expect("admin")
-        .json()
-        .await
-        .expect("json");
+    let v = common::get_json(&format!("http://{}/admin/rate-limits", edges[0].admin)).await;
     assert_eq!(v["store"]["kind"], "redis");
     assert_eq!(v["store"]["reachable"], true);
 }

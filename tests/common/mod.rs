@@ -414,6 +414,18 @@ pub fn client() -> reqwest::Client {
         .expect("client")
 }
 
+/// The JSON a GET of `url` answers (an admin route); panics if there is none.
+pub async fn get_json(url: &str) -> serde_json::Value {
+    client()
+        .get(url)
+        .send()
+        .await
+        .expect("answer")
+        .json()
+        .await
+        .expect("json")
+}
+
 /// Waits (10 s at most) until the router process whose admin listener is `admin` answers
 /// `/readyz` with 200; panics if it does not.
 pub async fn wait_ready(admin: SocketAddr) {
