@@ -568,6 +568,10 @@ fn bad_rules_are_refused_at_their_line() {
             "start with /",
         ),
         (
+            "rate_limits:\n  - { key: client_ip, rate: 1/s, routes: [\"/a/{x}\", \"/a/{y}\"] }\n",
+            "conflict",
+        ),
+        (
             "rate_limits:\n  - { key: region, rate: 1/s }\n  - { key: region, rate: 2/s }\n",
             "named",
         ),
@@ -578,4 +582,53 @@ fn bad_rules_are_refused_at_their_line() {
         let at = lines + text.lines().count();
         common::assert_refused_at(&dir, &format!("{base}{text}"), why, at);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_redis_unreachable_on_error_decides_and_never_a_5xx() {
+    // Nothing listens on this port: every decision falls to `on_error`.
+    let closed = common::free_port();
+    let rule = "{ key: client_ip, rate: 1/min }";
+    let store = |on_error: &str| {
+        format!("store: {{ redis: \"redis://{closed}/0\", on_error: {on_error}, timeout_ms: 20 }}")
+    };
+    let (router, upstream) = world(&[rule], &store("allow")).await;
+    for _ in 0..4 {
+        assert_eq!(
+            status(&router, &order(), &[]).await,
+            200,
+            "allow: every request"
+        );
+    }
+    assert_eq!(upstream.count(), 4);
+    let counted = router
+        .metric(
+            "iuid_router_rate_limit_store_errors_total",
+            &["on_error=\"allow\""],
+        )
+        .await;
+    assert!(counted >= 4.0, "each decision counted: {counted}");
+    let v = common::get_json(&router.admin_url("/admin/rate-limits")).await;
+    assert_eq!(
+        (
+            v["store"]["kind"].as_str(),
+            v["store"]["reachable"].as_bool()
+        ),
+        (Some("redis"), Some(false))
+    );
+
+    // `local`: this edge's own counters, over every protocol's path alike.
+    let (router, _upstream) = world(&[rule], &store("local")).await;
+    assert_eq!(status(&router, &order(), &[]).await, 200);
+    assert_eq!(status(&router, &order(), &[]).await, 429);
+    let bridged = common::raw_http(
+        router.addr,
+        format!(
+            "GET http://t{} HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+            order()
+        )
+        .into_bytes(),
+    )
+    .await;
+    assert!(bridged.starts_with("HTTP/1.1 429 "), "{bridged}");
 }

@@ -211,8 +211,10 @@ pub(super) fn rules(
         let rate = Rate::parse(&spec.rate)
             .map_err(|why| fail("rate", why))
             .ok();
+        // One router for the rule, as `crate::ratelimit` builds it: a template that
+        // conflicts with an earlier one of the rule is refused here.
+        let mut router = matchit::Router::new();
         for (j, route) in spec.routes.iter().enumerate() {
-            let mut router = matchit::Router::new();
             let why = match route.starts_with('/') {
                 false => Some(format!("`{route}` must start with /")),
                 true => router

@@ -242,6 +242,7 @@ impl RateLimits {
         let mut asks: Vec<(usize, Vec<u8>, u64)> = Vec::new();
         let mut path = Some(path);
         let mut read: &str = "";
+        let mut fell_back = false;
         for (i, rule) in self.rules.iter().enumerate() {
             if rule.settings.key.from_head() != head {
                 continue;
@@ -264,13 +265,17 @@ impl RateLimits {
             let hash = key.hash(&self.hasher, self.salt);
             match shared {
                 Some(store) if store.up() => asks.push((i, key.text(), hash)),
-                Some(store) if store.on_error() == OnStoreError::Allow => {
-                    store.count_error();
-                }
                 Some(store) => {
-                    store.count_error();
-                    if let Err(limited) = rule.check_local(hash, || key.text()) {
-                        return Verdict::Limited(limited);
+                    // Redis failed within the last second: `on_error` decides, counted once
+                    // per decision.
+                    if !fell_back {
+                        fell_back = true;
+                        store.count_error();
+                    }
+                    if store.on_error() == OnStoreError::Local {
+                        if let Err(limited) = rule.check_local(hash, || key.text()) {
+                            return Verdict::Limited(limited);
+                        }
                     }
                 }
                 None => {
