@@ -216,3 +216,46 @@ async fn three_edges_share_one_budget_and_fall_back_to_their_own_while_redis_is_
     assert_eq!(v["store"]["kind"], "redis");
     assert_eq!(v["store"]["reachable"], true);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs redis-server (CI installs it)"]
+async fn a_request_no_rule_counts_stays_on_the_head_path_and_one_a_rule_counts_asks_redis() {
+    let port = free_port().port();
+    let _server = redis(port).await;
+    let upstream = common::Upstream::start("a").await;
+    let table = lettered_table("rh", &[&[upstream.url()]]);
+    let config = orders_config()
+        .extra(&format!(
+            "rate_limits:\n  - {{ name: key, key: {{ header: x-api-key }}, rate: 1/min }}\n\
+             store: {{ redis: \"redis://127.0.0.1:{port}/0\" }}\n"
+        ))
+        .yaml();
+    let router = common::Router::start(&config, &table).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    let shared = || async {
+        router
+            .metric("iuid_router_http1_shared_phases_total", &[])
+            .await
+    };
+    let get = |key: Option<&'static str>| {
+        let mut req = common::client().get(router.url(&path));
+        if let Some(key) = key {
+            req = req.header("x-api-key", key);
+        }
+        async move { req.send().await.expect("answer").status().as_u16() }
+    };
+    let before = shared().await;
+    assert_eq!(get(None).await, 200);
+    assert_eq!(
+        shared().await,
+        before,
+        "no rule applies: the head path carried it"
+    );
+    assert_eq!(get(Some("k")).await, 200);
+    assert_eq!(get(Some("k")).await, 429, "Redis counted the first");
+    assert!(
+        shared().await >= before + 2.0,
+        "Redis's decisions are awaited by the shared phases"
+    );
+    assert_eq!(upstream.count(), 2);
+}

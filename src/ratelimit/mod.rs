@@ -186,8 +186,13 @@ impl RateLimits {
         self.head
     }
 
-    /// Whether decisions are Redis's (the own engine's head path hands such requests to the
-    /// shared phases, which can await one).
+    /// Whether a rule counts the owner region (`key: region`).
+    pub fn has_region_rules(&self) -> bool {
+        self.region
+    }
+
+    /// Whether decisions are Redis's (the own engine's head path hands a request Redis must
+    /// decide to the shared phases, which can await it).
     pub fn is_shared(&self) -> bool {
         self.shared.is_some()
     }

@@ -327,14 +327,18 @@ impl Proxy {
         let view = HeadView { buf, head };
         self.admit_head(&view)?;
         if let Some(limits) = &self.limits {
-            if limits.is_shared() {
-                // Redis's answer is awaited: the shared phases can (docs/rate-limits.md).
+            if limits.is_shared() && limits.has_region_rules() {
+                // Redis decides every region's budget: the shared phases await it (planned
+                // here, the routing decision would be counted twice).
                 return Err(Stop::Shared);
             }
-            if let Verdict::Limited(limited) = self.limit_head(&view, addr) {
-                return Err(Problem::RateLimited(limited).into());
+            match self.limit_head(&view, addr) {
+                Verdict::Admit => life.head_limited = true,
+                Verdict::Limited(limited) => return Err(Problem::RateLimited(limited).into()),
+                // Redis decides: the shared phases await it (docs/rate-limits.md). Nothing
+                // was counted: the script runs when the decision is polled.
+                Verdict::Ask(_) => return Err(Stop::Shared),
             }
-            life.head_limited = true;
         }
         let found = self.extract_head(&view);
         match &found {
