@@ -10,7 +10,6 @@ use std::net::SocketAddr;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::ServerName;
 use tokio::net::TcpStream;
 
 use common::{iuid_for, lettered_table, orders_config, Router, Upstream};
@@ -77,15 +76,11 @@ async fn send(w: &World, engine: &str) {
                 "GET {target} HTTP/1.1\r\nHost: api.example.com\r\nX-Forwarded-For: {SPOOFED_XFF}\r\n\
                  Forwarded: {SPOOFED_FORWARDED}\r\nConnection: close\r\n\r\n"
             );
-            let answer = tls_raw(w, request.into_bytes()).await;
+            let answer = common::tls_raw(w.router.addr, &w.certs, request.as_bytes()).await;
             assert!(answer.starts_with("HTTP/1.1 200 "), "{engine}: {answer}");
         }
         _ => {
-            let connector =
-                common::tls_connector(&w.certs.join("ca.pem"), rustls::DEFAULT_VERSIONS, &[b"h2"]);
-            let tcp = TcpStream::connect(addr).await.expect("connect");
-            let name = ServerName::try_from("localhost".to_owned()).expect("server name");
-            let tls = connector.connect(name, tcp).await.expect("TLS handshake");
+            let tls = common::tls_to_localhost(addr, &w.certs, b"h2").await;
             let (mut h2, conn) =
                 hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
                     .await
@@ -101,24 +96,6 @@ async fn send(w: &World, engine: &str) {
             resp.into_body().collect().await.expect("body");
         }
     }
-}
-
-/// HTTP/1.1 over the TLS listener: `request`'s bytes, the answer's text.
-async fn tls_raw(w: &World, request: Vec<u8>) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let connector = common::tls_connector(
-        &w.certs.join("ca.pem"),
-        rustls::DEFAULT_VERSIONS,
-        &[b"http/1.1"],
-    );
-    let tcp = TcpStream::connect(w.router.addr).await.expect("connect");
-    let name = ServerName::try_from("localhost".to_owned()).expect("server name");
-    let mut tls = connector.connect(name, tcp).await.expect("TLS handshake");
-    tls.write_all(&request).await.expect("write");
-    let mut out = Vec::new();
-    let _ =
-        tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -11,7 +11,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::ServerName;
 use serde_json::Value;
 use tokio::net::TcpStream;
 
@@ -353,7 +352,7 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
             let request = format!(
                 "GET {target} HTTP/1.1\r\nHost: api.example.com\r\nx-api-key: {key}\r\nConnection: close\r\n\r\n"
             );
-            let answer = tls_raw(addr, &certs, request).await;
+            let answer = common::tls_raw(addr, &certs, request.as_bytes()).await;
             assert!(
                 answer.starts_with(&format!("HTTP/1.1 {expected} ")),
                 "{key}: {answer}"
@@ -371,11 +370,7 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
     }
 
     // TLS h2: the 429 is one stream; the connection goes on serving.
-    let connector =
-        common::tls_connector(&certs.join("ca.pem"), rustls::DEFAULT_VERSIONS, &[b"h2"]);
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let name = ServerName::try_from("localhost".to_owned()).expect("name");
-    let tls = connector.connect(name, tcp).await.expect("handshake");
+    let tls = common::tls_to_localhost(addr, &certs, b"h2").await;
     let mut conn = h2(TokioIo::new(tls)).await;
     let uri = format!("https://localhost:{}{}", addr.port(), order());
     assert_eq!(h2_get(&mut conn, uri.clone(), "h2").await.0, 200);
@@ -437,23 +432,6 @@ async fn h2c_and_grpc_get_the_429_and_resource_exhausted() {
         .expect("ascii")
         .to_owned();
     assert!(message.contains("rate limit"), "{message}");
-}
-
-/// HTTP/1.1 over the TLS listener at `addr`: `request`'s bytes, the answer's text.
-async fn tls_raw(addr: SocketAddr, certs: &std::path::Path, request: String) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let connector = common::tls_connector(
-        &certs.join("ca.pem"),
-        rustls::DEFAULT_VERSIONS,
-        &[b"http/1.1"],
-    );
-    let tcp = TcpStream::connect(addr).await.expect("connect");
-    let name = ServerName::try_from("localhost".to_owned()).expect("server name");
-    let mut tls = connector.connect(name, tcp).await.expect("TLS handshake");
-    tls.write_all(request.as_bytes()).await.expect("write");
-    let mut out = Vec::new();
-    let _ = tokio::time::timeout(Duration::from_secs(5), tls.read_to_end(&mut out)).await;
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 fn rss_kib() -> u64 {

@@ -20,7 +20,6 @@ use common::otlp::{Receiver, Span, CLIENT, SERVER, STATUS_ERROR};
 use common::{client, free_port, iuid_for, url, ConfigYaml, Router, Upstream};
 use http_body_util::{BodyExt, Empty, Full};
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use rustls::pki_types::ServerName;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
@@ -470,12 +469,8 @@ async fn tls_h2() {
     let tls = common::tls_lines(&certs);
     let (table, ap) = three().await;
     let router = Router::start(&config(&receiver, "grpc").extra(&tls).yaml(), &table).await;
-    let connector =
-        common::tls_connector(&certs.join("ca.pem"), rustls::DEFAULT_VERSIONS, &[b"h2"]);
     let trace = trace_id();
-    let tcp = TcpStream::connect(router.addr).await.expect("connect");
-    let name = ServerName::try_from("localhost".to_owned()).expect("server name");
-    let tls = connector.connect(name, tcp).await.expect("TLS handshake");
+    let tls = common::tls_to_localhost(router.addr, &certs, b"h2").await;
     let (mut h2, conn) =
         hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
             .await

@@ -895,6 +895,31 @@ pub fn tls_connector(
     tokio_rustls::TlsConnector::from(Arc::new(config))
 }
 
+/// A TLS connection to the router at `addr` as `localhost` (the leaf [`make_certs`] wrote),
+/// verified against `certs/ca.pem`, offering `alpn`.
+pub async fn tls_to_localhost(
+    addr: SocketAddr,
+    certs: &std::path::Path,
+    alpn: &[u8],
+) -> tokio_rustls::client::TlsStream<tokio::net::TcpStream> {
+    let connector = tls_connector(&certs.join("ca.pem"), rustls::DEFAULT_VERSIONS, &[alpn]);
+    let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+    let name = rustls::pki_types::ServerName::try_from("localhost".to_owned()).expect("name");
+    connector.connect(name, tcp).await.expect("TLS handshake")
+}
+
+/// HTTP/1.1 over the router's TLS listener at `addr`: `request`'s bytes sent, the answer's
+/// text read until the router closes (5 s at most).
+pub async fn tls_raw(addr: SocketAddr, certs: &std::path::Path, request: &[u8]) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut tls = tls_to_localhost(addr, certs, b"http/1.1").await;
+    tls.write_all(request).await.expect("write");
+    let mut out = Vec::new();
+    let _ =
+        tokio::time::timeout(std::time::Duration::from_secs(5), tls.read_to_end(&mut out)).await;
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// Reads from `stream` until the end of a request or response head; `None` on EOF or error
 /// first.
 pub async fn read_head(stream: &mut tokio::net::TcpStream) -> Option<String> {
