@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 
+pub mod moves;
 mod region;
 
 pub use region::{DecisionCounters, RegionMetrics};
@@ -219,6 +220,7 @@ fn describe() {
         RATE_LIMIT_KEYS,
         "Keys a rate_limits rule holds in this edge's memory, by rule."
     );
+    moves::describe();
     ::metrics::describe_counter!(
         TRACE_SPANS_DROPPED,
         "Finished spans not exported, by reason: queue_full, export_failed."
@@ -419,10 +421,12 @@ pub enum RuleLabel {
     SchemeDefault,
     /// Rendezvous hashing placed a composite key.
     Hash,
+    /// A move (`moves:` of the routing table) matched.
+    Move,
 }
 
 impl RuleLabel {
-    const ALL: [RuleLabel; 7] = [
+    const ALL: [RuleLabel; 8] = [
         RuleLabel::Override,
         RuleLabel::Country,
         RuleLabel::DefaultRegion,
@@ -430,6 +434,7 @@ impl RuleLabel {
         RuleLabel::Map,
         RuleLabel::SchemeDefault,
         RuleLabel::Hash,
+        RuleLabel::Move,
     ];
 
     /// The label value.
@@ -442,6 +447,7 @@ impl RuleLabel {
             RuleLabel::Map => "map",
             RuleLabel::SchemeDefault => "scheme_default",
             RuleLabel::Hash => "hash",
+            RuleLabel::Move => "move",
         }
     }
 }

@@ -7,9 +7,9 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use super::model::{CountrySpec, NameOrId, OverrideSpec, TableFile};
+use super::model::{CountrySpec, TableFile};
 use super::{
-    Decision, Override, Plan, Region, RegionId, RoutingTable, Rule, SchemeSlot, TimedStep,
+    Decision, Move, Override, Plan, Region, RegionId, RoutingTable, Rule, SchemeSlot, TimedStep,
     UpstreamSpec,
 };
 use crate::source::{Seg, Source, SourceError, SourceErrors};
@@ -128,16 +128,16 @@ impl Validator<'_> {
             service_names[usize::from(id)] = Some(name.clone());
         }
 
-        // Schemes, then overrides (which may name them).
+        // Schemes, then moves and overrides (which may name them), moves first: a scheme tries
+        // its rules in the order they are placed.
         let mut schemes = self.schemes(&file.schemes.0, &mut region_of);
-        let mut overrides = Vec::with_capacity(file.overrides.len());
-        let mut override_regions = Vec::with_capacity(file.overrides.len());
-        for (i, spec) in file.overrides.iter().enumerate() {
-            let (o, region) =
-                self.override_rule(i, spec, &service_by_name, &mut schemes, &mut region_of);
-            overrides.push(o);
-            override_regions.push(region);
-        }
+        let moves = self.moves(&file.moves, &service_by_name, &mut schemes, &mut region_of);
+        let (overrides, override_regions) = self.overrides(
+            &file.overrides,
+            &service_by_name,
+            &mut schemes,
+            &mut region_of,
+        );
 
         let default_region = region_of(self, &file.default_region, &[key("default_region")]);
 
@@ -148,8 +148,8 @@ impl Validator<'_> {
             file.version,
             regions,
             schemes,
-            overrides,
-            &override_regions,
+            moves,
+            (overrides, &override_regions),
             country_region,
             default_region?,
         );
@@ -305,7 +305,7 @@ impl Validator<'_> {
     }
 
     /// Checks an 8-bit iUID field value written as a YAML integer.
-    fn byte_id(&mut self, what: &str, raw: i64, path: &[Seg]) -> Option<u8> {
+    pub(super) fn byte_id(&mut self, what: &str, raw: i64, path: &[Seg]) -> Option<u8> {
         match u8::try_from(raw) {
             Ok(id) => Some(id),
             Err(_) => {
@@ -318,103 +318,9 @@ impl Validator<'_> {
         }
     }
 
-    fn override_rule(
-        &mut self,
-        i: usize,
-        spec: &OverrideSpec,
-        services: &HashMap<String, u8>,
-        schemes: &mut [super::TableScheme],
-        region_of: &mut impl FnMut(&mut Self, &str, &[Seg]) -> Option<RegionId>,
-    ) -> (Override, Option<RegionId>) {
-        let at = |field: &str| [key("overrides"), Seg::Index(i), key(field)];
-        if spec
-            .scheme
-            .as_deref()
-            .is_some_and(|s| s != crate::scheme::IUID)
-        {
-            let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
-            let after = self.instant_after(spec.created_after.as_deref(), &at("created_after"));
-            let region = region_of(self, &spec.region, &at("region"));
-            let fields = self.scheme_override(i, spec, schemes, region, (before, after));
-            return (
-                Override {
-                    service: None,
-                    country: None,
-                    created_before_ms: before,
-                    created_after_ms: after,
-                    scheme: spec.scheme.clone(),
-                    fields,
-                    region: spec.region.clone(),
-                },
-                // Compiled into its scheme: no part of the iUID plans.
-                None,
-            );
-        }
-        for (field, _) in &spec.fields.0 {
-            self.error(
-                &at(field),
-                format!(
-                    "unknown key `{field}` (an iUID override has service, country, \
-                     created_before, created_after; field predicates need `scheme:`)"
-                ),
-            );
-        }
-        let service = match &spec.service {
-            None => None,
-            Some(NameOrId::Id(raw)) => self.byte_id("service", *raw, &at("service")),
-            Some(NameOrId::Name(name)) => {
-                let found = services.get(name).copied();
-                if found.is_none() {
-                    self.error(
-                        &at("service"),
-                        format!("service `{name}` is not named under `services`"),
-                    );
-                }
-                found
-            }
-        };
-        let country = spec
-            .country
-            .and_then(|raw| self.byte_id("country", raw, &at("country")));
-        let before = self.instant(spec.created_before.as_deref(), &at("created_before"));
-        let after = self.instant_after(spec.created_after.as_deref(), &at("created_after"));
-        if let (Some(b), Some(a)) = (before, after) {
-            if a >= b {
-                self.error(
-                    &at("created_after"),
-                    "created_after is not earlier than created_before: the override can never match",
-                );
-            }
-        }
-        if spec.service.is_none()
-            && spec.country.is_none()
-            && spec.created_before.is_none()
-            && spec.created_after.is_none()
-        {
-            self.error(
-                &[key("overrides"), Seg::Index(i)],
-                "override has no condition (service, country, created_before, created_after): \
-                 use default_region or the country map instead",
-            );
-        }
-        let region = region_of(self, &spec.region, &at("region"));
-        (
-            Override {
-                service,
-                country,
-                created_before_ms: before,
-                created_after_ms: after,
-                scheme: None,
-                fields: Vec::new(),
-                region: spec.region.clone(),
-            },
-            region,
-        )
-    }
-
     /// `created_before`: the first whole millisecond at or after the instant, the unit ids'
     /// times compare in (an id at ms `t` was minted strictly before `x` iff `t < ceil(x)`).
-    fn instant(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
+    pub(super) fn instant(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
         self.instant_ns(text, path)
             .map(|ns| ns.div_euclid(1_000_000) + i128::from(ns.rem_euclid(1_000_000) != 0))
             .map(|ms| ms.clamp(0, i128::from(u64::MAX)) as u64)
@@ -423,7 +329,7 @@ impl Validator<'_> {
     /// `created_after`: the first whole millisecond strictly after the instant (docs/schemes.md:
     /// both bounds are strict), so that `after <= t` holds iff the id at ms `t` was minted
     /// after `x`: `t > x` iff `t >= floor(x) + 1`.
-    fn instant_after(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
+    pub(super) fn instant_after(&mut self, text: Option<&str>, path: &[Seg]) -> Option<u64> {
         self.instant_ns(text, path)
             .map(|ns| ns.div_euclid(1_000_000) + 1)
             .map(|ms| ms.clamp(0, i128::from(u64::MAX)) as u64)
@@ -447,28 +353,51 @@ impl Validator<'_> {
     }
 }
 
-/// Folds overrides and the country map into one plan per (country, service_entity) pair.
+/// A rule of the iUID plans, in the order they are tried: moves, then overrides.
+struct PlanRule<'a> {
+    matcher: &'a Override,
+    rule: Rule,
+    region: RegionId,
+}
+
+/// Folds moves, overrides and the country map into one plan per (country, service_entity)
+/// pair.
 fn compile(
     version: String,
     regions: Vec<Region>,
     schemes: Vec<super::TableScheme>,
-    overrides: Vec<Override>,
-    override_regions: &[Option<RegionId>],
+    moves: Vec<Move>,
+    (overrides, override_regions): (Vec<Override>, &[Option<RegionId>]),
     country_region: [Option<RegionId>; 256],
     default_region: RegionId,
 ) -> RoutingTable {
+    let moved = moves
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| m.matcher.scheme.is_none())
+        .map(|(index, m)| PlanRule {
+            matcher: &m.matcher,
+            rule: Rule::Move { index },
+            region: m.serving(),
+        });
+    let overridden = overrides
+        .iter()
+        .zip(override_regions)
+        .enumerate()
+        .filter_map(|(index, (o, region))| {
+            Some(PlanRule {
+                matcher: o,
+                rule: Rule::Override { index },
+                region: (*region)?,
+            })
+        });
+    let rules: Vec<PlanRule> = moved.chain(overridden).collect();
     let mut plans: Vec<Plan> = Vec::new();
     let mut plan_ids: HashMap<Plan, u16> = HashMap::new();
     let mut plan_index = vec![0u16; 1 << 16].into_boxed_slice();
     for country in 0..=255u8 {
         for service in 0..=255u8 {
-            let plan = plan_for(
-                country,
-                service,
-                &overrides,
-                override_regions,
-                &country_region,
-            );
+            let plan = plan_for(country, service, &rules, &country_region);
             let next = plans.len() as u16;
             let id = *plan_ids.entry(plan.clone()).or_insert_with(|| {
                 plans.push(plan);
@@ -480,6 +409,7 @@ fn compile(
     RoutingTable {
         version,
         regions,
+        moves,
         overrides,
         default_region,
         schemes,
@@ -494,19 +424,18 @@ fn compile(
 fn plan_for(
     country: u8,
     service: u8,
-    overrides: &[Override],
-    override_regions: &[Option<RegionId>],
+    rules: &[PlanRule],
     country_region: &[Option<RegionId>; 256],
 ) -> Plan {
     let mut timed = Vec::new();
-    for (index, (o, region)) in overrides.iter().zip(override_regions).enumerate() {
+    for r in rules {
+        let o = r.matcher;
         if o.country.is_some_and(|c| c != country) || o.service.is_some_and(|s| s != service) {
             continue;
         }
-        let Some(region) = *region else { continue };
         let decision = Decision {
-            region,
-            rule: Rule::Override { index },
+            region: r.region,
+            rule: r.rule,
             scheme: SchemeSlot::Iuid,
         };
         if o.created_before_ms.is_none() && o.created_after_ms.is_none() {

@@ -3,10 +3,10 @@
 //! The file ([`model`]) is validated and compiled once per load (`load`) into a
 //! [`RoutingTable`] whose [`RoutingTable::resolve`] is a couple of array reads: every
 //! (country, service_entity) pair — 65 536 of them — is mapped at load to a *plan*: the
-//! overrides with a time predicate that could still match it, in order, then the decision that
-//! holds otherwise. Overrides without time predicates and the country map fold into that final
-//! decision, so the usual lookup touches no list at all. Plans are deduplicated, so the whole
-//! table costs 128 KiB of indexes plus a few plans.
+//! moves and overrides with a time predicate that could still match it, in order, then the
+//! decision that holds otherwise. Moves and overrides without time predicates and the country
+//! map fold into that final decision, so the usual lookup touches no list at all. Plans are
+//! deduplicated, so the whole table costs 128 KiB of indexes plus a few plans.
 //!
 //! The live table is swapped whole (`arc-swap`) by the reloader; a table is immutable once
 //! built, which is what lets requests in flight finish on the table they started with.
@@ -14,6 +14,9 @@
 mod live;
 mod load;
 pub mod model;
+mod moves_load;
+#[cfg(test)]
+mod moves_tests;
 mod schemes;
 mod schemes_load;
 mod summary;
@@ -41,8 +44,8 @@ pub use load::{load_file, load_source};
 pub struct RegionId(pub u16);
 
 /// Which rule of the table decided a route; serialized for `resolve` (docs/cli.md) as
-/// `{"kind": "override", "index": 0}`, `{"kind": "country", "country": 3}` or
-/// `{"kind": "default_region"}`.
+/// `{"kind": "override", "index": 0}`, `{"kind": "move", "index": 0}`,
+/// `{"kind": "country", "country": 3}` or `{"kind": "default_region"}`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Rule {
@@ -72,6 +75,11 @@ pub enum Rule {
     },
     /// A composite key placed by rendezvous hashing.
     Hash,
+    /// `moves[index]` matched (0-based, file order).
+    Move {
+        /// Position in the `moves` list ([`RoutingTable::moves`]).
+        index: usize,
+    },
 }
 
 impl Rule {
@@ -85,6 +93,7 @@ impl Rule {
             Rule::Map { .. } => RuleLabel::Map,
             Rule::SchemeDefault { .. } => RuleLabel::SchemeDefault,
             Rule::Hash => RuleLabel::Hash,
+            Rule::Move { .. } => RuleLabel::Move,
         }
     }
 }
@@ -231,11 +240,95 @@ pub struct Override {
     /// The scheme it applies to (`None`: `iuid`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub scheme: Option<String>,
-    /// Field predicates of a table scheme: `(field, value)`.
+    /// Field predicates of a table scheme: `(field, value or range)`, serialized as
+    /// `[["shard", 17], ["node", "2-5"]]`.
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    pub fields: Vec<(String, u64)>,
-    /// Target region name.
+    pub fields: Vec<(String, FieldMatch)>,
+    /// Target region name (for a move's matcher: the region serving the group now).
     pub region: String,
+}
+
+/// A field predicate's accepted values: the inclusive range `lo..=hi` of the field's value
+/// (one value when `lo == hi`). Serialized as the number for one value, else as `"lo-hi"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct FieldMatch {
+    /// Lowest value that matches.
+    pub lo: u64,
+    /// Highest value that matches.
+    pub hi: u64,
+}
+
+impl Serialize for FieldMatch {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        if self.lo == self.hi {
+            s.serialize_u64(self.lo)
+        } else {
+            s.collect_str(&format_args!("{}-{}", self.lo, self.hi))
+        }
+    }
+}
+
+/// A move's phase (docs/routing-table.md `moves`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MovePhase {
+    /// Every request of the group goes to `from`; idempotent ones are also copied to `to` at
+    /// `mirror_ratio`.
+    Mirror,
+    /// Reads go to `from`; writes are held (up to `hold_ms`) waiting for the flip.
+    Fence,
+    /// Every request of the group goes to `to`.
+    Flip,
+}
+
+impl MovePhase {
+    /// The phase as written in the table: `mirror`, `fence` or `flip`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            MovePhase::Mirror => "mirror",
+            MovePhase::Fence => "fence",
+            MovePhase::Flip => "flip",
+        }
+    }
+}
+
+/// A move as loaded (docs/routing-table.md `moves`).
+#[derive(Debug, Clone, Serialize)]
+pub struct Move {
+    /// Its name: `[a-z0-9-]+`, unique in the table.
+    pub name: String,
+    /// The group it moves: its matchers as loaded (`region` is the region it is served by now).
+    #[serde(rename = "match")]
+    pub matcher: Override,
+    /// The region serving the group until the flip.
+    #[serde(skip)]
+    pub from: RegionId,
+    /// The region serving the group from the flip on.
+    #[serde(skip)]
+    pub to: RegionId,
+    /// `from`'s name, for reporting.
+    #[serde(rename = "from")]
+    pub from_name: String,
+    /// `to`'s name, for reporting.
+    #[serde(rename = "to")]
+    pub to_name: String,
+    /// Where the move stands.
+    pub phase: MovePhase,
+    /// `mirror`: share of idempotent requests copied to `to`, 0–1.
+    pub mirror_ratio: f64,
+    /// `fence`: the longest a write is held waiting for the flip, in ms (1–600000).
+    pub hold_ms: u64,
+}
+
+impl Move {
+    /// The region the group's ids resolve to in this phase: `from` (mirror, fence) or `to`
+    /// (flip).
+    pub fn serving(&self) -> RegionId {
+        match self.phase {
+            MovePhase::Mirror | MovePhase::Fence => self.from,
+            MovePhase::Flip => self.to,
+        }
+    }
 }
 
 /// A time-conditional step of a plan: applies when `after_ms <= ts < before_ms`.
@@ -260,6 +353,8 @@ pub struct RoutingTable {
     pub version: String,
     /// Regions in file order; [`RegionId`] indexes this.
     pub regions: Vec<Region>,
+    /// Moves in file order; [`Rule::Move`] indexes this.
+    pub moves: Vec<Move>,
     /// Overrides in file order.
     pub overrides: Vec<Override>,
     /// Region for ids without routing bits and for unrouted requests.

@@ -26,6 +26,10 @@ pub struct TableFile {
     /// Id schemes besides `iuid` (docs/schemes.md), by name, in file order.
     #[serde(default)]
     pub schemes: Entries<String, SchemeSpec>,
+    /// Groups of ids moving between regions (docs/routing-table.md `moves`): checked before
+    /// the overrides, first match wins.
+    #[serde(default)]
+    pub moves: Vec<MoveSpec>,
     /// Rules checked before the country map (or a scheme's map), first match wins.
     #[serde(default)]
     pub overrides: Vec<OverrideSpec>,
@@ -228,9 +232,58 @@ pub struct OverrideSpec {
     pub created_after: Option<String>,
     /// Where matching ids go.
     pub region: String,
-    /// Field predicates: field name → value.
+    /// Field predicates: field name → value or inclusive range `"lo-hi"`.
     #[serde(flatten)]
-    pub fields: Entries<String, i64>,
+    pub fields: Entries<String, MapKey>,
+}
+
+/// A move's `match:` (docs/routing-table.md `moves`): the matchers of an override, without
+/// `region`. Keys other than the ones below are field predicates of `scheme`, refused by
+/// validation for a scheme without such a field (and for the iUID).
+#[derive(Debug, Deserialize)]
+pub struct MatchSpec {
+    /// The scheme of the ids it applies to (default `iuid`).
+    #[serde(default)]
+    pub scheme: Option<String>,
+    /// Service entity, by name from `services` or by id.
+    #[serde(default)]
+    pub service: Option<NameOrId>,
+    /// Country id.
+    #[serde(default)]
+    pub country: Option<i64>,
+    /// RFC 3339 instant: matches ids minted strictly before it.
+    #[serde(default)]
+    pub created_before: Option<String>,
+    /// RFC 3339 instant: matches ids minted strictly after it.
+    #[serde(default)]
+    pub created_after: Option<String>,
+    /// Field predicates: field name → value or inclusive range `"lo-hi"`.
+    #[serde(flatten)]
+    pub fields: Entries<String, MapKey>,
+}
+
+/// One entry of `moves:` (docs/routing-table.md `moves`, docs/moves.md): a group of ids
+/// served by `from` until the move flips to `to`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct MoveSpec {
+    /// `[a-z0-9-]+`, unique among the moves (metric labels, `X-Iuid-Move`).
+    pub name: String,
+    /// The group it moves.
+    #[serde(rename = "match")]
+    pub matcher: MatchSpec,
+    /// The region that serves the group until the flip.
+    pub from: String,
+    /// The region that serves it from the flip on.
+    pub to: String,
+    /// `mirror`, `fence` or `flip`.
+    pub phase: super::MovePhase,
+    /// `mirror`: share of idempotent requests also copied to `to`, 0–1 (default 0.1).
+    #[serde(default)]
+    pub mirror_ratio: Option<f64>,
+    /// `fence`: the longest a write is held waiting for the flip, ms, 1–600000 (default 5000).
+    #[serde(default)]
+    pub hold_ms: Option<i64>,
 }
 
 /// A service given by name (`WalletAccount`) or by numeric id (`2`).

@@ -1,6 +1,7 @@
-//! Declared schemes (docs/schemes.md), compiled: what resolves their ids — overrides first, then a
-//! map over a field (sorted, disjoint ranges, binary search) or weighted rendezvous hashing of
-//! a composite key. `schemes_load.rs` validates `schemes:` (file:line:column) into these.
+//! Declared schemes (docs/schemes.md), compiled: what resolves their ids — moves and overrides
+//! first, then a map over a field (sorted, disjoint ranges, binary search) or weighted
+//! rendezvous hashing of a composite key. `schemes_load.rs` validates `schemes:`
+//! (file:line:column) into these.
 
 use super::{Decision, RegionId, ResolveError, Rule, SchemeSlot};
 use crate::scheme::{hrw, Key, Kind};
@@ -32,13 +33,14 @@ pub(super) enum KeyRouting {
     Hash(hrw::Placer, Vec<RegionId>),
 }
 
-/// An override of this scheme: every field predicate and the time window must hold.
+/// A move or an override of this scheme (moves first): every field predicate and the time
+/// window must hold.
 #[derive(Debug)]
 pub(super) struct SchemeOverride {
-    /// Its index in the table's `overrides:`.
-    pub(super) index: usize,
-    /// `(field index, value)` pairs that must all hold.
-    pub(super) fields: Vec<(usize, u64)>,
+    /// The rule it is: [`Rule::Move`] or [`Rule::Override`], with its index in the table.
+    pub(super) rule: Rule,
+    /// `(field index, lo, hi)`: the field's value must be within `lo..=hi`, for all of them.
+    pub(super) fields: Vec<(usize, u64, u64)>,
     /// Created at or after (ms; 0: no bound).
     pub(super) after_ms: u64,
     /// Created before (ms; `u64::MAX`: no bound).
@@ -54,13 +56,16 @@ impl TableScheme {
         if !self.overrides.is_empty() {
             let created = self.kind.created_ms(key);
             for o in &self.overrides {
-                let fields_hold = o.fields.iter().all(|&(f, v)| self.kind.field(key, f) == v);
+                let fields_hold = o.fields.iter().all(|&(f, lo, hi)| {
+                    let v = self.kind.field(key, f);
+                    lo <= v && v <= hi
+                });
                 let time_holds = (o.after_ms == 0 && o.before_ms == u64::MAX)
                     || created.is_some_and(|t| o.after_ms <= t && t < o.before_ms);
                 if fields_hold && time_holds {
                     return Ok(Decision {
                         region: o.region,
-                        rule: Rule::Override { index: o.index },
+                        rule: o.rule,
                         scheme,
                     });
                 }

@@ -1,18 +1,19 @@
-//! Validation of `schemes:` and of the overrides that name a scheme (docs/schemes.md): every error
-//! with file:line:column, then compiled into a [`TableScheme`] (`schemes.rs`).
+//! Validation of `schemes:` (docs/schemes.md): every error with file:line:column, then compiled
+//! into a [`TableScheme`] (`schemes.rs`); `moves_load.rs` checks the moves and overrides that
+//! name a scheme.
 
 use std::collections::HashMap;
 
 use super::load::{key, Validator};
-use super::model::{FieldSpec, MapKey, OverrideSpec, SchemeSpec};
-use super::schemes::{KeyRouting, SchemeOverride, TableScheme};
+use super::model::{FieldSpec, MapKey, SchemeSpec};
+use super::schemes::{KeyRouting, TableScheme};
 use super::RegionId;
 use crate::scheme::snowflake::Layout;
 use crate::scheme::{hrw, Kind, IUID};
 use crate::source::{locate, Seg};
 
 /// A map key: a value `"150"` or an inclusive range `"0-3"`.
-fn parse_range(text: &str) -> Option<(u64, u64)> {
+pub(super) fn parse_range(text: &str) -> Option<(u64, u64)> {
     let text = text.trim();
     match text.split_once('-') {
         Some((a, b)) => {
@@ -348,80 +349,6 @@ impl Validator<'_> {
             ranges: ranges.into_iter().map(|(a, b, r, _)| (a, b, r)).collect(),
             default,
         })
-    }
-
-    /// Compiles an override that names a table scheme into that scheme; errors for field
-    /// predicates the scheme does not have, and for the iUID's own predicates.
-    pub(super) fn scheme_override(
-        &mut self,
-        index: usize,
-        spec: &OverrideSpec,
-        schemes: &mut [TableScheme],
-        region: Option<RegionId>,
-        window: (Option<u64>, Option<u64>),
-    ) -> Vec<(String, u64)> {
-        let at = |k: &str| [key("overrides"), Seg::Index(index), key(k)];
-        let name = spec.scheme.as_deref().unwrap_or(IUID);
-        let Some(scheme) = schemes.iter_mut().find(|s| s.name == name) else {
-            self.error(
-                &at("scheme"),
-                format!("scheme `{name}` is not defined under `schemes`"),
-            );
-            return Vec::new();
-        };
-        for (k, given) in [
-            ("service", spec.service.is_some()),
-            ("country", spec.country.is_some()),
-        ] {
-            if given {
-                self.error(
-                    &at(k),
-                    format!("`{k}` is an iUID field; scheme `{name}` has none"),
-                );
-            }
-        }
-        let names = scheme.kind.fields();
-        let mut fields = Vec::new();
-        let mut reported = Vec::new();
-        for (field, value) in &spec.fields.0 {
-            match (names.iter().position(|n| n == field), u64::try_from(*value)) {
-                (Some(i), Ok(v)) => {
-                    fields.push((i, v));
-                    reported.push((field.clone(), v));
-                }
-                (None, _) => self.error(
-                    &at(field),
-                    format!(
-                        "unknown key `{field}`: not a field of scheme `{name}` (fields: {})",
-                        names.join(", ")
-                    ),
-                ),
-                (_, Err(_)) => self.error(&at(field), format!("{field} {value} is negative")),
-            }
-        }
-        if fields.is_empty() && window == (None, None) {
-            self.error(
-                &[key("overrides"), Seg::Index(index)],
-                "override has no condition (a field, created_before, created_after)",
-            );
-        }
-        if window != (None, None) && matches!(&scheme.kind, Kind::Snowflake(l) if l.time.is_none())
-        {
-            self.error(
-                &at("scheme"),
-                format!("scheme `{name}` has no `time` field for created_before/created_after"),
-            );
-        }
-        if let Some(region) = region {
-            scheme.overrides.push(SchemeOverride {
-                index,
-                fields,
-                after_ms: window.1.unwrap_or(0),
-                before_ms: window.0.unwrap_or(u64::MAX),
-                region,
-            });
-        }
-        reported
     }
 }
 
