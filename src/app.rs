@@ -243,13 +243,8 @@ impl App {
             Some(settings) => Some(Tracing::start(settings).map_err(StartError::Tracing)?),
             None => None,
         };
-        let proxy = Arc::new(Proxy::new(
-            Arc::new(config),
-            routes,
-            regions,
-            tracing,
-            rate_limits,
-        ));
+        let config = Arc::new(config);
+        let proxy = Proxy::shared(|| Proxy::new(config, routes, regions, tracing, rate_limits));
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
             if let Some(handshake) = handshake {

@@ -27,6 +27,7 @@ pub mod http1;
 pub mod inspect;
 pub mod memory;
 pub mod metrics;
+pub mod moves;
 pub mod nofile;
 pub mod overload;
 pub mod problem;

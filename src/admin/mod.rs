@@ -13,6 +13,7 @@
 //! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
 //! | `GET /admin/rates` | requests and 5xx per region over the last minute |
 //! | `GET /admin/rate-limits` | the `rate_limits:` rules, their keys in memory, refusals, most-refused keys, the store |
+//! | `GET /admin/moves` | each move between regions: match, from, to, phase, since, writes held, mirror outcomes |
 //! | `GET /` | the support console, a page that reads the routes above (`console`) |
 //! | `POST /admin/login` | the console's login: opens a session, sets its cookie (`auth`) |
 //! | `POST /admin/logout` | ends the session, clears its cookie |
@@ -74,6 +75,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/routing-table/summary", get(table_summary))
         .route("/admin/rates", get(region_rates))
         .route("/admin/rate-limits", get(rate_limits))
+        .route("/admin/moves", get(moves))
         .route("/admin/resolve/{id}", get(resolve))
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
@@ -127,6 +129,39 @@ async fn rate_limits(State(s): State<AdminState>) -> Response {
         Some(limits) => Json(limits.snapshot()).into_response(),
         None => Json(json!({ "store": { "kind": "memory" }, "rules": [] })).into_response(),
     }
+}
+
+/// Each move between regions with its phase on this edge, since when, the writes it holds
+/// and its mirror's outcomes (docs/admin.md `GET /admin/moves`, docs/moves.md).
+async fn moves(State(s): State<AdminState>) -> Response {
+    let Some(regions) = &s.regions else {
+        return Json(json!({ "moves": [] })).into_response();
+    };
+    let routing = regions.current();
+    let list: Vec<serde_json::Value> = routing
+        .table
+        .moves
+        .iter()
+        .enumerate()
+        .filter_map(|(i, spec)| {
+            let state = routing.move_state(i)?;
+            let [same, differs, failed, dropped] = state.metrics.mirrored_counts();
+            let [released, timed_out, refused] = state.metrics.held_counts();
+            let mut v = json!(spec);
+            v["phase"] = json!(state.phase().unwrap_or(spec.phase));
+            v["since"] = json!(crate::table::rfc3339_ms(state.since_ms()));
+            v["held_now"] = json!(state.held_now());
+            v["writes_to_from"] = json!(state.writes_to_from());
+            v["mirrored"] = json!({
+                "same": same, "differs": differs, "failed": failed, "dropped": dropped,
+            });
+            v["held"] = json!({
+                "released": released, "timed_out": timed_out, "refused": refused,
+            });
+            Some(v)
+        })
+        .collect();
+    Json(json!({ "table_version": routing.table.version, "moves": list })).into_response()
 }
 
 /// Every upstream of every region with its health (docs/admin.md `GET /admin/upstreams`).

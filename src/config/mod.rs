@@ -50,6 +50,8 @@ struct ConfigFile {
     #[serde(default)]
     preserve_host: bool,
     #[serde(default)]
+    decision_headers: bool,
+    #[serde(default)]
     reload: Reload,
     #[serde(default)]
     shutdown: Shutdown,
@@ -204,6 +206,9 @@ pub struct RouterConfig {
     pub limits: Limits,
     /// Keep the client's `Host` instead of the upstream's authority.
     pub preserve_host: bool,
+    /// Tell upstreams the routing decision: `X-Iuid-Region`, and `X-Iuid-Move` when a move
+    /// applied (docs/moves.md).
+    pub decision_headers: bool,
     /// Table reload settings.
     pub reload: Reload,
     /// Graceful shutdown settings.
@@ -550,6 +555,7 @@ impl RouterConfig {
                 timeouts: file.timeouts,
                 limits: file.limits,
                 preserve_host: file.preserve_host,
+                decision_headers: file.decision_headers,
                 reload: file.reload,
                 shutdown: file.shutdown,
                 overload: file.overload,

@@ -105,6 +105,12 @@ pub struct Limits {
     pub adaptive: bool,
     /// The adaptive limit's floor, in requests; at least 1.
     pub adaptive_min_in_flight: usize,
+    /// Most writes held by every move together (docs/moves.md, `fence`); beyond, 503
+    /// `moving` at once. 0: none is held.
+    pub held_requests: usize,
+    /// Most mirror copies in flight per move (docs/moves.md, `mirror`); beyond, a copy is
+    /// not sent (counted `dropped`).
+    pub mirrors_in_flight: usize,
 }
 
 impl Default for Limits {
@@ -128,6 +134,8 @@ impl Default for Limits {
             region_max_pending_connects: 1024,
             adaptive: false,
             adaptive_min_in_flight: 8,
+            held_requests: 10_000,
+            mirrors_in_flight: 256,
         }
     }
 }

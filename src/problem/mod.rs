@@ -14,6 +14,10 @@ use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 use crate::table::ResolveError;
 
+mod grpc;
+
+pub use grpc::{grpc_code, grpc_response};
+
 /// Why a request is a routing loop (docs/data-path.md: 508).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LoopReason {
@@ -141,6 +145,15 @@ pub enum Problem {
     /// Over a `rate_limits:` rule (429, docs/rate-limits.md; gRPC 8 RESOURCE_EXHAUSTED),
     /// with `Retry-After` and the `RateLimit-Policy` / `RateLimit` fields; nothing forwarded.
     RateLimited(Box<crate::ratelimit::Limited>),
+    /// A write of a group moving between regions, held past the move's `hold_ms` without
+    /// a flip, or beyond `limits.held_requests` (503 with `Retry-After`; gRPC 14
+    /// UNAVAILABLE with `grpc-retry-pushback-ms`; docs/moves.md). Nothing was forwarded.
+    Moving {
+        /// The move's name.
+        name: String,
+        /// When to try again: the move's `hold_ms`.
+        retry_after: std::time::Duration,
+    },
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.
@@ -228,7 +241,7 @@ impl Problem {
             }
             Problem::GetOnly => StatusCode::METHOD_NOT_ALLOWED,
             Problem::RegionsFailed { .. } => StatusCode::BAD_GATEWAY,
-            Problem::FanoutBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Problem::FanoutBusy(_) | Problem::Moving { .. } => StatusCode::SERVICE_UNAVAILABLE,
         }
     }
 
@@ -289,6 +302,7 @@ impl Problem {
             Problem::RegionsFailed { .. } => ("regions-failed", "Regions failed the fan-out"),
             Problem::FanoutBusy(_) => ("fanout-busy", "Too many fan-outs in flight"),
             Problem::RateLimited(_) => ("rate-limited", "Too many requests"),
+            Problem::Moving { .. } => ("moving", "Entity moving between regions"),
         }
     }
 
@@ -407,6 +421,12 @@ impl Problem {
                 limited.terms,
                 limited.retry_after_secs()
             ),
+            Problem::Moving { name, retry_after } => format!(
+                "the entity is moving between regions (move `{name}`): its write waits for \
+                 the move to flip, which it did not within {} ms (or too many writes wait \
+                 already); retry shortly",
+                retry_after.as_millis()
+            ),
         }
     }
 
@@ -426,9 +446,20 @@ impl Problem {
             status,
             slug: self.slug(),
             detail: self.detail(),
+            retry_after_ms: None,
         };
         let shed = self.closes_connection();
         let mut resp = self.into_problem_response();
+        let retry_after_ms = resp
+            .headers()
+            .get(header::RETRY_AFTER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok())
+            .map(|secs| secs.saturating_mul(1000));
+        let made = RouterMade {
+            retry_after_ms,
+            ..made
+        };
         resp.extensions_mut().insert(made);
         if shed {
             resp.extensions_mut().insert(Shed);
@@ -493,8 +524,9 @@ impl Problem {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if let Problem::Unavailable { retry_after, .. } | Problem::TooManyAttempts { retry_after } =
-            &self
+        if let Problem::Unavailable { retry_after, .. }
+        | Problem::TooManyAttempts { retry_after }
+        | Problem::Moving { retry_after, .. } = &self
         {
             // Whole seconds, rounded up, at least 1 (RFC 9110 §10.2.3).
             let secs = retry_after.as_millis().div_ceil(1000).max(1);
@@ -535,48 +567,6 @@ pub struct RouterMade {
     pub slug: &'static str,
     /// The problem's detail.
     pub detail: String,
-}
-
-/// The gRPC status code for a refusal's HTTP status (docs/tls-h2-grpc.md; gRPC's `statuscodes.md`):
-/// 400 → 3 INVALID_ARGUMENT, 404 → 5 NOT_FOUND, 413 and 429 → 8 RESOURCE_EXHAUSTED, 502/503 → 14
-/// UNAVAILABLE, 504 → 4 DEADLINE_EXCEEDED, 508 → 10 ABORTED; beyond that list, 405/501
-/// → 12 UNIMPLEMENTED, 408 → 4 DEADLINE_EXCEEDED, anything else 2 UNKNOWN.
-pub fn grpc_code(status: StatusCode) -> u8 {
-    match status.as_u16() {
-        400 => 3,
-        404 => 5,
-        413 | 429 => 8,
-        502 | 503 => 14,
-        504 | 408 => 4,
-        508 => 10,
-        405 | 501 => 12,
-        _ => 2,
-    }
-}
-
-/// A refusal as gRPC sees it: HTTP 200, trailers-only (`grpc-status`, `grpc-message`
-/// percent-encoded as the gRPC HTTP/2 protocol asks), no body.
-pub fn grpc_response(made: &RouterMade) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::new()));
-    let headers = resp.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/grpc"),
-    );
-    headers.insert(
-        "grpc-status",
-        HeaderValue::from(u16::from(grpc_code(made.status))),
-    );
-    let mut message = String::with_capacity(made.detail.len());
-    for b in made.detail.bytes() {
-        if (0x20..=0x7e).contains(&b) && b != b'%' {
-            message.push(char::from(b));
-        } else {
-            message.push_str(&format!("%{b:02X}"));
-        }
-    }
-    if let Ok(v) = HeaderValue::from_str(&message) {
-        headers.insert("grpc-message", v);
-    }
-    resp
+    /// Its `Retry-After`, in ms, for a gRPC client's `grpc-retry-pushback-ms` (gRFC A6).
+    pub retry_after_ms: Option<u64>,
 }

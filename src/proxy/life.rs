@@ -52,6 +52,8 @@ pub(crate) struct Life {
     /// The head's rate limits have counted it (`phases::limit_head`, on the head path):
     /// the shared phases, if it is handed to them, do not count it again.
     pub head_limited: bool,
+    /// What a move between regions left on it (docs/moves.md, `moving.rs`). Boxed: rare.
+    pub moved: Option<Box<super::moving::Moved>>,
     started: Instant,
     /// The method and path, copied for the access log when it is on.
     logged: Option<Box<(String, String)>>,
@@ -98,6 +100,7 @@ impl Proxy {
             regions: None,
             trace,
             head_limited: false,
+            moved: None,
             started: Instant::now(),
             logged,
         }
@@ -172,6 +175,10 @@ impl Life {
         }
         if let Some(trace) = self.trace.take() {
             Traced::done(trace);
+        }
+        if let Some(copy) = self.moved.as_mut().and_then(|m| m.status.take()) {
+            // A mirror's copy compares its status class with this one's.
+            let _ = copy.send(status);
         }
     }
 }

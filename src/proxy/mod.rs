@@ -15,6 +15,7 @@ pub mod h1;
 pub mod headers;
 mod legacy;
 mod life;
+mod moving;
 pub mod phases;
 pub mod request_id;
 mod resolve;
@@ -64,6 +65,8 @@ pub struct InFlightGuards {
     _request: Option<metrics::InFlight>,
     _upstream: upstream::health::InFlight,
     _region: crate::upstream::regions::RegionPermit,
+    /// A write of a moving group counted in flight to `from` (docs/moves.md).
+    _moved: Option<crate::moves::FromWrite>,
 }
 
 /// A request body after extraction: still streaming (with what a `grpc:` route read of it
@@ -79,6 +82,8 @@ struct Target {
     probe: Option<Box<legacy::Probe>>,
     /// Whether its body says it reads or writes (GraphQL), over what its method says.
     said: Option<crate::extract::Access>,
+    /// What a move covering its id asks (docs/moves.md).
+    moving: Option<Box<moving::Moving>>,
 }
 
 /// What the routing phases decided: one region, or several (docs/fanout.md).
@@ -124,6 +129,9 @@ pub struct Proxy {
     tracing: Option<Tracing>,
     /// `rate_limits:` (docs/rate-limits.md): checked in the admit phase and the plan step.
     limits: Option<Arc<crate::ratelimit::RateLimits>>,
+    /// The proxy itself, for the work a request leaves on a task of its own (a move's
+    /// mirror copy, docs/moves.md); empty until [`Proxy::shared`].
+    me: std::sync::Weak<Proxy>,
 }
 
 impl Proxy {
@@ -159,7 +167,17 @@ impl Proxy {
             // A calm spell saves at most a second's floor of probes (docs/data-path.md).
             probes: RetryBudget::with_depth(legacy_probe.min_per_second),
             tracing,
+            me: std::sync::Weak::new(),
         }
+    }
+
+    /// The proxy behind an `Arc` that knows itself, so that a request can leave work
+    /// (a mirror's copy) on a task of its own.
+    pub fn shared(proxy: impl FnOnce() -> Proxy) -> Arc<Proxy> {
+        Arc::new_cyclic(|me| Proxy {
+            me: me.clone(),
+            ..proxy()
+        })
     }
 
     /// The tracer, when `tracing:` is configured.
@@ -298,10 +316,15 @@ impl Proxy {
                 };
                 let client_upgrade = upgrade::take(&mut parts);
                 self.rewrite_request(&mut parts, client);
+                let moving = target.moving.as_deref();
+                self.decision_fields(&mut parts.headers, &target.routing, target.region, moving);
                 let body = match self.hold_or_stream(&parts, body).await {
                     Ok(body) => body,
                     Err(problem) => break 'phases problem.into_response().map(Either::Right),
                 };
+                if let Some(moving) = &target.moving {
+                    self.mirror(moving, &target.routing, &parts, &body, &mut trail.moved);
+                }
                 // A legacy id is asked elsewhere after a 404/410: keep the head (the body is empty).
                 let probe_head = match (&target.probe, &body) {
                     (Some(_), Outgoing::Held(b)) if b.is_empty() => {
@@ -339,6 +362,7 @@ impl Proxy {
                     _request: trail.in_flight.take(),
                     _upstream: in_flight,
                     _region: region_permit,
+                    _moved: trail.moved.as_mut().and_then(|m| m.write.take()),
                 };
                 self.respond(response, first, in_flight, client_upgrade)
             };
@@ -432,18 +456,35 @@ impl Proxy {
             }
             Err(problem) => return Err(problem),
         };
+        let sampled = trail.moved.as_ref().and_then(|m| m.sampled);
         let phases::Plan {
-            region,
+            mut region,
             probe,
             limit,
-        } = self.plan(&routing, &decision, parts, legacy_id)?;
+            mut moving,
+        } = self.plan(&routing, &decision, parts, legacy_id, (said, sampled))?;
         limit.decided().await.map_err(Problem::RateLimited)?;
+        let mut routing = routing;
+        if let Some(moving) = moving.as_deref_mut() {
+            if let Some(released) = self.release(&routing, moving).await? {
+                (routing, region) = released;
+            }
+            if let moving::Step::Write(_) = &moving.step {
+                let moved = trail.moved.get_or_insert_with(Box::default);
+                if let moving::Step::Write(write) =
+                    std::mem::replace(&mut moving.step, moving::Step::Go)
+                {
+                    moved.write = Some(write);
+                }
+            }
+        }
         trail.set_region(&routing.region(region).state.metrics);
         let target = Target {
             routing,
             region,
             probe,
             said,
+            moving,
         };
         Ok(Routed::Region(target, body))
     }

@@ -20,10 +20,11 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{admit, headers, Proxy};
 use crate::error::ShedReason;
+use crate::extract::Access;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
 use crate::ratelimit::{Keys, Verdict};
-use crate::table::{Decision, RegionId};
+use crate::table::{Decision, RegionId, Rule};
 use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 
 /// A request's head as the phases read it, whatever its codec.
@@ -279,23 +280,38 @@ impl Proxy {
     /// limit on a region, a region an entity is moving away from) before anything is
     /// forwarded, for every protocol: the head path calls it for what it carries itself,
     /// `Proxy::handle` for the rest.
+    ///
+    /// An id a move covers (docs/moves.md) goes where the move's phase says, and the
+    /// request may be copied to `to`, held for the flip, or counted in flight to `from`
+    /// (`Plan::moving`, `moving.rs`); `said` is what its body says it does (GraphQL),
+    /// `sampled` whether the head path already chose to copy it.
     pub(super) fn plan<'a, V: RequestView>(
         &'a self,
         routing: &Routing,
         decision: &Decision,
         view: &V,
         legacy_id: Option<String>,
+        (said, sampled): (Option<Access>, Option<bool>),
     ) -> Result<Plan<'a>, Problem> {
         let legacy = |id| self.legacy_target(routing, view.method(), decision, || id);
         let (probe, region) = match legacy_id.and_then(legacy) {
             Some((probe, region)) => (Some(Box::new(probe)), region),
             None => (None, decision.region),
         };
+        let (region, moving) = match decision.rule {
+            Rule::Move { index } => {
+                let access = said.unwrap_or_else(|| Access::of_method(view.method()));
+                let (region, moving) = self.move_step(routing, index, region, access, sampled);
+                (region, Some(Box::new(moving)))
+            }
+            _ => (region, None),
+        };
         let limit = self.region_phase(routing, decision, region, view)?;
         Ok(Plan {
             region,
             probe,
             limit,
+            moving,
         })
     }
 
@@ -337,6 +353,8 @@ pub(super) struct Plan<'a> {
     /// The region's rate limits: admitted, or (`store.redis`) Redis's answer to await
     /// before anything is forwarded.
     pub limit: Verdict<'a>,
+    /// What a move covering the id asks of the request (docs/moves.md). Boxed: rare.
+    pub moving: Option<Box<super::moving::Moving>>,
 }
 
 /// What the rate limits read of a request's head, whatever its codec.

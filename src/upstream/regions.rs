@@ -25,6 +25,7 @@ use super::budget::RetryBudget;
 use super::{Registry, UpstreamState};
 use crate::config::Limits;
 use crate::metrics::{DecisionCounters, RegionMetrics};
+use crate::moves::{MoveState, Moves};
 use crate::table::{LiveTable, RegionId, RoutingTable, SchemeSlot};
 
 /// One upstream of a region at run time.
@@ -173,6 +174,8 @@ pub struct Routing {
     regions: Box<[RegionRuntime]>,
     /// Decision counters of `table.schemes`, index for index.
     schemes: Box<[DecisionCounters]>,
+    /// The runtime of `table.moves`, index for index (docs/moves.md).
+    moves: Box<[Arc<MoveState>]>,
 }
 
 impl Routing {
@@ -198,6 +201,11 @@ impl Routing {
             .map(|i| RegionId(i as u16))
     }
 
+    /// The runtime of `table.moves[index]` (docs/moves.md).
+    pub fn move_state(&self, index: usize) -> Option<&Arc<MoveState>> {
+        self.moves.get(index)
+    }
+
     /// The decision counters of the scheme a decision was made for.
     #[inline]
     pub fn decisions(&self, scheme: SchemeSlot) -> &DecisionCounters {
@@ -215,6 +223,7 @@ pub struct Regions {
     current: ArcSwap<Routing>,
     registry: Arc<Registry>,
     states: Mutex<HashMap<String, Arc<RegionState>>>,
+    moves: Moves,
 }
 
 impl Regions {
@@ -222,11 +231,13 @@ impl Regions {
     /// states come from `registry`.
     pub fn new(table: &LiveTable, registry: Arc<Registry>) -> Arc<Regions> {
         let states = Mutex::new(HashMap::new());
-        let first = reconcile(&table.current(), &registry, &states);
+        let moves = Moves::default();
+        let first = reconcile(&table.current(), &registry, &states, &moves).0;
         let regions = Arc::new(Regions {
             current: ArcSwap::from_pointee(first),
             registry,
             states,
+            moves,
         });
         let weak = Arc::downgrade(&regions);
         table.on_install(move |installed| {
@@ -247,18 +258,22 @@ impl Regions {
         if Arc::ptr_eq(&self.current.load().table, table) {
             return;
         }
-        let routing = reconcile(table, &self.registry, &self.states);
+        let (routing, woken) = reconcile(table, &self.registry, &self.states, &self.moves);
         self.current.store(Arc::new(routing));
+        // After the store: a write a move held reads the table that released it.
+        Moves::wake(&woken);
     }
 }
 
 /// The runtime of `table`'s regions: each region's state by name, each upstream's by
-/// authority; states of regions the table no longer names are dropped.
+/// authority, each move's by name; states of regions the table no longer names are
+/// dropped. Also the moves whose held writes are to be woken once it serves.
 fn reconcile(
     table: &Arc<RoutingTable>,
     registry: &Registry,
     states: &Mutex<HashMap<String, Arc<RegionState>>>,
-) -> Routing {
+    moves: &Moves,
+) -> (Routing, Vec<Arc<MoveState>>) {
     let mut states = states.lock().unwrap_or_else(|p| p.into_inner());
     let regions = table
         .regions
@@ -293,7 +308,8 @@ fn reconcile(
         })
         .collect();
     states.retain(|name, _| table.regions.iter().any(|r| &r.name == name));
-    Routing {
+    let (move_states, woken) = moves.reconcile(table);
+    let routing = Routing {
         table: table.clone(),
         regions,
         schemes: table
@@ -301,7 +317,9 @@ fn reconcile(
             .iter()
             .map(|s| DecisionCounters::new(&s.name))
             .collect(),
-    }
+        moves: move_states,
+    };
+    (routing, woken)
 }
 
 #[cfg(test)]

@@ -88,9 +88,8 @@ impl Proxy {
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        let mut planned = self.planned(routing, &decision, &view, Some(RouteKind::Graphql))?;
-        planned.said = Some(access);
-        Ok(planned)
+        let route = Some(RouteKind::Graphql);
+        self.planned(routing, &decision, &view, route, Some(access))
     }
 
     /// The region of a request a `json:` route matched (`pending`): its body read whole when
@@ -144,6 +143,7 @@ impl Proxy {
         };
         match self.h1_resolve(found, &view, life) {
             Err(Stop::Refuse(p, _)) => Err(Stop::Refuse(p, true)),
+            Err(Stop::Mirror) => Err(Stop::Mirror),
             Err(_) => Err(Stop::Shared),
             Ok(planned) => Ok(planned),
         }

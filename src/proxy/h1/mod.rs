@@ -32,7 +32,8 @@ use tracing::Instrument;
 use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::life::Life;
-use super::phases::HeadView;
+use super::moving::HeadMove;
+use super::phases::{HeadView, RequestView};
 use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
@@ -86,12 +87,18 @@ struct Planned {
     route: Option<crate::extract::RouteKind>,
     /// Whether its body says it reads or writes (GraphQL), over what its method says.
     said: Option<crate::extract::Access>,
+    /// What a move covering its id asks (docs/moves.md): its write counted in flight to
+    /// `from` while the request lives, the phase for `X-Iuid-Move`.
+    moving: Option<Box<super::moving::Moving>>,
 }
 
 /// Why the head stops here.
 enum Stop<'r> {
     /// The shared phases carry it (`bridge.rs`, see the module docs).
     Shared,
+    /// A read of a moving group chosen for a mirror copy: the shared phases send it
+    /// (docs/moves.md).
+    Mirror,
     /// A refusal; `close`: the body's framing is unknown, so the connection cannot go on.
     Refuse(Problem, bool),
     /// A `graphql:` route: its ids are in the body (or the query string), read next
@@ -200,6 +207,17 @@ impl Proxy {
                 life.finish(self, done.status);
                 return done.outcome;
             }
+            Err(Stop::Mirror) => {
+                let expect = expect && expects_continue(client.pending(), head);
+                let moved = super::moving::Moved {
+                    sampled: Some(true),
+                    ..Default::default()
+                };
+                life.moved = Some(Box::new(moved));
+                // Boxed, as below.
+                let bridged = self.h1_bridge(client, head, addr, client_close, expect, life);
+                return Box::pin(bridged).await;
+            }
             Err(Stop::Shared | Stop::Graphql(_) | Stop::Json(_)) => {
                 let expect = expect && expects_continue(client.pending(), head);
                 // Boxed, as above.
@@ -249,7 +267,7 @@ impl Proxy {
         }
         let buf = client.pending();
         let planned = planned.and_then(|(planned, framing)| {
-            let outbound = self.h1_outbound(buf, head, addr, &life, framing, planned.said)?;
+            let outbound = self.h1_outbound(buf, head, addr, &life, framing, &planned)?;
             Ok((planned, outbound))
         });
         let (planned, outbound) = match planned {
@@ -384,34 +402,67 @@ impl Proxy {
             // A legacy id may be probed in the other regions: the shared phases do that.
             return Err(Stop::Shared);
         }
-        self.planned(routing, &decision, view, route)
+        self.planned(routing, &decision, view, route, None)
     }
 
     /// Where a resolved request goes, on the head path: a region whose upstreams it can
     /// reach itself (HTTP/1.1, plain or TLS), after the region phase; else the shared
     /// phases.
+    ///
+    /// `said`: whether its body says it reads or writes (GraphQL). An id a move covers
+    /// (docs/moves.md) stays here unless its write is held or its read copied.
     fn planned<'r>(
         &self,
         routing: std::sync::Arc<Routing>,
         decision: &crate::table::Decision,
         view: &HeadView<'_>,
         route: Option<crate::extract::RouteKind>,
+        said: Option<crate::extract::Access>,
     ) -> Result<Planned, Stop<'r>> {
-        let region = routing.region(decision.region);
-        if !region.upstreams.iter().all(|u| u.state.raw_capable()) {
+        let (mut region, mut sampled) = (decision.region, None);
+        if let crate::table::Rule::Move { index } = decision.rule {
+            let access = said.unwrap_or_else(|| crate::extract::Access::of_method(view.method()));
+            match self.move_on_head(&routing, index, access) {
+                HeadMove::Here(to) => (region, sampled) = (to, Some(false)),
+                HeadMove::Copied => return Err(Stop::Mirror),
+                HeadMove::Shared => return Err(Stop::Shared),
+            }
+        }
+        if !routing
+            .region(region)
+            .upstreams
+            .iter()
+            .all(|u| u.state.raw_capable())
+        {
             return Err(Stop::Shared);
         }
         // No legacy id comes here (`h1_resolve` hands those over).
-        let plan = self.plan(&routing, decision, view, None)?;
+        let plan = self.plan(&routing, decision, view, None, (said, sampled))?;
         if !matches!(plan.limit, Verdict::Admit) {
             // Redis decides: never here, since `h1_plan` hands those requests over first.
+            return Err(Stop::Shared);
+        }
+        let raw = |r| {
+            routing
+                .region(r)
+                .upstreams
+                .iter()
+                .all(|u| u.state.raw_capable())
+        };
+        if plan.region != region && !raw(plan.region) {
+            return Err(Stop::Shared);
+        }
+        if let Some(super::moving::Step::Hold(_)) = plan.moving.as_ref().map(|m| &m.step) {
+            // The phase changed since `move_on_head` read it: the shared phases hold it
+            // (its decision is counted twice, in that rare race).
             return Err(Stop::Shared);
         }
         Ok(Planned {
             region: plan.region,
             routing,
             route,
-            said: None,
+            said,
+            moving: plan.moving,
         })
     }
 
@@ -424,8 +475,9 @@ impl Proxy {
         addr: &ClientAddr,
         life: &Life,
         framing: Framing,
-        said: Option<crate::extract::Access>,
+        planned: &Planned,
     ) -> Result<Outbound, (Problem, bool)> {
+        let said = planned.said;
         let method = head.method.of(buf);
         let body = &buf[head.len..];
         let limit = self.config.retries.buffer_bytes;
@@ -479,6 +531,10 @@ impl Proxy {
                 trace: life.traced(),
             },
         );
+        if self.config.decision_headers {
+            let (routing, moving) = (&planned.routing, planned.moving.as_deref());
+            super::moving::decision_lines(&mut bytes, routing, planned.region, moving);
+        }
         match framing {
             Framing::Length(n) => {
                 bytes.extend_from_slice(b"Content-Length: ");

@@ -141,6 +141,27 @@ fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u16 {
 /// of it, and a client could otherwise erase, for example, the `X-Forwarded-For` chain before
 /// it): `Forwarded`, `X-Forwarded-*`, `Via`, `X-Request-Id`, the trace context, credentials
 /// and the client-certificate fields.
+/// A field only the router writes (`X-Iuid-*`: `X-Iuid-Region`, `X-Iuid-Move`,
+/// `X-Iuid-Mirror`, docs/moves.md): a client's is never passed on, so that an upstream
+/// can trust them.
+pub fn is_router_field(name: &[u8]) -> bool {
+    // The first byte first: most names are told apart by it alone.
+    name.len() > 7 && name[0] | 0x20 == b'x' && name[..7].eq_ignore_ascii_case(b"x-iuid-")
+}
+
+/// Removes a client's `X-Iuid-*` fields ([`is_router_field`]; a `HeaderMap`'s names are
+/// lowercase).
+fn remove_router_fields(headers: &mut HeaderMap) {
+    let router_field = |n: &&HeaderName| n.as_str().starts_with("x-iuid-");
+    if !headers.keys().any(|n| router_field(&n)) {
+        return;
+    }
+    let names: Vec<HeaderName> = headers.keys().filter(router_field).cloned().collect();
+    for name in names {
+        headers.remove(name);
+    }
+}
+
 fn owned_by_proxies(token: &[u8]) -> bool {
     const OWNED: [&str; 6] = [
         "forwarded",
@@ -344,6 +365,7 @@ pub struct Forwarding<'a> {
 /// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let original_host = f.original_host.cloned();
+    remove_router_fields(headers);
     let present = hop_by_hop_present(headers, true);
     let upgrade = if may_upgrade(present) {
         upgrade_of(headers)

@@ -313,7 +313,12 @@ pub(in crate::proxy) fn resolve_all(
     }
     let first = resolved[0].1;
     if resolved.iter().all(|(_, d)| d.region == first.region) {
-        return Ok(first);
+        // One id of a moving group makes the request the group's (docs/moves.md: a
+        // mutation of it is held in `fence`).
+        let moved = resolved
+            .iter()
+            .find(|(_, d)| matches!(d.rule, crate::table::Rule::Move { .. }));
+        return Ok(moved.map_or(first, |(_, d)| *d));
     }
     let placed = resolved
         .iter()
