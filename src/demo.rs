@@ -30,6 +30,7 @@ listen: {listen}
 admin_listen: {admin}
 region: eu
 routing_table: routing-table.yaml
+decision_headers: true
 routes:
   - path: /v1/orders/{id}
   - path: /v1/orders/{id}/{*rest}
@@ -72,6 +73,8 @@ schemes:
   legacy_orders: { kind: uniqid_shard, total_shards: 8, map: { \"0-3\": eu, \"4-5\": us, \"6-7\": ap } }
   trips: { kind: composite, separator: \":\", hash: { weights: { eu: 2, us: 1, ap: 1 } } }
   posts: { kind: snowflake, layout: instagram, route_by: { field: shard }, map: { \"0-4095\": eu, \"4096-6143\": us, \"6144-8191\": ap }, default: eu }
+moves:
+  - { name: jp-orders-to-us, match: { country: 4, service: AyanOrder }, from: ap, to: us, phase: mirror, mirror_ratio: 1.0, hold_ms: 30000 }
 overrides:
   - { service: WalletAccount, region: eu }
 default_region: eu
@@ -494,6 +497,33 @@ fn tour(
         "200",
         "the admin API: requests and 5xx per region over the last minute",
         format!("curl -s {admin_base}/admin/rates"),
+    );
+    // A move between regions (docs/moves.md): JP's orders, from ap to us, in `mirror`.
+    let jp = order(4);
+    line(
+        "ap",
+        &format!(
+            "moves (docs/moves.md): an AyanOrder minted in JP (country 4), a group moving from \
+             ap to us (move jp-orders-to-us, phase mirror): ap answers, a copy goes to us with \
+             X-Iuid-Mirror: 1 and the two status classes are compared; X-Iuid-Region and \
+             X-Iuid-Move tell ap why (decision_headers: true)\n#   walk the move by editing \
+             {} (the router reloads on save): phase: fence (writes held up to hold_ms), then \
+             phase: flip (all to us), then replace the move by the override \
+             {{ country: 4, service: AyanOrder, region: us }}",
+            table_path.display()
+        ),
+        path(&jp),
+    );
+    line(
+        "ap",
+        "a write of the moving group in mirror: to ap only, never copied",
+        format!("curl -s {base}/v1/orders/{jp} -d 'note=hello'"),
+    );
+    line(
+        "200",
+        "the admin API: each move, its phase and since when, writes held, mirror outcomes \
+         (the console's Moves panel)",
+        format!("curl -s {admin_base}/admin/moves"),
     );
     line(
         "eu",

@@ -366,3 +366,59 @@ async fn the_rate_limits_panel_shows_each_rule_its_refusals_and_the_key_refused_
     b.shot("rate-limits").await;
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
+async fn the_moves_panel_shows_each_move_its_phase_and_mirror_outcomes() {
+    let _turn = TURN.lock().await;
+    let (eu, us, ap) = (
+        Upstream::start("eu").await,
+        Upstream::start("us").await,
+        Upstream::start("ap").await,
+    );
+    // Country 1 moves from ap to us; every read of it is copied.
+    let table = common::three_regions("console-moves", &eu.url(), &us.url(), &ap.url())
+        + "moves:\n  - { name: ap-to-us, match: { country: 1 }, from: ap, to: us, \
+           phase: mirror, mirror_ratio: 1.0 }\n";
+    let config = ConfigYaml::new().route_path("/v1/orders/{id}").watch(false);
+    let router = Router::start(&config.yaml(), &table).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    b.wait_displayed("#moves-section").await;
+    for _ in 0..3 {
+        let resp = client()
+            .get(router.url(&format!("/v1/orders/{}", common::iuid_for(1))))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(resp.status(), 200);
+    }
+    let row = b
+        .wait_text(
+            "#moves tr[data-move=\"ap-to-us\"] .mirrored",
+            "3 / 0 / 0 / 0",
+        )
+        .await;
+    assert_eq!(row, "3 / 0 / 0 / 0", "three copies, each answered alike");
+    let row = b.text("#moves tr[data-move=\"ap-to-us\"]").await;
+    assert!(
+        row.contains("ap → us") && row.contains("mirror") && row.contains("UTC"),
+        "{row}"
+    );
+    b.shot("moves").await;
+    b.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
+async fn the_moves_panel_is_hidden_without_a_move() {
+    let _turn = TURN.lock().await;
+    let (router, _a, _c) = router(false).await;
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    b.wait_text("#upstreams", "healthy").await;
+    assert!(!b.displayed("#moves-section").await, "no moves: no panel");
+    b.close().await;
+}

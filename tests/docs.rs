@@ -7,8 +7,9 @@
 //!   `unknown field …, expected one of …` error must be the documented ones.
 //! - Where a key's type is a choice (`` `a` \| `b` ``), another value is refused and the
 //!   error lists exactly the documented values.
-//! - Every problem type of `src/problem.rs` is in `docs/errors.md`, every metric of
-//!   `src/metrics/mod.rs` in `docs/metrics.md`, and every docs file in `docs/README.md`.
+//! - Every problem type of `src/problem/mod.rs` is in `docs/errors.md`, every metric of
+//!   every file of `src/metrics/` in `docs/metrics.md`, and every docs file in
+//!   `docs/README.md`.
 //!
 //! A failure names the missing key, slug or metric, and the docs line to fix.
 
@@ -548,11 +549,11 @@ fn literals(text: &str) -> Vec<&str> {
 
 #[test]
 fn every_problem_type_is_documented() {
-    let source = read("src/problem.rs");
+    let source = read("src/problem/mod.rs");
     let body = source
         .split_once("fn slug_and_title")
         .and_then(|(_, rest)| rest.split_once("\n    fn "))
-        .expect("slug_and_title in src/problem.rs")
+        .expect("slug_and_title in src/problem/mod.rs")
         .0;
     // The slugs: the literals in lowercase words joined by `-` (titles have capitals).
     let slugs: BTreeSet<&str> = literals(body)
@@ -565,35 +566,57 @@ fn every_problem_type_is_documented() {
         .collect();
     assert!(
         slugs.len() > 10,
-        "few slugs found in src/problem.rs: {slugs:?}"
+        "few slugs found in src/problem/mod.rs: {slugs:?}"
     );
     let documented = first_cells("errors.md");
     let missing: Vec<_> = slugs.iter().filter(|s| !documented.contains(**s)).collect();
     assert!(
         missing.is_empty(),
-        "problem types of src/problem.rs not in a table of docs/errors.md (first column, \
+        "problem types of src/problem/mod.rs not in a table of docs/errors.md (first column, \
          `slug`): {missing:?}"
     );
 }
 
 #[test]
 fn every_metric_is_documented() {
-    let source = read("src/metrics/mod.rs");
-    let names: Vec<&str> = source
-        .lines()
-        .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \""))
-        .flat_map(literals)
-        .collect();
+    // Every file of `src/metrics/` declares metrics (`mod.rs`, `moves.rs`, …).
+    let mut files = Vec::new();
+    files_under(&repo().join("src/metrics"), &[".rs"], &mut files);
+    files.sort();
+    let mut names: Vec<(String, String)> = Vec::new();
+    for path in &files {
+        let shown = path
+            .strip_prefix(repo())
+            .unwrap_or(path)
+            .display()
+            .to_string();
+        let source = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{shown}: {e}"));
+        names.extend(
+            source
+                .lines()
+                .filter(|l| l.starts_with("pub const ") && l.contains(": &str = \""))
+                .flat_map(literals)
+                .map(|n| (n.to_owned(), shown.clone())),
+        );
+    }
     assert!(
         names.len() > 10,
-        "few metrics found in src/metrics/mod.rs: {names:?}"
+        "few metrics found in src/metrics/: {names:?}"
+    );
+    assert!(
+        files.iter().any(|f| f.ends_with("moves.rs")),
+        "src/metrics/moves.rs is read: {files:?}"
     );
     let documented = first_cells("metrics.md");
-    let missing: Vec<_> = names.iter().filter(|n| !documented.contains(**n)).collect();
+    let missing: Vec<_> = names
+        .iter()
+        .filter(|(n, _)| !documented.contains(n))
+        .map(|(n, file)| format!("{n} ({file})"))
+        .collect();
     assert!(
         missing.is_empty(),
-        "metrics of src/metrics/mod.rs not in a table of docs/metrics.md (first column, \
-         `name`): {missing:?}"
+        "metrics of src/metrics/ not in a table of docs/metrics.md (first column, `name`): \
+         {missing:?}"
     );
 }
 

@@ -195,6 +195,22 @@ function renderLimits(limits) {
   $("limits").replaceChildren(...rows);
 }
 
+// Moves between regions (docs/moves.md): the panel shows only while the table has one.
+function renderMoves(moves) {
+  const list = moves.moves || [];
+  $("moves-section").hidden = list.length === 0;
+  const counts = (c, keys) => keys.map((k) => c[k]).join(" / ");
+  $("moves").replaceChildren(...list.map((m) => el("tr", { "data-move": m.name, "data-phase": m.phase },
+    el("td", {}, el("code", {}, m.name)),
+    el("td", {}, m.from + " → " + m.to),
+    el("td", {}, badge(m.phase), m.phase === "mirror" ? el("span", { class: "muted" }, " ratio " + m.mirror_ratio) : null),
+    el("td", { title: m.since }, clock(m.since), el("div", { class: "muted" }, ago(Date.parse(m.since)))),
+    el("td", { class: "held-now" }, m.held_now),
+    el("td", { class: "writes-to-from" }, m.writes_to_from),
+    el("td", { class: "mirrored" }, counts(m.mirrored, ["same", "differs", "failed", "dropped"])),
+    el("td", { class: "held" }, counts(m.held, ["released", "timed_out", "refused"])))));
+}
+
 function chips(items) {
   return el("div", { class: "chips" }, items.map((t) => el("span", {}, el("code", {}, t))));
 }
@@ -230,14 +246,15 @@ function renderReloads(status) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const [up, rates, table, status, limits] = await Promise.all(
+    const [up, rates, table, status, limits, moves] = await Promise.all(
       ["/admin/upstreams", "/admin/rates", "/admin/routing-table/summary", "/admin/routing-table",
-        "/admin/rate-limits"].map((p) => api(p)));
+        "/admin/rate-limits", "/admin/moves"].map((p) => api(p)));
     showConsole();
     $("logout").hidden = false;
     renderUpstreams(up.body);
     renderRates(rates.body);
     renderLimits(limits.body);
+    renderMoves(moves.body);
     renderTable(table.body);
     renderReloads(status.body);
     if (currentId) await lookup(currentId);
