@@ -122,8 +122,13 @@ pub fn resolve_text(scheme: &str, text: &str, table: &RoutingTable) -> Result<Va
     out["region"] = json!(region.name);
     out["upstreams"] = json!(region.upstreams.iter().map(|u| &u.url).collect::<Vec<_>>());
     out["rule"] = json!(decision.rule);
-    if let crate::table::Rule::Override { index } = decision.rule {
-        out["rule"]["override"] = json!(table.overrides.get(index));
+    match decision.rule {
+        crate::table::Rule::Override { index } => {
+            out["rule"]["override"] = json!(table.overrides.get(index));
+        }
+        // The move as the table says (its phase on a running edge: /admin/moves).
+        crate::table::Rule::Move { index } => out["rule"]["move"] = json!(table.moves.get(index)),
+        _ => {}
     }
     out["table_version"] = json!(table.version);
     Ok(out)

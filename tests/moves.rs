@@ -369,6 +369,17 @@ async fn a_bad_move_is_refused_at_its_line_and_the_last_good_table_serves() {
     let moves = world.moves().await;
     assert_eq!(moves["table_version"], "v1");
     assert_eq!(moves["moves"][0]["phase"], "mirror");
+    // `resolve` names the move that decided.
+    let resolved = common::get_json(
+        &world
+            .router
+            .admin_url(&format!("/admin/resolve/{}", iuid_for(1))),
+    )
+    .await;
+    assert_eq!(resolved["region"], "ap");
+    assert_eq!(resolved["rule"]["kind"], "move");
+    assert_eq!(resolved["rule"]["move"]["name"], "ap-to-us");
+    assert_eq!(resolved["rule"]["move"]["to"], "us");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -428,4 +439,45 @@ async fn decision_headers_are_the_routers_and_ids_outside_the_move_are_untouched
             None => assert_ne!(region, "ap"),
         }
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_set_back_to_mirror_or_removed_releases_held_writes_to_from() {
+    let us = Upstream::start("us").await;
+    let world = World::start(us.url(), &move_of_country_1("fence", 0.0, 5000)).await;
+    let path = format!("/v1/orders/{}", iuid_for(1));
+    for (version, moves) in [
+        ("back-to-mirror", move_of_country_1("mirror", 0.0, 5000)),
+        ("removed", String::new()),
+    ] {
+        let url = world.router.url(&path);
+        let write = tokio::spawn(async move {
+            common::client()
+                .post(url)
+                .body("w")
+                .send()
+                .await
+                .expect("POST")
+        });
+        let held = common::eventually(Duration::from_secs(5), || async {
+            world.moves().await["moves"][0]["held_now"] == 1
+        })
+        .await;
+        assert!(held.is_some(), "{version}: the write is held");
+        let (status, _) = world.reload(version, &moves).await;
+        assert_eq!(status, 200);
+        let resp = write.await.expect("join");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()["x-upstream"],
+            "ap",
+            "{version}: released to `from`"
+        );
+        // Fence again for the next case.
+        let (status, _) = world
+            .reload("fence", &move_of_country_1("fence", 0.0, 5000))
+            .await;
+        assert_eq!(status, 200);
+    }
+    assert_eq!(us.count(), 0, "nothing reached `to`");
 }
