@@ -338,13 +338,19 @@ fn listed_keys(output: &str) -> Option<BTreeSet<String>> {
 }
 
 /// The fields of `OverrideSpec` (it has flattened field predicates, so serde cannot list its
-/// keys): `pub name:` lines, the flattened one as `<field>`.
+/// keys): `pub name:` lines, the flattened matchers (`MatchSpec`) read the same way, their
+/// flattened field predicates as `<field>`.
 fn override_keys() -> BTreeSet<String> {
+    struct_keys("OverrideSpec")
+}
+
+/// The keys of the struct `name` of src/table/model.rs, a flattened struct's keys among them.
+fn struct_keys(name: &str) -> BTreeSet<String> {
     let model = read("src/table/model.rs");
     let body = model
-        .split_once("pub struct OverrideSpec {")
+        .split_once(&format!("pub struct {name} {{"))
         .and_then(|(_, rest)| rest.split_once("\n}"))
-        .expect("OverrideSpec in src/table/model.rs")
+        .unwrap_or_else(|| panic!("{name} in src/table/model.rs"))
         .0;
     let mut out = BTreeSet::new();
     let mut flatten = false;
@@ -352,12 +358,17 @@ fn override_keys() -> BTreeSet<String> {
         if line.contains("flatten") {
             flatten = true;
         }
-        if let Some(field) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) {
-            out.insert(if flatten {
-                "<field>".to_owned()
-            } else {
-                field.0.to_owned()
-            });
+        if let Some((field, ty)) = line.strip_prefix("pub ").and_then(|l| l.split_once(':')) {
+            let ty = ty.trim().trim_end_matches(',');
+            match (flatten, ty) {
+                (true, "MatchSpec") => out.extend(struct_keys(ty)),
+                (true, _) => {
+                    out.insert("<field>".to_owned());
+                }
+                (false, _) => {
+                    out.insert(field.to_owned());
+                }
+            }
             flatten = false;
         }
     }

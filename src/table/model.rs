@@ -215,26 +215,11 @@ impl<'de> Deserialize<'de> for MapKey {
 /// refuses them for a scheme without such a field, which is how a typo is still an error.
 #[derive(Debug, Deserialize)]
 pub struct OverrideSpec {
-    /// The scheme of the ids it applies to (default `iuid`).
-    #[serde(default)]
-    pub scheme: Option<String>,
-    /// Service entity, by name from `services` or by id.
-    #[serde(default)]
-    pub service: Option<NameOrId>,
-    /// Country id.
-    #[serde(default)]
-    pub country: Option<i64>,
-    /// RFC 3339 instant: matches ids minted strictly before it.
-    #[serde(default)]
-    pub created_before: Option<String>,
-    /// RFC 3339 instant: matches ids minted at or after it.
-    #[serde(default)]
-    pub created_after: Option<String>,
+    /// Which ids it applies to: the matchers a move's `match:` has too.
+    #[serde(flatten)]
+    pub matcher: MatchSpec,
     /// Where matching ids go.
     pub region: String,
-    /// Field predicates: field name → value or inclusive range `"lo-hi"`.
-    #[serde(flatten)]
-    pub fields: Entries<String, MapKey>,
 }
 
 /// A move's `match:` (docs/routing-table.md `moves`): the matchers of an override, without

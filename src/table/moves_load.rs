@@ -29,19 +29,6 @@ struct Matcher<'a> {
     fields: &'a [(String, MapKey)],
 }
 
-impl<'a> From<&'a OverrideSpec> for Matcher<'a> {
-    fn from(s: &'a OverrideSpec) -> Self {
-        Matcher {
-            scheme: s.scheme.as_deref(),
-            service: s.service.as_ref(),
-            country: s.country,
-            created_before: s.created_before.as_deref(),
-            created_after: s.created_after.as_deref(),
-            fields: &s.fields.0,
-        }
-    }
-}
-
 impl<'a> From<&'a MatchSpec> for Matcher<'a> {
     fn from(s: &'a MatchSpec) -> Self {
         Matcher {
@@ -280,7 +267,13 @@ impl Validator<'_> {
         let mut regions = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             let base = [key("overrides"), Seg::Index(i)];
-            let matched = self.matcher(&base, "override", &Matcher::from(spec), services, schemes);
+            let matched = self.matcher(
+                &base,
+                "override",
+                &Matcher::from(&spec.matcher),
+                services,
+                schemes,
+            );
             let region_path = [key("overrides"), Seg::Index(i), key("region")];
             let region = region_of(self, &spec.region, &region_path);
             let (mut o, region) = matched.place(schemes, Rule::Override { index: i }, region);
