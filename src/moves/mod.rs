@@ -263,3 +263,70 @@ impl Drop for Held<'_> {
         self.0.metrics.held_now(now);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A move's state in `phase`, as `Moves::reconcile` makes it.
+    fn state(phase: MovePhase) -> Arc<MoveState> {
+        Arc::new(MoveState {
+            name: "m".to_owned(),
+            phase: AtomicU8::new(phase_code(phase)),
+            since_ms: AtomicU64::new(0),
+            changed: Notify::new(),
+            writes_from: AtomicUsize::new(0),
+            held: AtomicUsize::new(0),
+            held_all: Arc::default(),
+            seen: AtomicU64::new(0),
+            copies: AtomicUsize::new(0),
+            metrics: MoveMetrics::new("m"),
+        })
+    }
+
+    #[test]
+    fn a_share_of_reads_is_copied_evenly() {
+        let s = state(MovePhase::Mirror);
+        let copied: Vec<bool> = (0..1000).map(|_| s.sample(0.1)).collect();
+        assert_eq!(copied.iter().filter(|&&c| c).count(), 100);
+        assert!(
+            copied[..10].iter().filter(|&&c| c).count() == 1,
+            "one in each ten"
+        );
+        assert!((0..10).all(|_| !s.sample(0.0)));
+        assert!((0..10).all(|_| s.sample(1.0)));
+        let one = s.copy(1).expect("a place");
+        assert!(s.copy(1).is_none(), "bounded");
+        drop(one);
+        assert!(s.copy(1).is_some());
+    }
+
+    #[tokio::test]
+    async fn a_fenced_write_times_out_and_one_beyond_the_bound_is_refused() {
+        let s = state(MovePhase::Fence);
+        let hold = Duration::from_millis(50);
+        assert_eq!(s.hold(hold, 0).await, Release::Refused);
+        assert_eq!(s.hold(hold, 1).await, Release::TimedOut);
+        assert_eq!(s.held_now(), 0);
+        assert_eq!(s.metrics.held_counts(), [0, 1, 1]);
+    }
+
+    #[tokio::test]
+    async fn a_write_after_the_flip_waits_for_the_last_write_to_from() {
+        let s = state(MovePhase::Mirror);
+        let first = s.write_to_from().expect("mirror sends writes to `from`");
+        s.phase.store(phase_code(MovePhase::Flip), Ordering::SeqCst);
+        assert!(
+            s.write_to_from().is_none(),
+            "after the flip, none goes to `from`"
+        );
+        let waiting = tokio::spawn({
+            let s = s.clone();
+            async move { s.hold(Duration::from_secs(5), 10).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!waiting.is_finished(), "held while `from` runs the first");
+        drop(first);
+        assert_eq!(waiting.await.expect("join"), Release::To);
+    }
+}
