@@ -481,3 +481,59 @@ async fn a_move_set_back_to_mirror_or_removed_releases_held_writes_to_from() {
     }
     assert_eq!(us.count(), 0, "nothing reached `to`");
 }
+
+/// In a mesh, `to` is reached through its own edge, whose table carries the same move: the
+/// copy another edge sends (`X-Iuid-Mirror: 1` from a peer in `trusted_proxies`) is served
+/// by `to`, marked, and not copied again — not sent back to `from` as a read of the group
+/// would be, which would compare `from` with itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_mesh_the_to_edge_serves_another_edges_copy_itself() {
+    let (eu, us, ap) = (
+        Upstream::start("eu").await,
+        Upstream::start("us").await,
+        Upstream::start("ap").await,
+    );
+    let moves = move_of_country_1("mirror", 1.0, 5000);
+    let peer_config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(500, 5000, 10_000)
+        .watch(false)
+        .extra("trusted_proxies: [127.0.0.1/32]")
+        .yaml()
+        // Another region's edge: its `Via` is not the first edge's.
+        .replace("region: edge", "region: us-edge");
+    let us_table = common::three_regions("us-edge", &eu.url(), &us.url(), &ap.url()) + &moves;
+    let us_edge = Router::start(&peer_config, &us_table).await;
+    let edge_table =
+        common::three_regions("ap-edge", &eu.url(), &common::url(us_edge.addr), &ap.url()) + &moves;
+    let edge = Router::start(&config(), &edge_table).await;
+
+    let resp = get(&edge, &format!("/v1/orders/{}", iuid_for(1))).await;
+    assert_eq!(resp.headers()["x-upstream"], "ap");
+    let copied = common::eventually(Duration::from_secs(5), || async { us.count() == 1 }).await;
+    assert!(
+        copied.is_some(),
+        "the copy reached `to`'s services through its edge"
+    );
+    assert_eq!(
+        us.last().headers["x-iuid-mirror"],
+        "1",
+        "still marked a copy"
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(ap.count(), 1, "the copy was not sent back to `from`");
+    assert_eq!(us.count(), 1, "nor copied again");
+    // A client of the `to` edge that is not a peer cannot pass its read off as a copy.
+    let direct = Router::start(&config(), &us_table).await;
+    let resp = common::client()
+        .get(direct.url(&format!("/v1/orders/{}", iuid_for(1))))
+        .header("x-iuid-mirror", "1")
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(
+        resp.headers()["x-upstream"],
+        "ap",
+        "served by `from`, as any read"
+    );
+}

@@ -54,6 +54,9 @@ pub(crate) struct Life {
     pub head_limited: bool,
     /// What a move between regions left on it (docs/moves.md, `moving.rs`). Boxed: rare.
     pub moved: Option<Box<super::moving::Moved>>,
+    /// It came from a peer in `trusted_proxies` (another edge): its `X-Iuid-Mirror` is
+    /// believed (docs/moves.md, "In a mesh").
+    pub trusted_peer: bool,
     started: Instant,
     /// The method and path, copied for the access log when it is on.
     logged: Option<Box<(String, String)>>,
@@ -101,6 +104,7 @@ impl Proxy {
             trace,
             head_limited: false,
             moved: None,
+            trusted_peer: client.trusted_peer,
             started: Instant::now(),
             logged,
         }

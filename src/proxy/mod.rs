@@ -456,13 +456,17 @@ impl Proxy {
             }
             Err(problem) => return Err(problem),
         };
-        let sampled = trail.moved.as_ref().and_then(|m| m.sampled);
+        let told = phases::Told {
+            said,
+            sampled: trail.moved.as_ref().and_then(|m| m.sampled),
+            trusted_peer: trail.trusted_peer,
+        };
         let phases::Plan {
             mut region,
             probe,
             limit,
             mut moving,
-        } = self.plan(&routing, &decision, parts, legacy_id, (said, sampled))?;
+        } = self.plan(&routing, &decision, parts, legacy_id, told)?;
         limit.decided().await.map_err(Problem::RateLimited)?;
         let mut routing = routing;
         if let Some(moving) = moving.as_deref_mut() {

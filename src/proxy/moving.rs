@@ -90,15 +90,15 @@ pub(crate) struct Moved {
 
 impl Proxy {
     /// The region and the step of a request whose id `moves[index]` covers (docs/moves.md):
-    /// `region` is the table's decision. `access`: whether it reads or writes; `sampled`:
-    /// the head path's choice to copy it, else made here.
+    /// `region` is the table's decision. Asked: whether it reads or writes; the head path's
+    /// choice to copy it (else made here); whether it is a copy another edge sent (served
+    /// by `to` as it is: "In a mesh").
     pub(super) fn move_step(
         &self,
         routing: &Routing,
         index: usize,
         region: RegionId,
-        access: Access,
-        sampled: Option<bool>,
+        (access, sampled, copy): (Access, Option<bool>, bool),
     ) -> (RegionId, Moving) {
         let (Some(spec), Some(state)) = (routing.table.moves.get(index), routing.move_state(index))
         else {
@@ -115,11 +115,13 @@ impl Proxy {
         };
         let phase = state.phase();
         let region = match phase {
+            _ if copy && access == Access::Read => spec.to,
             Some(MovePhase::Mirror | MovePhase::Fence) => spec.from,
             Some(MovePhase::Flip) => spec.to,
             None => region,
         };
         let step = match (phase, access) {
+            _ if copy && access == Access::Read => Step::Go,
             (Some(MovePhase::Mirror), Access::Read) => {
                 match sampled.unwrap_or_else(|| state.sample(spec.mirror_ratio)) {
                     true => Step::Mirror(state.clone(), spec.to),
@@ -151,12 +153,20 @@ impl Proxy {
     /// On the own engine's head path, before the plan step: whether it carries a request
     /// whose id `moves[index]` covers, and to which region, or hands it to the shared
     /// phases (a write to hold; a read to copy, chosen here: [`HeadMove::Copied`]).
-    pub(super) fn move_on_head(&self, routing: &Routing, index: usize, access: Access) -> HeadMove {
+    ///
+    /// `copy`: another edge's mirror copy ("In a mesh"): a read served by `to`.
+    pub(super) fn move_on_head(
+        &self,
+        routing: &Routing,
+        index: usize,
+        (access, copy): (Access, bool),
+    ) -> HeadMove {
         let (Some(spec), Some(state)) = (routing.table.moves.get(index), routing.move_state(index))
         else {
             return HeadMove::Shared;
         };
         match (state.phase(), access) {
+            (_, Access::Read) if copy => HeadMove::Here(spec.to),
             (Some(MovePhase::Mirror), Access::Read) => match state.sample(spec.mirror_ratio) {
                 true => HeadMove::Copied,
                 false => HeadMove::Here(spec.from),

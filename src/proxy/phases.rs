@@ -283,15 +283,14 @@ impl Proxy {
     ///
     /// An id a move covers (docs/moves.md) goes where the move's phase says, and the
     /// request may be copied to `to`, held for the flip, or counted in flight to `from`
-    /// (`Plan::moving`, `moving.rs`); `said` is what its body says it does (GraphQL),
-    /// `sampled` whether the head path already chose to copy it.
+    /// (`Plan::moving`, `moving.rs`), as `told` says what the view does not.
     pub(super) fn plan<'a, V: RequestView>(
         &'a self,
         routing: &Routing,
         decision: &Decision,
         view: &V,
         legacy_id: Option<String>,
-        (said, sampled): (Option<Access>, Option<bool>),
+        told: Told,
     ) -> Result<Plan<'a>, Problem> {
         let legacy = |id| self.legacy_target(routing, view.method(), decision, || id);
         let (probe, region) = match legacy_id.and_then(legacy) {
@@ -300,8 +299,12 @@ impl Proxy {
         };
         let (region, moving) = match decision.rule {
             Rule::Move { index } => {
-                let access = said.unwrap_or_else(|| Access::of_method(view.method()));
-                let (region, moving) = self.move_step(routing, index, region, access, sampled);
+                let access = told
+                    .said
+                    .unwrap_or_else(|| Access::of_method(view.method()));
+                let copy = told.trusted_peer && view.value(&super::moving::MIRROR).is_some();
+                let asked = (access, told.sampled, copy);
+                let (region, moving) = self.move_step(routing, index, region, asked);
                 (region, Some(Box::new(moving)))
             }
             _ => (region, None),
@@ -342,6 +345,17 @@ impl Proxy {
             verdict => Ok(verdict),
         }
     }
+}
+
+/// What the plan step is told of a request besides its view: for a move (docs/moves.md).
+#[derive(Debug, Clone, Copy, Default)]
+pub(super) struct Told {
+    /// Whether its body says it reads or writes (GraphQL), over what its method says.
+    pub said: Option<Access>,
+    /// The head path already chose whether to copy it.
+    pub sampled: Option<bool>,
+    /// It came from a peer in `trusted_proxies`: its `X-Iuid-Mirror` is believed.
+    pub trusted_peer: bool,
 }
 
 /// Where a request goes: the region asked first and, for a legacy id, its probe of the

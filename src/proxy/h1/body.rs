@@ -88,8 +88,12 @@ impl Proxy {
             }
             Err(problem) => return Err(Stop::Refuse(problem, true)),
         };
-        let route = Some(RouteKind::Graphql);
-        self.planned(routing, &decision, &view, route, Some(access))
+        let told = super::super::phases::Told {
+            said: Some(access),
+            sampled: None,
+            trusted_peer: life.trusted_peer,
+        };
+        self.planned(routing, &decision, &view, Some(RouteKind::Graphql), told)
     }
 
     /// The region of a request a `json:` route matched (`pending`): its body read whole when

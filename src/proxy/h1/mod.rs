@@ -33,7 +33,7 @@ use super::headers::raw::{self, Nominated, RawForwarding};
 use super::headers::ClientAddr;
 use super::life::Life;
 use super::moving::HeadMove;
-use super::phases::{HeadView, RequestView};
+use super::phases::{HeadView, RequestView, Told};
 use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
@@ -402,46 +402,27 @@ impl Proxy {
             // A legacy id may be probed in the other regions: the shared phases do that.
             return Err(Stop::Shared);
         }
-        self.planned(routing, &decision, view, route, None)
+        let told = Told {
+            trusted_peer: life.trusted_peer,
+            ..Told::default()
+        };
+        self.planned(routing, &decision, view, route, told)
     }
 
     /// Where a resolved request goes, on the head path: a region whose upstreams it can
     /// reach itself (HTTP/1.1, plain or TLS), after the region phase; else the shared
     /// phases.
     ///
-    /// `said`: whether its body says it reads or writes (GraphQL). An id a move covers
-    /// (docs/moves.md) stays here unless its write is held or its read copied.
+    /// `told`: what its body says it does (GraphQL), whether a trusted peer sent it. An id
+    /// a move covers (docs/moves.md) stays here unless its write is held or its read copied.
     fn planned<'r>(
         &self,
         routing: std::sync::Arc<Routing>,
         decision: &crate::table::Decision,
         view: &HeadView<'_>,
         route: Option<crate::extract::RouteKind>,
-        said: Option<crate::extract::Access>,
+        mut told: Told,
     ) -> Result<Planned, Stop<'r>> {
-        let (mut region, mut sampled) = (decision.region, None);
-        if let crate::table::Rule::Move { index } = decision.rule {
-            let access = said.unwrap_or_else(|| crate::extract::Access::of_method(view.method()));
-            match self.move_on_head(&routing, index, access) {
-                HeadMove::Here(to) => (region, sampled) = (to, Some(false)),
-                HeadMove::Copied => return Err(Stop::Mirror),
-                HeadMove::Shared => return Err(Stop::Shared),
-            }
-        }
-        if !routing
-            .region(region)
-            .upstreams
-            .iter()
-            .all(|u| u.state.raw_capable())
-        {
-            return Err(Stop::Shared);
-        }
-        // No legacy id comes here (`h1_resolve` hands those over).
-        let plan = self.plan(&routing, decision, view, None, (said, sampled))?;
-        if !matches!(plan.limit, Verdict::Admit) {
-            // Redis decides: never here, since `h1_plan` hands those requests over first.
-            return Err(Stop::Shared);
-        }
         let raw = |r| {
             routing
                 .region(r)
@@ -449,6 +430,27 @@ impl Proxy {
                 .iter()
                 .all(|u| u.state.raw_capable())
         };
+        let mut region = decision.region;
+        if let crate::table::Rule::Move { index } = decision.rule {
+            let access = told
+                .said
+                .unwrap_or_else(|| crate::extract::Access::of_method(view.method()));
+            let copy = told.trusted_peer && view.value(&super::moving::MIRROR).is_some();
+            match self.move_on_head(&routing, index, (access, copy)) {
+                HeadMove::Here(to) => (region, told.sampled) = (to, Some(false)),
+                HeadMove::Copied => return Err(Stop::Mirror),
+                HeadMove::Shared => return Err(Stop::Shared),
+            }
+        }
+        if !raw(region) {
+            return Err(Stop::Shared);
+        }
+        // No legacy id comes here (`h1_resolve` hands those over).
+        let plan = self.plan(&routing, decision, view, None, told)?;
+        if !matches!(plan.limit, Verdict::Admit) {
+            // Redis decides: never here, since `h1_plan` hands those requests over first.
+            return Err(Stop::Shared);
+        }
         if plan.region != region && !raw(plan.region) {
             return Err(Stop::Shared);
         }
@@ -461,7 +463,7 @@ impl Proxy {
             region: plan.region,
             routing,
             route,
-            said,
+            said: told.said,
             moving: plan.moving,
         })
     }

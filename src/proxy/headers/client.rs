@@ -35,6 +35,9 @@ pub struct ClientAddr {
     /// and `Forwarded` are replaced by the router's own, not appended to (docs/data-path.md
     /// "Header rules").
     pub replaces_forwarding: bool,
+    /// `trusted_proxies` is set and holds this peer (another edge of the mesh): a mirror
+    /// copy it marks `X-Iuid-Mirror: 1` is served as one (docs/moves.md).
+    pub trusted_peer: bool,
 }
 
 impl ClientAddr {
@@ -42,8 +45,10 @@ impl ClientAddr {
     /// `trusted_proxies`) is unset or holds its address.
     pub fn trusting(self, trusted: Option<&crate::config::TrustedProxies>) -> ClientAddr {
         let replaces_forwarding = trusted.is_some_and(|t| !t.contains(self.addr.ip()));
+        let trusted_peer = trusted.is_some_and(|t| t.contains(self.addr.ip()));
         ClientAddr {
             replaces_forwarding,
+            trusted_peer,
             ..self
         }
     }
@@ -87,6 +92,7 @@ impl ClientAddr {
             client_cert: None,
             fanouts: Default::default(),
             replaces_forwarding: false,
+            trusted_peer: false,
         }
     }
 

@@ -149,10 +149,18 @@ pub fn is_router_field(name: &[u8]) -> bool {
     name.len() > 7 && name[0] | 0x20 == b'x' && name[..7].eq_ignore_ascii_case(b"x-iuid-")
 }
 
-/// Removes a client's `X-Iuid-*` fields ([`is_router_field`]; a `HeaderMap`'s names are
-/// lowercase).
-fn remove_router_fields(headers: &mut HeaderMap) {
-    let router_field = |n: &&HeaderName| n.as_str().starts_with("x-iuid-");
+/// Whether `name` is a trusted peer's `X-Iuid-Mirror` (another edge's mirror copy, kept
+/// for the services that serve it: docs/moves.md "In a mesh").
+pub fn peer_copy(client: &ClientAddr, name: &[u8]) -> bool {
+    client.trusted_peer && name.eq_ignore_ascii_case(b"x-iuid-mirror")
+}
+
+/// Removes a client's `X-Iuid-*` fields ([`is_router_field`], but [`peer_copy`]; a
+/// `HeaderMap`'s names are lowercase).
+fn remove_router_fields(headers: &mut HeaderMap, client: &ClientAddr) {
+    let router_field = |n: &&HeaderName| {
+        n.as_str().starts_with("x-iuid-") && !peer_copy(client, n.as_str().as_bytes())
+    };
     if !headers.keys().any(|n| router_field(&n)) {
         return;
     }
@@ -365,7 +373,7 @@ pub struct Forwarding<'a> {
 /// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let original_host = f.original_host.cloned();
-    remove_router_fields(headers);
+    remove_router_fields(headers, f.client);
     let present = hop_by_hop_present(headers, true);
     let upgrade = if may_upgrade(present) {
         upgrade_of(headers)

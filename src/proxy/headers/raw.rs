@@ -156,7 +156,7 @@ pub fn write_request_fields(
             || name.eq_ignore_ascii_case(b"x-forwarded-proto")
             || name.eq_ignore_ascii_case(b"x-forwarded-host")
             || nominated.has(name)
-            || super::is_router_field(name)
+            || (super::is_router_field(name) && !super::peer_copy(f.client, name))
             || (client_trace
                 && (name.eq_ignore_ascii_case(b"traceparent")
                     || name.eq_ignore_ascii_case(b"tracestate")));
