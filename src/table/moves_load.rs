@@ -19,29 +19,6 @@ const DEFAULT_HOLD_MS: u64 = 5000;
 /// The longest `hold_ms` accepted (10 minutes).
 const MAX_HOLD_MS: u64 = 600_000;
 
-/// The matchers of an override or of a move's `match:`, borrowed.
-struct Matcher<'a> {
-    scheme: Option<&'a str>,
-    service: Option<&'a NameOrId>,
-    country: Option<i64>,
-    created_before: Option<&'a str>,
-    created_after: Option<&'a str>,
-    fields: &'a [(String, MapKey)],
-}
-
-impl<'a> From<&'a MatchSpec> for Matcher<'a> {
-    fn from(s: &'a MatchSpec) -> Self {
-        Matcher {
-            scheme: s.scheme.as_deref(),
-            service: s.service.as_ref(),
-            country: s.country,
-            created_before: s.created_before.as_deref(),
-            created_after: s.created_after.as_deref(),
-            fields: &s.fields.0,
-        }
-    }
-}
-
 /// A table scheme's compiled matcher: the scheme's index in `schemes` and its
 /// `(field index, lo, hi)` predicates.
 type SchemeMatch = (usize, Vec<(usize, u64, u64)>);
@@ -86,7 +63,7 @@ impl Validator<'_> {
         &mut self,
         base: &[Seg],
         what: &str,
-        m: &Matcher,
+        m: &MatchSpec,
         services: &HashMap<String, u8>,
         schemes: &[TableScheme],
     ) -> Matched {
@@ -95,8 +72,8 @@ impl Validator<'_> {
             p.push(key(k));
             p
         };
-        let before = self.instant(m.created_before, &at("created_before"));
-        let after = self.instant_after(m.created_after, &at("created_after"));
+        let before = self.instant(m.created_before.as_deref(), &at("created_before"));
+        let after = self.instant_after(m.created_after.as_deref(), &at("created_after"));
         if let (Some(b), Some(a)) = (before, after) {
             if a >= b {
                 self.error(
@@ -118,7 +95,7 @@ impl Validator<'_> {
             region: String::new(),
         };
         let timed = m.created_before.is_some() || m.created_after.is_some();
-        let Some(name) = m.scheme.filter(|s| *s != IUID) else {
+        let Some(name) = m.scheme.as_deref().filter(|s| *s != IUID) else {
             self.iuid_matcher(base, what, m, services, &mut reported);
             return Matched {
                 reported,
@@ -149,7 +126,7 @@ impl Validator<'_> {
         }
         let names = schemes[slot].kind.fields();
         let mut fields = Vec::new();
-        for (field, MapKey(text)) in m.fields {
+        for (field, MapKey(text)) in &m.fields.0 {
             let Some(i) = names.iter().position(|n| n == field) else {
                 self.error(
                     &at(field),
@@ -177,7 +154,7 @@ impl Validator<'_> {
                 ),
             }
         }
-        if m.fields.is_empty() && !timed {
+        if m.fields.0.is_empty() && !timed {
             self.error(
                 base,
                 format!("{what} has no condition (a field, created_before, created_after)"),
@@ -200,7 +177,7 @@ impl Validator<'_> {
         &mut self,
         base: &[Seg],
         what: &str,
-        m: &Matcher,
+        m: &MatchSpec,
         services: &HashMap<String, u8>,
         reported: &mut Override,
     ) {
@@ -209,7 +186,7 @@ impl Validator<'_> {
             p.push(key(k));
             p
         };
-        for (field, _) in m.fields {
+        for (field, _) in &m.fields.0 {
             self.error(
                 &at(field),
                 format!(
@@ -218,7 +195,7 @@ impl Validator<'_> {
                 ),
             );
         }
-        reported.service = match m.service {
+        reported.service = match &m.service {
             None => None,
             Some(NameOrId::Id(raw)) => self.byte_id("service", *raw, &at("service")),
             Some(NameOrId::Name(name)) => {
@@ -267,13 +244,7 @@ impl Validator<'_> {
         let mut regions = Vec::with_capacity(specs.len());
         for (i, spec) in specs.iter().enumerate() {
             let base = [key("overrides"), Seg::Index(i)];
-            let matched = self.matcher(
-                &base,
-                "override",
-                &Matcher::from(&spec.matcher),
-                services,
-                schemes,
-            );
+            let matched = self.matcher(&base, "override", &spec.matcher, services, schemes);
             let region_path = [key("overrides"), Seg::Index(i), key("region")];
             let region = region_of(self, &spec.region, &region_path);
             let (mut o, region) = matched.place(schemes, Rule::Override { index: i }, region);
@@ -320,13 +291,7 @@ impl Validator<'_> {
             } else {
                 names.insert(name, i);
             }
-            let matched = self.matcher(
-                &at("match"),
-                "move",
-                &Matcher::from(&spec.matcher),
-                services,
-                schemes,
-            );
+            let matched = self.matcher(&at("match"), "move", &spec.matcher, services, schemes);
             let from = region_of(self, &spec.from, &at("from"));
             let to = region_of(self, &spec.to, &at("to"));
             if spec.from == spec.to {
