@@ -473,13 +473,8 @@ impl Proxy {
             if let Some(released) = self.release(&routing, moving).await? {
                 (routing, region) = released;
             }
-            if let moving::Step::Write(_) = &moving.step {
-                let moved = trail.moved.get_or_insert_with(Box::default);
-                if let moving::Step::Write(write) =
-                    std::mem::replace(&mut moving.step, moving::Step::Go)
-                {
-                    moved.write = Some(write);
-                }
+            if let Some(write) = moving.take_write() {
+                trail.moved.get_or_insert_with(Box::default).write = Some(write);
             }
         }
         trail.set_region(&routing.region(region).state.metrics);

@@ -52,6 +52,19 @@ pub(super) struct Moving {
     pub step: Step,
 }
 
+impl Moving {
+    /// Its write to `from`, for the life to carry until its answer is relayed.
+    pub(super) fn take_write(&mut self) -> Option<FromWrite> {
+        match std::mem::replace(&mut self.step, Step::Go) {
+            Step::Write(write) => Some(write),
+            other => {
+                self.step = other;
+                None
+            }
+        }
+    }
+}
+
 /// The part of a move's phase one request still has to go through.
 #[derive(Debug)]
 pub(super) enum Step {
