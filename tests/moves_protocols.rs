@@ -111,6 +111,18 @@ async fn send(
     }
 }
 
+/// Asserts what `send` got: the status and who answered.
+async fn expect(
+    proto: Proto,
+    router: &Router,
+    certs: &std::path::Path,
+    method: &str,
+    (status, by): (u16, &str),
+) {
+    let got = send(proto, router, certs, method).await;
+    assert_eq!(got, (status, by.to_owned()), "{proto:?} {method}");
+}
+
 trait IoStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
 impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> IoStream for T {}
 
@@ -138,34 +150,18 @@ async fn fence_flip_mirror(
     reload("fence", move_of_country_1("fence", 0.0, 300)).await;
     for &proto in protos {
         let (us_before, ap_before) = (us.count(), ap.count());
-        assert_eq!(
-            send(proto, router, certs, "POST").await,
-            (503, "-".to_owned()),
-            "{proto:?}"
-        );
+        expect(proto, router, certs, "POST", (503, "-")).await;
         assert_eq!(
             (us.count(), ap.count()),
             (us_before, ap_before),
             "{proto:?}: a fenced write was forwarded"
         );
-        assert_eq!(
-            send(proto, router, certs, "GET").await,
-            (200, "ap".to_owned()),
-            "{proto:?}"
-        );
+        expect(proto, router, certs, "GET", (200, "ap")).await;
     }
     reload("flip", move_of_country_1("flip", 0.0, 300)).await;
     for &proto in protos {
-        assert_eq!(
-            send(proto, router, certs, "POST").await,
-            (200, "us".to_owned()),
-            "{proto:?}"
-        );
-        assert_eq!(
-            send(proto, router, certs, "GET").await,
-            (200, "us".to_owned()),
-            "{proto:?}"
-        );
+        expect(proto, router, certs, "POST", (200, "us")).await;
+        expect(proto, router, certs, "GET", (200, "us")).await;
     }
     reload("mirror", move_of_country_1("mirror", 1.0, 300)).await;
     for &proto in protos {
@@ -178,11 +174,7 @@ async fn fence_flip_mirror(
                 .count()
         };
         let before = copies();
-        assert_eq!(
-            send(proto, router, certs, "GET").await,
-            (200, "ap".to_owned()),
-            "{proto:?}"
-        );
+        expect(proto, router, certs, "GET", (200, "ap")).await;
         let copied =
             common::eventually(Duration::from_secs(5), || async { copies() == before + 1 }).await;
         assert!(copied.is_some(), "{proto:?}: the read was copied to `to`");

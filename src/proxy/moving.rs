@@ -113,8 +113,12 @@ impl Proxy {
         region: RegionId,
         (access, sampled, copy): (Access, Option<bool>, bool),
     ) -> (RegionId, Moving) {
-        let (Some(spec), Some(state)) = (routing.table.moves.get(index), routing.move_state(index))
-        else {
+        let found = routing
+            .table
+            .moves
+            .get(index)
+            .zip(routing.move_state(index));
+        let Some((spec, state)) = found else {
             let (state, phase, step) = (None, None, Step::Go);
             return (
                 region,
@@ -127,29 +131,28 @@ impl Proxy {
             );
         };
         let phase = state.phase();
-        let region = match phase {
-            _ if copy && access == Access::Read => spec.to,
-            Some(MovePhase::Mirror | MovePhase::Fence) => spec.from,
-            Some(MovePhase::Flip) => spec.to,
-            None => region,
-        };
-        let step = match (phase, access) {
-            _ if copy && access == Access::Read => Step::Go,
+        let (region, step) = match (phase, access) {
+            // Another edge's copy ("In a mesh"): served by `to`, as it is.
+            (_, Access::Read) if copy => (spec.to, Step::Go),
             (Some(MovePhase::Mirror), Access::Read) => {
-                match sampled.unwrap_or_else(|| state.sample(spec.mirror_ratio)) {
+                let copied = sampled.unwrap_or_else(|| state.sample(spec.mirror_ratio));
+                let step = match copied {
                     true => Step::Mirror(state.clone(), spec.to),
                     false => Step::Go,
-                }
+                };
+                (spec.from, step)
             }
             (Some(MovePhase::Mirror), Access::Write) => match state.write_to_from() {
-                Some(write) => Step::Write(write),
-                None => Step::Hold(state.clone()),
+                Some(write) => (spec.from, Step::Write(write)),
+                None => (spec.from, Step::Hold(state.clone())),
             },
-            (Some(MovePhase::Fence), Access::Write) => Step::Hold(state.clone()),
+            (Some(MovePhase::Fence), Access::Write) => (spec.from, Step::Hold(state.clone())),
+            (Some(MovePhase::Fence), Access::Read) => (spec.from, Step::Go),
             (Some(MovePhase::Flip), Access::Write) if state.writes_to_from() > 0 => {
-                Step::Hold(state.clone())
+                (spec.to, Step::Hold(state.clone()))
             }
-            _ => Step::Go,
+            (Some(MovePhase::Flip), _) => (spec.to, Step::Go),
+            (None, _) => (region, Step::Go),
         };
         let state = Some(state.clone());
         (

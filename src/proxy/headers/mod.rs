@@ -116,13 +116,22 @@ const CLIENT_CERT_LENGTHS: u32 = {
 /// In the bits of [`hop_by_hop_present`]: some client-certificate field is present.
 const CLIENT_CERT_BIT: u16 = 1 << 8;
 
+/// In the bits of [`hop_by_hop_present`]: some `X-Iuid-*` field is present
+/// ([`is_router_field`]).
+const ROUTER_FIELD_BIT: u16 = 1 << 9;
+
 /// Bit `i` set when `HOP_BY_HOP[i]` is in `headers`; with `requests`, [`CLIENT_CERT_BIT`]
-/// set when a client-certificate field is. The same pass over the names finds both.
+/// set when a client-certificate field is and [`ROUTER_FIELD_BIT`] when an `X-Iuid-*` one
+/// is. The same pass over the names finds them all.
 fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u16 {
     let lengths = HOP_BY_HOP_LENGTHS;
     let certs = if requests { CLIENT_CERT_LENGTHS } else { 0 };
     let mut present = 0u16;
     for name in headers.keys() {
+        if requests && name.as_str().starts_with("x-iuid-") {
+            present |= ROUTER_FIELD_BIT;
+            continue;
+        }
         let len = name.as_str().len();
         if len >= 32 || (lengths | certs) & (1 << len) == 0 {
             continue;
@@ -136,11 +145,6 @@ fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u16 {
     present
 }
 
-/// Fields a `Connection` line may not nominate for removal (RFC 9110 §7.6.1 lets a sender
-/// nominate any field, but these were added or vouched for by the router or a proxy in front
-/// of it, and a client could otherwise erase, for example, the `X-Forwarded-For` chain before
-/// it): `Forwarded`, `X-Forwarded-*`, `Via`, `X-Request-Id`, the trace context, credentials
-/// and the client-certificate fields.
 /// A field only the router writes (`X-Iuid-*`: `X-Iuid-Region`, `X-Iuid-Move`,
 /// `X-Iuid-Mirror`, docs/moves.md): a client's is never passed on, so that an upstream
 /// can trust them.
@@ -156,20 +160,22 @@ pub fn peer_copy(client: &ClientAddr, name: &[u8]) -> bool {
 }
 
 /// Removes a client's `X-Iuid-*` fields ([`is_router_field`], but [`peer_copy`]; a
-/// `HeaderMap`'s names are lowercase).
+/// `HeaderMap`'s names are lowercase), once [`hop_by_hop_present`] saw one.
 fn remove_router_fields(headers: &mut HeaderMap, client: &ClientAddr) {
     let router_field = |n: &&HeaderName| {
         n.as_str().starts_with("x-iuid-") && !peer_copy(client, n.as_str().as_bytes())
     };
-    if !headers.keys().any(|n| router_field(&n)) {
-        return;
-    }
     let names: Vec<HeaderName> = headers.keys().filter(router_field).cloned().collect();
     for name in names {
         headers.remove(name);
     }
 }
 
+/// Fields a `Connection` line may not nominate for removal (RFC 9110 §7.6.1 lets a sender
+/// nominate any field, but these were added or vouched for by the router or a proxy in front
+/// of it, and a client could otherwise erase, for example, the `X-Forwarded-For` chain before
+/// it): `Forwarded`, `X-Forwarded-*`, `Via`, `X-Request-Id`, the trace context, credentials
+/// and the client-certificate fields.
 fn owned_by_proxies(token: &[u8]) -> bool {
     const OWNED: [&str; 6] = [
         "forwarded",
@@ -373,8 +379,10 @@ pub struct Forwarding<'a> {
 /// (or kept, with `preserve_host`).
 pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let original_host = f.original_host.cloned();
-    remove_router_fields(headers, f.client);
     let present = hop_by_hop_present(headers, true);
+    if present & ROUTER_FIELD_BIT != 0 {
+        remove_router_fields(headers, f.client);
+    }
     let upgrade = if may_upgrade(present) {
         upgrade_of(headers)
     } else {
