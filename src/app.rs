@@ -79,6 +79,8 @@ pub struct App {
 struct Tls {
     certs: Arc<Certificates>,
     config: Arc<rustls::ServerConfig>,
+    /// With `http3:`, the QUIC listener's TLS over the same certificates.
+    quic: Option<crate::tls::QuicTls>,
 }
 
 impl App {
@@ -102,6 +104,7 @@ impl App {
                 .with_answer_head(crate::upstream::raw::AnswerHead::of(&config.limits)),
         );
         let regions = Regions::new(&table, registry);
+        let http3 = config.http3;
         let tls = match &config.tls {
             None => None,
             Some(settings) => {
@@ -110,7 +113,18 @@ impl App {
                         .map_err(StartError::Tls)?;
                 let config = crate::tls::server_config(certs.clone(), settings.min_version)
                     .map_err(StartError::Tls)?;
-                Some(Tls { certs, config })
+                let quic = match http3 {
+                    Some(http3) => Some(
+                        crate::tls::quic_server_config(certs.clone(), http3.zero_rtt)
+                            .map_err(StartError::Tls)?,
+                    ),
+                    None => None,
+                };
+                Some(Tls {
+                    certs,
+                    config,
+                    quic,
+                })
             }
         };
         Ok(App {
@@ -191,6 +205,11 @@ impl App {
             config.workers,
             config.limits.listen_backlog,
         );
+        // HTTP/3 listens where the TLS listener does (on the port bound, when 0 was asked).
+        let quic_addr = group
+            .first()
+            .and_then(|s| s.local_addr().ok())
+            .unwrap_or(config.listen);
         let handover = match listeners.upgrade {
             Some(upgrade) => {
                 let sockets = upgrade::duplicates(&group, listeners.admin.as_ref(), &upgrade)?;
@@ -244,7 +263,11 @@ impl App {
             None => None,
         };
         let config = Arc::new(config);
-        let proxy = Proxy::shared(|| Proxy::new(config, routes, regions, tracing, rate_limits));
+        let http3 = config.http3;
+        let alt_svc = http3.is_some().then_some(quic_addr.port());
+        let proxy = Proxy::shared(|| {
+            Proxy::new(config, routes, regions, tracing, rate_limits).announcing_h3(alt_svc)
+        });
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {
             if let Some(handshake) = handshake {
@@ -282,8 +305,16 @@ impl App {
                 }
             }
         };
+        let quic = match (tls.as_ref().and_then(|t| t.quic.clone()), http3) {
+            (Some(tls), Some(settings)) => Some(server::h3::Quic {
+                tls,
+                settings,
+                addr: quic_addr,
+            }),
+            _ => None,
+        };
         let acceptor = tls.map(|t| tokio_rustls::TlsAcceptor::from(t.config));
-        server::serve(group, proxy.clone(), acceptor, begin_drain, grace).await?;
+        server::serve(group, proxy.clone(), acceptor, quic, begin_drain, grace).await?;
         if proxy.tracing().is_some() {
             // The spans of the last requests, exported before the process ends (the export
             // waits on its thread at most 5 s).

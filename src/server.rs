@@ -34,6 +34,7 @@ mod accept;
 mod announce;
 mod h1;
 mod h2;
+pub mod h3;
 mod plain;
 mod waiting;
 
@@ -79,13 +80,15 @@ pub enum Drain {
 /// Serves the listening sockets of `group` (one, or a `SO_REUSEPORT` group: [`group`]) on
 /// `proxy.config().workers` worker threads until `shutdown` completes, then drains as it
 /// says, for at most `grace` ([`Drain::CloseIdle`]) or the hand-over's own bound. With `tls`, connections are HTTPS. Call inside a tokio
-/// runtime.
+/// runtime. With `quic`, HTTP/3 is served on the same port over UDP (`h3`, docs/http3.md).
 ///
-/// Errors: the worker threads could not be started, or a socket could not be registered.
+/// Errors: the worker threads could not be started, a socket could not be registered, or
+/// `quic`'s UDP port could not be bound.
 pub async fn serve(
     group: Vec<std::net::TcpListener>,
     proxy: Arc<Proxy>,
     tls: Option<tokio_rustls::TlsAcceptor>,
+    quic: Option<h3::Quic>,
     shutdown: impl Future<Output = Drain>,
     grace: Duration,
 ) -> std::io::Result<()> {
@@ -110,6 +113,9 @@ pub async fn serve(
         draining: draining_rx,
         open: open_tx,
     });
+    if let Some(quic) = &quic {
+        h3::start(quic, &workers, &shared)?;
+    }
     // Accept on every worker (each its own socket of a SO_REUSEPORT group) when the listener
     // allows it; else here, handing each connection to a worker.
     let (listener, mut drain) = match accept::per_worker(group, &workers, &shared) {
@@ -377,7 +383,10 @@ impl Conn {
         let service = service_fn(move |req| {
             let shared = shared.clone();
             async move {
-                let response = shared.0.handle(req.map(Inbound::Hyper), &shared.1).await;
+                let mut response = shared.0.handle(req.map(Inbound::Hyper), &shared.1).await;
+                if let Some(alt_svc) = &shared.0.alt_svc {
+                    response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
+                }
                 Ok::<_, Infallible>(h2::track(response))
             }
         });

@@ -13,12 +13,14 @@ use crate::source::{Seg, Source, SourceError, SourceErrors};
 
 mod admin;
 mod files;
+mod http3;
 mod policy;
 mod proxies;
 mod rate_limits;
 mod traces;
 
 pub use admin::{AdminSettings, MIN_TOKEN_CHARS};
+pub use http3::Http3Settings;
 pub use proxies::{Cidr, TrustedProxies};
 pub use rate_limits::{LimitKey, OnStoreError, Rate, RateLimitRule, RateLimitStore};
 pub use traces::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEUE_SPANS};
@@ -77,6 +79,8 @@ struct ConfigFile {
     legacy_probe: LegacyProbe,
     #[serde(default)]
     tls: Option<crate::tls::TlsSpec>,
+    #[serde(default)]
+    http3: Option<http3::Http3Settings>,
     #[serde(default)]
     admin: Option<admin::AdminSpec>,
     #[serde(default)]
@@ -239,6 +243,8 @@ pub struct RouterConfig {
     /// HTTPS on `listen` (docs/tls-h2-grpc.md): certificate files resolved against the config's
     /// directory, each checked to load at start.
     pub tls: Option<crate::tls::TlsSettings>,
+    /// `http3:` (docs/http3.md): QUIC on the TLS listener's port over UDP. `None`: off.
+    pub http3: Option<Http3Settings>,
     /// `upgrade_socket`: the Unix socket a new process asks for the listening sockets on
     /// (`serve --upgrade`, docs/upgrades.md), resolved against the config's directory.
     pub upgrade_socket: Option<PathBuf>,
@@ -508,6 +514,9 @@ impl RouterConfig {
             None => None,
         };
         let tls = file.tls.as_ref().map(|spec| spec.resolve(base));
+        if let Some(http3) = &file.http3 {
+            http3::check(http3, tls.is_some(), source, &mut errors);
+        }
         let admin = admin::settings(file.admin.as_ref(), base, source, &mut errors);
         let tracing = file
             .tracing
@@ -569,6 +578,7 @@ impl RouterConfig {
                 legacy_cache: file.legacy_cache,
                 legacy_probe: file.legacy_probe,
                 tls,
+                http3: file.http3,
                 admin,
                 upgrade_socket,
                 tracing,

@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 
+pub mod http3;
 pub mod moves;
 mod region;
 

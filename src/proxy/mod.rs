@@ -132,6 +132,8 @@ pub struct Proxy {
     /// The proxy itself, for the work a request leaves on a task of its own (a move's
     /// mirror copy, docs/moves.md); empty until [`Proxy::shared`].
     me: std::sync::Weak<Proxy>,
+    /// `Alt-Svc: h3=":<port>"` for every response on TCP, with `http3:` (docs/http3.md).
+    pub(crate) alt_svc: Option<http::HeaderValue>,
 }
 
 impl Proxy {
@@ -168,6 +170,16 @@ impl Proxy {
             probes: RetryBudget::with_depth(legacy_probe.min_per_second),
             tracing,
             me: std::sync::Weak::new(),
+            alt_svc: None,
+        }
+    }
+
+    /// The proxy announcing HTTP/3 on UDP `port` (RFC 7838 §3, RFC 9114 §3.1.1), or not.
+    pub fn announcing_h3(self, port: Option<u16>) -> Proxy {
+        let alt_svc = port.map(|p| format!("h3=\":{p}\"; ma=86400").parse().ok());
+        Proxy {
+            alt_svc: alt_svc.flatten(),
+            ..self
         }
     }
 

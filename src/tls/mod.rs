@@ -207,3 +207,36 @@ pub fn server_config(
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
+
+/// The QUIC listener's TLS (docs/http3.md): TLS 1.3 only (RFC 9001 §4.2), the same SNI
+/// resolver and client verifier as [`server_config`] (so a certificate reload reaches both),
+/// ALPN `h3`. With `zero_rtt`, resumed clients may send early data (quinn asks for a
+/// `max_early_data_size` of `u32::MAX` under QUIC); rustls's in-memory session store makes
+/// each ticket single-use, so early data cannot be replayed into this process.
+///
+/// Errors: the provider lacks TLS 1.3 or QUIC's initial cipher suite (not expected with ring).
+pub fn quic_server_config(certs: Arc<Certificates>, zero_rtt: bool) -> Result<QuicTls, String> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?;
+    let builder = match certs.client_verifier() {
+        None => builder.with_no_client_auth(),
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+    };
+    let mut config = builder.with_cert_resolver(certs);
+    config.alpn_protocols = vec![b"h3".to_vec()];
+    config.max_early_data_size = if zero_rtt { u32::MAX } else { 0 };
+    config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
+    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(config).map_err(|e| e.to_string())?;
+    Ok(QuicTls(Arc::new(quic)))
+}
+
+/// The QUIC listener's TLS context ([`quic_server_config`]).
+#[derive(Clone)]
+pub struct QuicTls(pub Arc<quinn::crypto::rustls::QuicServerConfig>);
+
+impl std::fmt::Debug for QuicTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("QuicTls(TLS 1.3, ALPN h3)")
+    }
+}

@@ -4,6 +4,7 @@
 #![allow(dead_code)] // each test binary uses a different part
 
 pub mod grpc;
+pub mod h3;
 pub mod lists;
 pub mod otlp;
 pub mod spans;

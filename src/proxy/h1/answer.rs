@@ -54,11 +54,12 @@ pub(super) async fn write_problem<S>(
     id: &RequestId,
     close: bool,
     idle: Duration,
+    alt_svc: Option<&http::HeaderValue>,
 ) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    write_response(client, problem.into_response(), id, close, idle).await
+    write_response(client, problem.into_response(), id, close, idle, alt_svc).await
 }
 
 /// Writes an answer the router made whole (a refusal, a merged fan-out page) to the
@@ -70,6 +71,7 @@ pub(super) async fn write_response<S>(
     id: &RequestId,
     close: bool,
     idle: Duration,
+    alt_svc: Option<&http::HeaderValue>,
 ) -> bool
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -86,6 +88,7 @@ where
         false,
         close,
         idle,
+        alt_svc,
     ));
     let (written, _) = writing.await;
     written.is_ok()
@@ -101,7 +104,7 @@ pub(super) enum Kept {
 /// under RFC 9112's framing rules for the client's version, then its body as it comes.
 /// The upstream's side of a `101` comes back to be tunnelled. The one writer of an `http`
 /// answer on the own engine (the head path relays an upstream's answer as bytes,
-/// `respond.rs`).
+/// `respond.rs`). `alt_svc`: HTTP/3's announcement (docs/http3.md), added when given.
 pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     to: &mut W,
     mut resp: http::Response<ProxyBody>,
@@ -109,7 +112,11 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     head_request: bool,
     close: bool,
     idle: Duration,
+    alt_svc: Option<&http::HeaderValue>,
 ) -> (Result<Kept, RelayError>, Option<UpstreamUpgrade>) {
+    if let Some(alt_svc) = alt_svc {
+        resp.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
+    }
     let status = resp.status();
     let upgrade = match status == StatusCode::SWITCHING_PROTOCOLS {
         true => resp.extensions_mut().remove::<UpstreamUpgrade>(),

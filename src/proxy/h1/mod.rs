@@ -284,6 +284,7 @@ impl Proxy {
                     &life.id,
                     close || client_close || http10,
                     self.config.timeouts.idle(),
+                    self.alt_svc.as_ref(),
                 )
                 .await;
                 life.finish(self, status);
@@ -575,7 +576,7 @@ pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::ti
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
-    answer::write_problem(client, problem, &RequestId::fresh(), true, idle).await;
+    answer::write_problem(client, problem, &RequestId::fresh(), true, idle, None).await;
 }
 
 /// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1); another is

@@ -91,6 +91,9 @@ impl Proxy {
         {
             write::field(&mut wire, b"Date", &crate::clock::http_date());
         }
+        if let Some(alt_svc) = &self.alt_svc {
+            write::field(&mut wire, b"Alt-Svc", alt_svc.as_bytes());
+        }
         if close {
             write::field(&mut wire, b"Connection", b"close");
         } else if out.http10 {

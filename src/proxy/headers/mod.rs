@@ -336,6 +336,7 @@ pub struct ViaValues {
     /// For HTTP/1.1 messages, and responses (upstreams speak HTTP/1.1).
     pub http11: HeaderValue,
     http2: HeaderValue,
+    http3: HeaderValue,
 }
 
 impl ViaValues {
@@ -346,6 +347,7 @@ impl ViaValues {
             http10: make(http::Version::HTTP_10),
             http11: make(http::Version::HTTP_11),
             http2: make(http::Version::HTTP_2),
+            http3: make(http::Version::HTTP_3),
         }
     }
 
@@ -353,7 +355,8 @@ impl ViaValues {
     pub fn for_version(&self, version: http::Version) -> &HeaderValue {
         match version {
             http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
-            http::Version::HTTP_2 | http::Version::HTTP_3 => &self.http2,
+            http::Version::HTTP_2 => &self.http2,
+            http::Version::HTTP_3 => &self.http3,
             _ => &self.http11,
         }
     }
