@@ -385,7 +385,9 @@ impl Conn {
             async move {
                 let mut response = shared.0.handle(req.map(Inbound::Hyper), &shared.1).await;
                 if let Some(alt_svc) = &shared.0.alt_svc {
-                    response.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
+                    response
+                        .headers_mut()
+                        .insert(http::header::ALT_SVC, alt_svc.clone());
                 }
                 Ok::<_, Infallible>(h2::track(response))
             }

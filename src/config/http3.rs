@@ -53,9 +53,6 @@ pub(super) fn check(
         ));
     }
     if settings.max_streams == 0 {
-        errors.push(source.error_at(
-            &at(Some("max_streams")),
-            "max_streams must be at least 1",
-        ));
+        errors.push(source.error_at(&at(Some("max_streams")), "max_streams must be at least 1"));
     }
 }

@@ -18,7 +18,7 @@ pub mod http3;
 pub mod moves;
 mod region;
 
-pub use region::{DecisionCounters, RegionMetrics};
+pub use region::{DecisionCounters, Protocol, RegionMetrics};
 
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `grpc`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).

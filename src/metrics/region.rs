@@ -11,6 +11,38 @@ const ROUTES: usize = RouteKind::ALL.len() + 1;
 fn route_label(route: Option<RouteKind>) -> &'static str {
     route.map_or("none", RouteKind::as_str)
 }
+/// The protocol a client spoke ([`REQUESTS`]' `protocol` label).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// HTTP/1.0 and HTTP/1.1, plain or TLS.
+    H1,
+    /// HTTP/2: h2c, TLS h2, gRPC.
+    H2,
+    /// HTTP/3 over QUIC (docs/http3.md).
+    H3,
+}
+
+impl Protocol {
+    /// The protocol of a request whose version is `version` (`RequestView::version`'s
+    /// text: `1.0`, `1.1`, `2`, `3`).
+    pub fn of(version: &str) -> Protocol {
+        match version {
+            "2" => Protocol::H2,
+            "3" => Protocol::H3,
+            _ => Protocol::H1,
+        }
+    }
+
+    /// The label value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Protocol::H1 => "h1",
+            Protocol::H2 => "h2",
+            Protocol::H3 => "h3",
+        }
+    }
+}
+
 /// Status classes, `1xx` … `5xx`.
 const CLASSES: [&str; 5] = ["1xx", "2xx", "3xx", "4xx", "5xx"];
 
@@ -36,7 +68,7 @@ fn class_index(status: u16) -> usize {
 pub struct RegionMetrics {
     /// The region name: a metric label and log field, shared rather than copied.
     pub label: Arc<str>,
-    requests: [[OnceLock<Counter>; 5]; ROUTES],
+    requests: [[[OnceLock<Counter>; 5]; ROUTES]; 3],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
     shed: [OnceLock<Counter>; ShedReason::ALL.len()],
@@ -72,9 +104,9 @@ impl RegionMetrics {
         SharedString::from_shared(self.label.clone())
     }
 
-    /// Counts one answered request, by the kind of route that found its id (`None`: no
-    /// route matched) and its status class.
-    pub fn request(&self, route: Option<RouteKind>, status: u16) {
+    /// Counts one answered request, by the protocol it came in, the kind of route that
+    /// found its id (`None`: no route matched) and its status class.
+    pub fn request(&self, protocol: Protocol, route: Option<RouteKind>, status: u16) {
         // A kind's index in `RouteKind::ALL` is its discriminant (tested there).
         let r = route.map_or(ROUTES - 1, |kind| kind as usize);
         let c = class_index(status);
@@ -82,10 +114,10 @@ impl RegionMetrics {
         if c == 4 {
             self.answered_5xx.fetch_add(1, Ordering::Relaxed);
         }
-        self.requests[r][c]
+        self.requests[protocol as usize][r][c]
             .get_or_init(|| {
                 handle();
-                ::metrics::counter!(REQUESTS, "route" => route_label(route), "region" => self.shared_label(), "status" => CLASSES[c])
+                ::metrics::counter!(REQUESTS, "route" => route_label(route), "region" => self.shared_label(), "status" => CLASSES[c], "protocol" => protocol.as_str())
             })
             .increment(1);
     }

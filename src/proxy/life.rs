@@ -57,6 +57,8 @@ pub(crate) struct Life {
     /// It came from a peer in `trusted_proxies` (another edge): its `X-Iuid-Mirror` is
     /// believed (docs/moves.md, "In a mesh").
     pub trusted_peer: bool,
+    /// The protocol the client spoke: a label of the request count.
+    protocol: metrics::Protocol,
     started: Instant,
     /// The method and path, copied for the access log when it is on.
     logged: Option<Box<(String, String)>>,
@@ -105,6 +107,7 @@ impl Proxy {
             head_limited: false,
             moved: None,
             trusted_peer: client.trusted_peer,
+            protocol: metrics::Protocol::of(view.version()),
             started: Instant::now(),
             logged,
         }
@@ -154,7 +157,7 @@ impl Life {
         let region = region
             .or(self.region.as_deref())
             .unwrap_or(&proxy.no_region);
-        region.request(self.route, status);
+        region.request(self.protocol, self.route, status);
         let label = (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label);
         if let Some(trace) = &self.trace {
             let route = |path: &str| {

@@ -227,7 +227,8 @@ pub fn quic_server_config(certs: Arc<Certificates>, zero_rtt: bool) -> Result<Qu
     config.alpn_protocols = vec![b"h3".to_vec()];
     config.max_early_data_size = if zero_rtt { u32::MAX } else { 0 };
     config.session_storage = rustls::server::ServerSessionMemoryCache::new(4096);
-    let quic = quinn::crypto::rustls::QuicServerConfig::try_from(config).map_err(|e| e.to_string())?;
+    let quic =
+        quinn::crypto::rustls::QuicServerConfig::try_from(config).map_err(|e| e.to_string())?;
     Ok(QuicTls(Arc::new(quic)))
 }
 

@@ -11,9 +11,12 @@ The plan:
    "steps": [
      {"op": "request", "method": "GET", "path": "/x", "headers": {"k": "v"}, "body": "..."},
      {"op": "requests", "count": 20, ...request fields...},   # concurrently, one stream each
+     {"op": "requests", "list": [request, request]},          # these, concurrently
      {"op": "sleep", "ms": 100},
      {"op": "rapid_reset", "count": 500, "path": "/x"},     # HEADERS, then RESET_STREAM
-     {"op": "wait_closed", "ms": 5000}                       # until the router closes it
+     {"op": "wait_closed", "ms": 5000},                      # until the router closes it
+     {"op": "signal", "file": "f"},                          # create f (for the test)
+     {"op": "wait_file", "file": "g", "ms": 10000}           # until the test creates g
    ]}
 
 The result: {"handshake": {"early_data_accepted", "session_resumed"} or null,
@@ -23,6 +26,7 @@ The result: {"handshake": {"early_data_accepted", "session_resumed"} or null,
 
 import asyncio
 import json
+import os
 import pickle
 import ssl
 import sys
@@ -140,7 +144,8 @@ async def run(plan):
                 except asyncio.TimeoutError:
                     out["results"].append({"error": "timeout"})
             elif op == "requests":
-                pending = [client.start(plan, step)[1] for _ in range(step["count"])]
+                each = step.get("list") or [step] * step["count"]
+                pending = [client.start(plan, one)[1] for one in each]
                 client.transmit()
                 for done in pending:
                     try:
@@ -157,6 +162,12 @@ async def run(plan):
                     client._quic.reset_stream(stream_id, 0x10C)  # H3_REQUEST_CANCELLED
                     client.transmit()
                     await asyncio.sleep(0)
+            elif op == "signal":
+                open(step["file"], "w").close()
+            elif op == "wait_file":
+                deadline = time.monotonic() + step.get("ms", 10000) / 1000
+                while not os.path.exists(step["file"]) and time.monotonic() < deadline:
+                    await asyncio.sleep(0.01)
             elif op == "wait_closed":
                 try:
                     await asyncio.wait_for(client.closed_event.wait(), step["ms"] / 1000)

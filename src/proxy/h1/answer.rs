@@ -115,7 +115,8 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     alt_svc: Option<&http::HeaderValue>,
 ) -> (Result<Kept, RelayError>, Option<UpstreamUpgrade>) {
     if let Some(alt_svc) = alt_svc {
-        resp.headers_mut().insert(http::header::ALT_SVC, alt_svc.clone());
+        resp.headers_mut()
+            .insert(http::header::ALT_SVC, alt_svc.clone());
     }
     let status = resp.status();
     let upgrade = match status == StatusCode::SWITCHING_PROTOCOLS {

@@ -68,8 +68,15 @@ impl Proxy {
             Err(problem) => {
                 let status = problem.status().as_u16();
                 life.refused(problem.slug());
-                super::answer::write_problem(client, problem, &life.id, true, idle, self.alt_svc.as_ref())
-                    .await;
+                super::answer::write_problem(
+                    client,
+                    problem,
+                    &life.id,
+                    true,
+                    idle,
+                    self.alt_svc.as_ref(),
+                )
+                .await;
                 life.finish(self, status);
                 return Outcome::Close;
             }
@@ -141,8 +148,15 @@ impl Proxy {
                     || !continued
                     || resp.extensions().get::<Shed>().is_some()
                     || (resp.status() != StatusCode::SWITCHING_PROTOCOLS && body_failed);
-                let writing =
-                    write_answer(&mut write_half, resp, http10, head_request, close, idle, self.alt_svc.as_ref());
+                let writing = write_answer(
+                    &mut write_half,
+                    resp,
+                    http10,
+                    head_request,
+                    close,
+                    idle,
+                    self.alt_svc.as_ref(),
+                );
                 tokio::pin!(writing);
                 // The answer goes while what is left of the body is still read (an upload the
                 // upstream answers as it goes).

@@ -237,7 +237,15 @@ impl Proxy {
         // a shed one's client comes back after `Retry-After` on a new one (docs/overload.md).
         let close = close || problem.closes_connection() || out.held.is_none() || out.http10;
         let idle = self.config.timeouts.idle();
-        let written = write_problem(client, problem, &life.id, close, idle, self.alt_svc.as_ref()).await;
+        let written = write_problem(
+            client,
+            problem,
+            &life.id,
+            close,
+            idle,
+            self.alt_svc.as_ref(),
+        )
+        .await;
         Answered {
             status,
             upstream,

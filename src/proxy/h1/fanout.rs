@@ -65,7 +65,9 @@ impl Proxy {
         }
         let status = resp.status().as_u16();
         let idle = self.config.timeouts.idle();
-        let written = super::answer::write_response(client, resp, id, close, idle, self.alt_svc.as_ref()).await;
+        let written =
+            super::answer::write_response(client, resp, id, close, idle, self.alt_svc.as_ref())
+                .await;
         FannedOut {
             status,
             regions,

@@ -87,7 +87,11 @@ mod tests {
         assert_eq!(early.admit(&Method::GET), Admit::Early);
         assert_eq!(early.admit(&Method::HEAD), Admit::Early);
         assert_eq!(early.admit(&Method::POST), Admit::Wait);
-        assert_eq!(early.admit(&Method::PUT), Admit::Wait, "idempotent, not safe");
+        assert_eq!(
+            early.admit(&Method::PUT),
+            Admit::Wait,
+            "idempotent, not safe"
+        );
         let waiter = tokio::spawn({
             let early = early.clone();
             async move { early.completed().await }

@@ -65,7 +65,10 @@ pub(super) fn start(quic: &Quic, workers: &Workers, shared: &Arc<Shared>) -> std
     tracing::info!(addr = %quic.addr, sockets = sockets.len(), "HTTP/3 listening (UDP)");
     for (index, socket) in sockets.into_iter().enumerate() {
         let (quic, shared) = (quic.clone(), shared.clone());
-        workers.spawn_on(index, async move { endpoint(index, socket, quic, shared).await });
+        workers.spawn_on(
+            index,
+            async move { endpoint(index, socket, quic, shared).await },
+        );
     }
     Ok(())
 }
@@ -76,7 +79,9 @@ fn transport(settings: &Http3Settings, idle: Duration) -> quinn::TransportConfig
     t.max_concurrent_bidi_streams(settings.max_streams.into())
         // The client's control and QPACK streams (RFC 9114 §6.2), and room for grease.
         .max_concurrent_uni_streams(8u32.into())
-        .max_idle_timeout(idle.try_into().ok())
+        // QUIC's own idle timeout (silent: no CONNECTION_CLOSE) only after the router's
+        // GOAWAY has had its chance, as HTTP/2's GOAWAY grace does.
+        .max_idle_timeout((idle * 2).try_into().ok())
         // Per stream and per connection, what a client may have in flight to the router:
         // bounded memory per connection whatever it opens.
         .stream_receive_window((256u32 << 10).into())

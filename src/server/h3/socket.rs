@@ -79,11 +79,11 @@ pub fn steer(socket: &UdpSocket, n: usize) -> std::io::Result<()> {
         const RET_A: u16 = 0x16;
         let op = |code, jt, jf, k| libc::sock_filter { code, jt, jf, k };
         let program = [
-            op(LDB, 0, 0, 0),       // A = the first byte
-            op(JSET, 2, 0, 0x80),   // a long header: to 4
-            op(LDB, 0, 0, 1),       // short header: the id starts at offset 1
-            op(JA, 0, 0, 1),        // to 5
-            op(LDB, 0, 0, 6),       // long header: flags, version (4), id length, the id
+            op(LDB, 0, 0, 0),        // A = the first byte
+            op(JSET, 2, 0, 0x80),    // a long header: to 4
+            op(LDB, 0, 0, 1),        // short header: the id starts at offset 1
+            op(JA, 0, 0, 1),         // to 5
+            op(LDB, 0, 0, 6),        // long header: flags, version (4), id length, the id
             op(MOD, 0, 0, n as u32), // the worker
             op(RET_A, 0, 0, 0),
         ];

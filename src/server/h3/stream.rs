@@ -13,9 +13,9 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use ::h3::error::{Code, StreamError};
 use bytes::{Buf, Bytes};
 use futures_util::future::{select, Either};
-use ::h3::error::{Code, StreamError};
 use http_body_util::BodyExt;
 
 use super::early::{Admit, Early};
@@ -70,7 +70,10 @@ impl Request {
             Admit::Wait => {
                 crate::metrics::http3::early_data(false);
                 let completed = self.early.completed();
-                if tokio::time::timeout(self.header_timeout, completed).await.is_err() {
+                if tokio::time::timeout(self.header_timeout, completed)
+                    .await
+                    .is_err()
+                {
                     // Not acted on: the client may send it again (RFC 9114 §4.1.1).
                     let (mut send, _) = stream.split();
                     send.stop_stream(Code::H3_REQUEST_REJECTED);
@@ -155,9 +158,16 @@ fn recv_bytes(
 
 /// Sends `response` on the stream: its head, its body as the phases hand it over, its
 /// trailers (gRPC's status), then FIN.
-async fn respond(send: &mut SendHalf, response: http::Response<ProxyBody>, idle: Duration) -> Ended {
+async fn respond(
+    send: &mut SendHalf,
+    response: http::Response<ProxyBody>,
+    idle: Duration,
+) -> Ended {
     let (parts, body) = response.into_parts();
-    if let Err(e) = send.send_response(http::Response::from_parts(parts, ())).await {
+    if let Err(e) = send
+        .send_response(http::Response::from_parts(parts, ()))
+        .await
+    {
         return ended_by(&e);
     }
     let mut body = std::pin::pin!(body);
@@ -176,7 +186,10 @@ async fn respond(send: &mut SendHalf, response: http::Response<ProxyBody>, idle:
                 Ok(Err(e)) => return ended_by(&e),
                 Err(_) => {
                     crate::metrics::client_error(ErrorKind::SendTimeout);
-                    tracing::debug!(idle_ms = idle.as_millis() as u64, "the client took nothing of a response; HTTP/3 stream reset");
+                    tracing::debug!(
+                        idle_ms = idle.as_millis() as u64,
+                        "the client took nothing of a response; HTTP/3 stream reset"
+                    );
                     send.stop_stream(Code::H3_REQUEST_CANCELLED);
                     return Ended::Reset;
                 }
