@@ -15,9 +15,14 @@ The plan:
      {"op": "sleep", "ms": 100},
      {"op": "rapid_reset", "count": 500, "path": "/x"},     # HEADERS, then RESET_STREAM
      {"op": "wait_closed", "ms": 5000},                      # until the router closes it
+     {"op": "raw_stream", "hex": "0003616263"},             # these bytes on a new stream
+     {"op": "overrun_streams", "count": 200, "path": "/x"},  # past the router's MAX_STREAMS
      {"op": "signal", "file": "f"},                          # create f (for the test)
      {"op": "wait_file", "file": "g", "ms": 10000}           # until the test creates g
    ]}
+
+A plan may start with a flood of connection attempts from one socket that never answers:
+  "flood": {"initials": 500}   # Initial packets of 500 connections, then the steps
 
 The result: {"handshake": {"early_data_accepted", "session_resumed"} or null,
              "results": [{"status", "headers", "body"} or {"error"} per request step],
@@ -109,6 +114,26 @@ class Client(QuicConnectionProtocol):
         return stream_id, done
 
 
+def flood(plan, configuration, count):
+    """Sends the first flight (the Initial packets) of `count` connections from one socket,
+    and answers nothing: each asks the router to start a handshake."""
+    import socket
+
+    from aioquic.quic.connection import QuicConnection
+
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    addr = (plan["host"], plan["port"])
+    sent = 0
+    for _ in range(count):
+        conn = QuicConnection(configuration=configuration)
+        conn.connect(addr, now=time.monotonic())
+        for data, _ in conn.datagrams_to_send(now=time.monotonic()):
+            sock.sendto(data, addr)
+            sent += 1
+    sock.close()
+    return sent
+
+
 async def run(plan):
     configuration = QuicConfiguration(alpn_protocols=H3_ALPN, is_client=True)
     configuration.server_name = plan.get("sni", "localhost")
@@ -126,6 +151,8 @@ async def run(plan):
 
     timeout = plan.get("timeout_s", 10.0)
     out = {"results": []}
+    if plan.get("flood"):
+        out["flood_sent"] = flood(plan, configuration, plan["flood"]["initials"])
     async with connect(
         plan["host"],
         plan["port"],
@@ -155,13 +182,47 @@ async def run(plan):
             elif op == "sleep":
                 await asyncio.sleep(step["ms"] / 1000)
             elif op == "rapid_reset":
+                # Within the stream credit the router gives back as streams close (HTTP/2's
+                # Rapid Reset kept within SETTINGS_MAX_CONCURRENT_STREAMS the same way).
+                deadline = time.monotonic() + 10
                 for _ in range(step["count"]):
-                    if client.closed:
+                    while (
+                        client._quic.get_next_available_stream_id() // 4
+                        >= client._quic._remote_max_streams_bidi
+                        and not client.closed
+                        and time.monotonic() < deadline
+                    ):
+                        await asyncio.sleep(0.001)
+                    if client.closed or time.monotonic() >= deadline:
                         break
                     stream_id, _ = client.start(plan, step, end=False)
                     client._quic.reset_stream(stream_id, 0x10C)  # H3_REQUEST_CANCELLED
+                    client._quic.stop_stream(stream_id, 0x10C)
                     client.transmit()
                     await asyncio.sleep(0)
+            elif op == "raw_stream":
+                stream_id = client._quic.get_next_available_stream_id()
+                done = asyncio.get_running_loop().create_future()
+                client.streams[stream_id] = {"status": None, "headers": {}, "body": b"", "done": done}
+                client._quic.send_stream_data(stream_id, bytes.fromhex(step["hex"]), end_stream=True)
+                client.transmit()
+                try:
+                    out["results"].append(await asyncio.wait_for(done, step.get("timeout_s", 3)))
+                except asyncio.TimeoutError:
+                    out["results"].append({"error": "timeout"})
+            elif op == "overrun_streams":
+                # Ignore the router's stream limit, as a flooding client would.
+                client._quic._remote_max_streams_bidi = 1 << 40
+                for _ in range(step["count"]):
+                    if client.closed:
+                        break
+                    client.start(plan, step)
+                    client.transmit()
+                    await asyncio.sleep(0)
+                try:
+                    await asyncio.wait_for(client.closed_event.wait(), 3)
+                except asyncio.TimeoutError:
+                    pass
             elif op == "signal":
                 open(step["file"], "w").close()
             elif op == "wait_file":
