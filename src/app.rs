@@ -210,6 +210,8 @@ impl App {
             .first()
             .and_then(|s| s.local_addr().ok())
             .unwrap_or(config.listen);
+        // Taken over from a running router: its UDP sockets close only when it exits.
+        let took_over = handshake.is_some();
         let handover = match listeners.upgrade {
             Some(upgrade) => {
                 let sockets = upgrade::duplicates(&group, listeners.admin.as_ref(), &upgrade)?;
@@ -310,6 +312,7 @@ impl App {
                 tls,
                 settings,
                 addr: quic_addr,
+                after_previous: took_over,
             }),
             _ => None,
         };

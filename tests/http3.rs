@@ -77,10 +77,25 @@ async fn get_and_post_reach_the_owning_region_over_h3() {
 }
 
 /// Every TCP response announces HTTP/3 on the same port: an upstream's answer relayed by
-/// the own engine, a refusal it makes itself, and an HTTP/2 answer.
+/// the own engine, a refusal it makes itself, and an HTTP/2 answer. An upstream's own
+/// `Alt-Svc` (its services, not the router's) is replaced, not passed beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tcp_answers_carry_alt_svc() {
-    let (router, _ups, certs) = router("").await;
+    let certs = tempfile::tempdir().expect("certs");
+    common::make_certs(certs.path(), false, &["localhost"]);
+    let announcing = common::url(
+        common::serve(
+            axum::Router::new()
+                .fallback(|| async { ([("alt-svc", "h3=\":9443\"")], "announcing") }),
+        )
+        .await,
+    );
+    let config = common::every_route_kind()
+        .extra(&common::tls_lines(certs.path()))
+        .extra("http3: {}\n")
+        .yaml();
+    let table = common::three_regions("v1", &announcing, &announcing, &announcing);
+    let router = Router::start(&config, &table).await;
     let want = format!("alt-svc: h3=\":{}\"; ma=86400", router.addr.port());
     let relayed = common::tls_raw(
         router.addr,
@@ -94,6 +109,11 @@ async fn tcp_answers_carry_alt_svc() {
     .await;
     assert!(relayed.starts_with("HTTP/1.1 200"), "{relayed}");
     assert!(relayed.to_ascii_lowercase().contains(&want), "{relayed}");
+    assert_eq!(
+        relayed.to_ascii_lowercase().matches("alt-svc:").count(),
+        1,
+        "{relayed}"
+    );
     let refused = common::tls_raw(
         router.addr,
         certs.path(),
@@ -126,6 +146,7 @@ async fn tcp_answers_carry_alt_svc() {
     let head = String::from_utf8_lossy(&out.stdout).to_ascii_lowercase();
     assert!(head.starts_with("http/2 200"), "{head}");
     assert!(head.contains(&want), "{head}");
+    assert_eq!(head.matches("alt-svc:").count(), 1, "{head}");
 }
 
 /// GraphQL (`node(id:)` in a POST body) and a fan-out over every region, over HTTP/3.

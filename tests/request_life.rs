@@ -1,6 +1,6 @@
 //! One request, one life: whatever carried a request (the own engine's head path; the head
 //! path bridged into the shared phases for an upgrade, an absolute-form target, a chunked
-//! GraphQL body or a legacy probe; h2c; TLS h2; gRPC) and whatever route kind found its id,
+//! GraphQL body or a legacy probe; h2c; TLS h2; gRPC; HTTP/3) and whatever route kind found its id,
 //! it leaves exactly one access log line (`iuid_router::access`), one increment of
 //! `iuid_router_requests_total` and one server span (`request`, DEBUG, under
 //! `iuid_router::proxy`, its `request_id` the client's `x-request-id`). Each attempt at an
@@ -496,4 +496,74 @@ async fn grpc_route() {
     })
     .await;
     life.check(&[("ap", 0)]);
+}
+
+// ---- HTTP/3 (aioquic's client, tests/h3_py/client.py) -----------------------------------
+
+/// The router with `tls:` and `http3: {}` over `table`; its certificates.
+async fn h3_router(table: &str) -> (Router, tempfile::TempDir) {
+    let certs = tempfile::tempdir().expect("certs");
+    common::make_certs(certs.path(), false, &["localhost"]);
+    let config = config()
+        .extra(&common::tls_lines(certs.path()))
+        .extra("http3: {}\n");
+    (Router::start(&config.yaml(), table).await, certs)
+}
+
+/// Sends `request` (a client.py request step) over HTTP/3 with the case's request id; it
+/// must be answered 200.
+async fn h3_ok(
+    case: &str,
+    router: &Router,
+    certs: &tempfile::TempDir,
+    mut request: serde_json::Value,
+) {
+    request["headers"]["x-request-id"] = serde_json::json!(rid(case));
+    let plan = common::h3::plan(
+        router.addr.port(),
+        certs.path(),
+        serde_json::json!([request]),
+    );
+    let out = common::h3::run(plan).await;
+    assert_eq!(out["results"][0]["status"], 200, "{case}: {out}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn h3_path_route() {
+    let _serial = serial().await;
+    let case = "h3-path";
+    let (router, certs) = h3_router(&three().await).await;
+    let request = serde_json::json!({"op": "request", "method": "GET", "path": order_path()});
+    let before = router.metric(REQUESTS, &["protocol=\"h3\""]).await;
+    let life = observe(&router, case, h3_ok(case, &router, &certs, request)).await;
+    life.check(&[("ap", 0)]);
+    let after = router.metric(REQUESTS, &["protocol=\"h3\""]).await;
+    assert_eq!(after - before, 1.0, "{case}: counted as HTTP/3");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn h3_graphql_route() {
+    let _serial = serial().await;
+    let case = "h3-graphql";
+    let (router, certs) = h3_router(&three().await).await;
+    let request = serde_json::json!({"op": "request", "method": "POST", "path": "/graphql",
+        "headers": {"content-type": "application/json"}, "body": graphql_body()});
+    let life = observe(&router, case, h3_ok(case, &router, &certs, request)).await;
+    life.check(&[("ap", 0)]);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn h3_fanout_route() {
+    let _serial = serial().await;
+    let case = "h3-fanout";
+    let lists = [
+        ListRegion::start("eu").await,
+        ListRegion::start("us").await,
+        ListRegion::start("ap").await,
+    ];
+    let table = common::three_regions("life", &lists[0].url(), &lists[1].url(), &lists[2].url());
+    let (router, certs) = h3_router(&table).await;
+    let request = serde_json::json!({"op": "request", "method": "GET", "path": "/v1/list"});
+    let life = observe(&router, case, h3_ok(case, &router, &certs, request)).await;
+    life.check(&[("ap", 0), ("eu", 0), ("us", 0)]);
 }

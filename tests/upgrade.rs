@@ -661,3 +661,49 @@ async fn ten_upgrades_in_a_row_lose_no_request() {
         &failures[..failures.len().min(20)]
     );
 }
+
+/// HTTP/3 across an upgrade (docs/upgrades.md "HTTP/3"): the UDP sockets are not handed
+/// over; the new process binds its own group once the old one has exited, and HTTP/3 is
+/// served again, on two workers, each connection steered to the worker that made it. The
+/// whole time TCP is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http3_is_served_again_after_an_upgrade() {
+    use serde_json::json;
+    let upstream = upstream().await;
+    let certs = tempfile::tempdir().expect("tempdir");
+    common::make_certs(certs.path(), false, &["localhost"]);
+    let extra = format!(
+        "shutdown: {{ drain_timeout_ms: 5000 }}\nworkers: 2\nhttp3: {{}}\n{}",
+        common::tls_lines(certs.path())
+    );
+    let edge = Edge::new(upstream, &extra);
+    let mut first = edge.serve("first");
+    common::wait_ready(edge.admin).await;
+    let path = format!("/v1/orders/{}", common::iuid_for(1));
+    let ask = || {
+        let step = json!({"op": "request", "method": "GET", "path": path});
+        let mut plan =
+            common::h3::plan(edge.public.port(), certs.path(), json!([step, step, step]));
+        plan["timeout_s"] = json!(2);
+        common::h3::try_run(plan)
+    };
+    let out = ask().await.expect("HTTP/3 before the upgrade");
+    assert_eq!(out["results"][2]["status"], 200, "{out}");
+    let mut started = Started::default();
+    let second = edge.upgrade("second").await.expect("the upgrade");
+    started.0.push(second);
+    let old = first.id();
+    let exited = common::eventually(Duration::from_secs(20), || async { !alive(old) }).await;
+    assert!(exited.is_some(), "the old process drained and exited");
+    let _ = first.get_mut().wait();
+    for _ in 0..3 {
+        let served = common::eventually(Duration::from_secs(10), || async {
+            ask()
+                .await
+                .is_ok_and(|out| (0..3).all(|i| out["results"][i]["status"] == 200))
+        })
+        .await;
+        assert!(served.is_some(), "HTTP/3 served by the new process");
+    }
+    assert!(alive(second));
+}

@@ -392,6 +392,7 @@ impl Proxy {
                         via,
                         None,
                         true,
+                        None,
                     );
                     info.extend_from_slice(b"\r\n");
                     let _ = write_all(&mut client.io, &info, self.config.timeouts.idle()).await;

@@ -76,6 +76,7 @@ impl Proxy {
             via,
             Some(id.as_bytes()),
             te || coded || head.status == 204,
+            self.alt_svc.as_ref().map(|v| v.as_bytes()),
         );
         // An HTTP/1.0 client reads a coded body to the connection's close.
         let close = close || (coded && out.http10);
@@ -90,9 +91,6 @@ impl Proxy {
             .any(|f| f.name.of(buf).eq_ignore_ascii_case(b"date"))
         {
             write::field(&mut wire, b"Date", &crate::clock::http_date());
-        }
-        if let Some(alt_svc) = &self.alt_svc {
-            write::field(&mut wire, b"Alt-Svc", alt_svc.as_bytes());
         }
         if close {
             write::field(&mut wire, b"Connection", b"close");

@@ -227,7 +227,9 @@ pub fn write_request_fields(
 /// Writes the fields of a response going back: hop-by-hop and nominated fields removed,
 /// `Content-Length` too with `drop_length` (`Transfer-Encoding` framed the body, or a 1xx or
 /// 204 answer, which has none), the upstream's request id
-/// replaced by the request's; then `Via` and the request id (none on a 1xx answer). The framing and `Connection`
+/// replaced by the request's; then `Via` and the request id (none on a 1xx answer). With
+/// `alt_svc` (HTTP/3 on, docs/http3.md), the router's `Alt-Svc` replaces the upstream's,
+/// which names the upstream's own services, not the router's. The framing and `Connection`
 /// fields are the caller's.
 pub fn write_response_fields(
     out: &mut Vec<u8>,
@@ -236,6 +238,7 @@ pub fn write_response_fields(
     via: &[u8],
     request_id: Option<&[u8]>,
     drop_length: bool,
+    alt_svc: Option<&[u8]>,
 ) {
     let nominated = Nominated::of(buf, fields);
     for field in fields {
@@ -243,7 +246,8 @@ pub fn write_response_fields(
         let dropped = is_hop_by_hop(name)
             || name.eq_ignore_ascii_case(b"x-request-id")
             || (drop_length && name.eq_ignore_ascii_case(b"content-length"))
-            || nominated.has(name);
+            || nominated.has(name)
+            || (alt_svc.is_some() && name.eq_ignore_ascii_case(b"alt-svc"));
         if !dropped {
             write::field(out, name, field.value.of(buf));
         }
@@ -251,6 +255,9 @@ pub fn write_response_fields(
     write::field(out, b"Via", via);
     if let Some(id) = request_id {
         write::field(out, b"X-Request-Id", id);
+    }
+    if let Some(alt_svc) = alt_svc {
+        write::field(out, b"Alt-Svc", alt_svc);
     }
 }
 

@@ -55,22 +55,78 @@ pub struct Quic {
     pub settings: Http3Settings,
     /// The TLS listener's address: the UDP port is the same.
     pub addr: SocketAddr,
+    /// The TCP sockets were taken over from a running router (docs/upgrades.md): its UDP
+    /// sockets are not handed over, so the group is bound once they are closed.
+    pub after_previous: bool,
 }
 
-/// Binds the UDP sockets and starts an endpoint on each worker.
+/// Starts an endpoint on each worker, on the UDP sockets bound here; after an upgrade,
+/// bound once the previous router has closed its own (see [`wait_and_bind`]).
 ///
 /// Errors: the UDP port cannot be bound.
 pub(super) fn start(quic: &Quic, workers: &Workers, shared: &Arc<Shared>) -> std::io::Result<()> {
-    let sockets = socket::bind_group(quic.addr, workers.len())?;
-    tracing::info!(addr = %quic.addr, sockets = sockets.len(), "HTTP/3 listening (UDP)");
-    for (index, socket) in sockets.into_iter().enumerate() {
+    let mut sockets = Vec::with_capacity(workers.len());
+    for index in 0..workers.len() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<std::net::UdpSocket>();
+        sockets.push(tx);
         let (quic, shared) = (quic.clone(), shared.clone());
-        workers.spawn_on(
-            index,
-            async move { endpoint(index, socket, quic, shared).await },
-        );
+        let mut draining = shared.draining.clone();
+        workers.spawn_on(index, async move {
+            tokio::select! {
+                socket = rx => if let Ok(socket) = socket {
+                    endpoint(index, socket, quic, shared).await;
+                },
+                _ = async { draining.wait_for(|d| *d).await.is_ok() } => {}
+            }
+        });
     }
+    if quic.after_previous {
+        tokio::spawn(wait_and_bind(quic.addr, sockets, shared.draining.clone()));
+        return Ok(());
+    }
+    hand(
+        socket::bind_group(quic.addr, workers.len())?,
+        sockets,
+        quic.addr,
+    );
     Ok(())
+}
+
+/// Gives socket `i` of `group` to worker `i` (a group of one, without steering, to the first).
+fn hand(
+    group: Vec<std::net::UdpSocket>,
+    workers: Vec<tokio::sync::oneshot::Sender<std::net::UdpSocket>>,
+    addr: SocketAddr,
+) {
+    tracing::info!(%addr, sockets = group.len(), "HTTP/3 listening (UDP)");
+    for (socket, worker) in group.into_iter().zip(workers) {
+        let _ = worker.send(socket);
+    }
+}
+
+/// After an upgrade: binds the group once no socket of the previous router is left on the
+/// port. Joining its `SO_REUSEPORT` group instead would split datagrams between the two
+/// processes (one's connections reset by the other), and the kernel, filling each closed
+/// socket's slot with the group's last, would leave the steering's worker numbers pointing
+/// at other workers. Until then HTTP/3 clients fall back to TCP, which the `Alt-Svc` they
+/// hold allows (RFC 7838 §2.4).
+async fn wait_and_bind(
+    addr: SocketAddr,
+    workers: Vec<tokio::sync::oneshot::Sender<std::net::UdpSocket>>,
+    mut draining: tokio::sync::watch::Receiver<bool>,
+) {
+    tracing::info!(%addr, "HTTP/3 waits for the previous router's UDP sockets to close");
+    // A plain bind fails while any socket, in a reuseport group or not, holds the port.
+    while std::net::UdpSocket::bind(addr).is_err() {
+        tokio::select! {
+            () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            _ = async { draining.wait_for(|d| *d).await.is_ok() } => return,
+        }
+    }
+    match socket::bind_group(addr, workers.len()) {
+        Ok(group) => hand(group, workers, addr),
+        Err(e) => tracing::error!(%addr, error = %e, "HTTP/3 could not listen"),
+    }
 }
 
 /// The transport limits of every connection (see the module docs).
@@ -143,10 +199,21 @@ async fn endpoint(index: usize, socket: std::net::UdpSocket, quic: Quic, shared:
             }
         }
     }
-    // New connections are refused from now; those open drain in their own tasks.
-    endpoint.set_server_config(None);
+    // New connections are refused from now (CONNECTION_CLOSE, so that a client falls back to
+    // TCP at once); those open drain in their own tasks.
     drop(shared);
-    endpoint.wait_idle().await;
+    loop {
+        tokio::select! {
+            incoming = endpoint.accept() => match incoming {
+                Some(incoming) => {
+                    m::handshake(Handshake::Refused);
+                    incoming.refuse();
+                }
+                None => break,
+            },
+            () = endpoint.wait_idle() => break,
+        }
+    }
 }
 
 /// Counts a handshake in progress on its worker until it completes or fails.
@@ -258,6 +325,22 @@ async fn connection(
     let mut last_end = Instant::now();
     loop {
         tokio::select! {
+            biased;
+            // First: a request read after the handshake completed is never taken for early.
+            done = async {
+                match handshake.as_mut() {
+                    Some(handshake) => handshake.await,
+                    None => std::future::pending().await,
+                }
+            }, if handshake.is_some() =>
+            {
+                handshake = None;
+                handshaking.done();
+                if done.is_err() {
+                    return handshake_failed(&conn, "not done within the header read timeout");
+                }
+                early.complete();
+            }
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
                     let request = stream::Request {
@@ -275,16 +358,6 @@ async fn connection(
                     break;
                 }
             },
-            done = async { handshake.as_mut().expect("polled only while some").await },
-                if handshake.is_some() =>
-            {
-                handshake = None;
-                handshaking.done();
-                if done.is_err() {
-                    return handshake_failed(&conn, "not done within the header read timeout");
-                }
-                early.complete();
-            }
             Some(ended) = requests.join_next(), if !requests.is_empty() => {
                 last_end = Instant::now();
                 if matches!(ended, Ok(Ended::ClientReset)) && !resets.spend() {
