@@ -196,3 +196,126 @@ async fn malformed_frames_end_their_stream_or_connection() {
     }
     assert_eq!(up.count(), 3, "only the honest requests arrived");
 }
+
+/// A client that takes nothing of an answer (its flow-control window stays shut) has that
+/// stream reset after `timeouts.idle_ms` (H3_REQUEST_CANCELLED), counted as its
+/// `send_timeout`; the answer is never completed. Driven by quinn's and h3's client (this
+/// needs a client that can stop reading, which aioquic's event loop cannot).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_whose_client_reads_nothing_is_reset() {
+    use bytes::Buf;
+    use std::sync::Arc;
+    use std::time::Duration;
+    let certs = tempfile::tempdir().expect("certs");
+    common::make_certs(certs.path(), false, &["localhost"]);
+    let big = common::url(
+        common::serve(axum::Router::new().fallback(|| async { vec![b'x'; 8 << 20] })).await,
+    );
+    let config = common::orders_config()
+        .timeouts(500, 5000, 800)
+        .extra(&common::tls_lines(certs.path()))
+        .extra("http3: {}\n")
+        .yaml();
+    let router = Router::start(&config, &common::lettered_table("v1", &[&[big]])).await;
+
+    let roots = {
+        use rustls::pki_types::pem::PemObject;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in rustls::pki_types::CertificateDer::pem_file_iter(certs.path().join("ca.pem"))
+            .expect("ca")
+        {
+            roots.add(cert.expect("cert")).expect("root");
+        }
+        roots
+    };
+    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_protocol_versions(&[&rustls::version::TLS13])
+    .expect("TLS 1.3")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    tls.alpn_protocols = vec![b"h3".to_vec()];
+    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).expect("QUIC TLS");
+    let mut client = quinn::ClientConfig::new(Arc::new(quic));
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .stream_receive_window((64u32 << 10).into())
+        .receive_window((128u32 << 10).into());
+    client.transport_config(Arc::new(transport));
+    let mut endpoint =
+        quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
+    endpoint.set_default_client_config(client);
+    let conn = endpoint
+        .connect(router.addr, "localhost")
+        .expect("connect")
+        .await
+        .expect("QUIC handshake");
+    let (mut driver, mut sender) = h3::client::new(h3_quinn::Connection::new(conn))
+        .await
+        .expect("HTTP/3");
+    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    let uri = format!(
+        "https://localhost:{}/v1/orders/{}",
+        router.addr.port(),
+        iuid_for(1)
+    );
+    let mut stream = sender
+        .send_request(http::Request::get(uri).body(()).expect("request"))
+        .await
+        .expect("sent");
+    stream.finish().await.expect("finished");
+    let response = stream.recv_response().await.expect("head");
+    assert_eq!(response.status(), 200);
+    // Nothing read for well over idle_ms: the router's sends wait on the shut window.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut got = 0usize;
+    let ended = loop {
+        match tokio::time::timeout(Duration::from_secs(5), stream.recv_data()).await {
+            Ok(Ok(Some(data))) => got += data.remaining(),
+            Ok(Ok(None)) => break "finished".to_owned(),
+            Ok(Err(e)) => break format!("error: {e}"),
+            Err(_) => break "stuck".to_owned(),
+        }
+    };
+    assert!(
+        ended.starts_with("error"),
+        "reset, not {ended} after {got} bytes"
+    );
+    assert!(got < 8 << 20, "the answer was not completed: {got} bytes");
+    let metrics = router.metrics().await;
+    assert!(
+        sum(
+            &metrics,
+            "iuid_router_client_errors_total",
+            "kind=\"send_timeout\""
+        ) >= 1.0
+    );
+    // A client that reads is served the whole answer, on a new connection (that one is
+    // closed for being idle by now).
+    let conn = endpoint
+        .connect(router.addr, "localhost")
+        .expect("connect")
+        .await
+        .expect("QUIC handshake");
+    let (mut driver, mut sender) = h3::client::new(h3_quinn::Connection::new(conn))
+        .await
+        .expect("HTTP/3");
+    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
+    let uri = format!(
+        "https://localhost:{}/v1/orders/{}",
+        router.addr.port(),
+        iuid_for(1)
+    );
+    let mut stream = sender
+        .send_request(http::Request::get(uri).body(()).expect("request"))
+        .await
+        .expect("sent");
+    stream.finish().await.expect("finished");
+    assert_eq!(stream.recv_response().await.expect("head").status(), 200);
+    let mut got = 0usize;
+    while let Some(data) = stream.recv_data().await.expect("data") {
+        got += data.remaining();
+    }
+    assert_eq!(got, 8 << 20);
+}

@@ -39,7 +39,11 @@
 //! loadgen steady --port P --path /a[,/b,...] [--conns 8] [--rate 200] [--duration 30]
 //!                [--timeout-ms 5000] [--per-conn 0] [--tls-ca FILE --sni NAME]
 //! loadgen delay --port P [--listen-host 127.0.0.1] --to HOST:PORT --delay-ms D
+//! loadgen closed --port P --path PATH --tls-ca FILE [--proto h2|h3] [--conns 4]
+//!                [--streams 16] [--duration 10] [--sni localhost]
 //! ```
+//!
+//! `closed` (bench/h3.sh): a closed loop over HTTPS, HTTP/2 or HTTP/3 (`rate.rs`).
 //!
 //! `steady` (bench/chaos.py): `--conns` keep-alive HTTP/1.1 connections (HTTPS with
 //! `--tls-ca`, verifying the server as `--sni`), each sending `GET` after `GET` for
@@ -81,6 +85,7 @@ use tokio::io::{AsyncWriteExt, Interest};
 use tokio::net::{TcpSocket, TcpStream};
 use tokio::signal::unix::{signal, SignalKind};
 
+mod rate;
 mod steady;
 
 /// Linux's SO_TIMESTAMPNS (SO_TIMESTAMPNS_OLD on x86-64 and arm64), also its SCM type.
@@ -147,7 +152,9 @@ fn main() {
         }
         "steady" => {
             let paths: Vec<String> = path().split(',').map(str::to_string).collect();
-            let tls = opts.get("tls-ca").map(|ca| steady::tls_config(ca, &text("sni", "localhost")));
+            let tls = opts
+                .get("tls-ca")
+                .map(|ca| steady::tls_config(ca, &text("sni", "localhost")));
             let cfg = steady::Config {
                 port,
                 paths,
@@ -160,6 +167,22 @@ fn main() {
             };
             rt.block_on(steady::run(cfg));
         }
+        "closed" => {
+            let cfg = rate::Config {
+                port,
+                path: path(),
+                proto: text("proto", "h2"),
+                conns: (num("conns", 4.0) as usize).max(1),
+                streams: (num("streams", 16.0) as usize).max(1),
+                duration: num("duration", 10.0),
+                ca: opts
+                    .get("tls-ca")
+                    .cloned()
+                    .unwrap_or_else(|| usage("--tls-ca is required")),
+                sni: text("sni", "localhost"),
+            };
+            tokio::task::LocalSet::new().block_on(&rt, rate::run(cfg));
+        }
         "delay" => {
             let listen: SocketAddr = format!("{}:{port}", text("listen-host", "127.0.0.1"))
                 .parse()
@@ -169,7 +192,12 @@ fn main() {
                 .and_then(|t| t.parse().ok())
                 .unwrap_or_else(|| usage("--to HOST:PORT is required"));
             let delay = Duration::from_millis(num("delay-ms", 100.0) as u64);
-            rt.block_on(steady::delay(listen, to, delay, num("start-on", 0.0) != 0.0));
+            rt.block_on(steady::delay(
+                listen,
+                to,
+                delay,
+                num("start-on", 0.0) != 0.0,
+            ));
         }
         _ => usage(&format!("unknown subcommand {cmd:?}")),
     }
@@ -178,7 +206,7 @@ fn main() {
 }
 
 fn usage(why: &str) -> ! {
-    eprintln!("loadgen: {why}\nusage: loadgen hole --port P --stats FILE\n       loadgen burst --port P --path PATH [--n 6000] [--wait 3] [--batch 50]\n       loadgen burst-h2 --port P --path PATH [--conns 60] [--streams 100] [--wait 3]\n       loadgen steady --port P --path PATH[,PATH...] [--conns 8] [--rate 200] [--duration 30] [--timeout-ms 5000] [--per-conn 0] [--tls-ca FILE --sni NAME]\n       loadgen delay --port P [--listen-host IP] --to IP:PORT [--delay-ms 100] [--start-on 0]");
+    eprintln!("loadgen: {why}\nusage: loadgen hole --port P --stats FILE\n       loadgen burst --port P --path PATH [--n 6000] [--wait 3] [--batch 50]\n       loadgen burst-h2 --port P --path PATH [--conns 60] [--streams 100] [--wait 3]\n       loadgen steady --port P --path PATH[,PATH...] [--conns 8] [--rate 200] [--duration 30] [--timeout-ms 5000] [--per-conn 0] [--tls-ca FILE --sni NAME]\n       loadgen closed --port P --path PATH --tls-ca FILE [--proto h2|h3] [--conns 4] [--streams 16] [--duration 10] [--sni localhost]\n       loadgen delay --port P [--listen-host IP] --to IP:PORT [--delay-ms 100] [--start-on 0]");
     std::process::exit(2);
 }
 

@@ -28,6 +28,10 @@ type Resolver = ::h3::server::RequestResolver<h3_quinn::Connection, Bytes>;
 type SendHalf = ::h3::server::RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
 type RecvHalf = ::h3::server::RequestStream<h3_quinn::RecvStream, Bytes>;
 
+/// The most of a response body handed to the stream at once, in bytes: a client that takes
+/// nothing of this much within `idle_ms` has stalled.
+const SLICE: usize = 64 << 10;
+
 /// How a stream ended, for its connection's Rapid Reset budget.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ended {
@@ -181,19 +185,26 @@ async fn respond(
             }
         };
         match frame.into_data() {
-            Ok(data) => match tokio::time::timeout(idle, send.send_data(data)).await {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => return ended_by(&e),
-                Err(_) => {
-                    crate::metrics::client_error(ErrorKind::SendTimeout);
-                    tracing::debug!(
-                        idle_ms = idle.as_millis() as u64,
-                        "the client took nothing of a response; HTTP/3 stream reset"
-                    );
-                    send.stop_stream(Code::H3_REQUEST_CANCELLED);
-                    return Ended::Reset;
+            Ok(mut data) => {
+                // In slices (no copy): the timer is on the client's progress, and a large
+                // frame taken slowly but steadily is progress.
+                while !data.is_empty() {
+                    let slice = data.split_to(data.len().min(SLICE));
+                    match tokio::time::timeout(idle, send.send_data(slice)).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(e)) => return ended_by(&e),
+                        Err(_) => {
+                            crate::metrics::client_error(ErrorKind::SendTimeout);
+                            tracing::debug!(
+                                idle_ms = idle.as_millis() as u64,
+                                "the client took nothing of a response; HTTP/3 stream reset"
+                            );
+                            send.stop_stream(Code::H3_REQUEST_CANCELLED);
+                            return Ended::Reset;
+                        }
+                    }
                 }
-            },
+            }
             Err(frame) => {
                 if let Ok(trailers) = frame.into_trailers() {
                     if let Err(e) = send.send_trailers(trailers).await {
