@@ -1,6 +1,6 @@
 //! Issue 51: the same move behaves the same over every protocol the router serves
 //! (docs/moves.md): HTTP/1.1 on the own engine's head path and bridged to the shared
-//! phases (an absolute-form target), h2c, TLS h2 and gRPC. In `fence` a write gets 503
+//! phases (an absolute-form target), h2c, TLS h2, HTTP/3 and gRPC. In `fence` a write gets 503
 //! `moving` after `hold_ms` (gRPC: 14 UNAVAILABLE with `grpc-retry-pushback-ms`) and a
 //! read goes to `from`; after the flip a write goes to `to`; in `mirror` a read is served
 //! by `from` and copied to `to`.
@@ -30,6 +30,8 @@ enum Proto {
     Bridged,
     H2c,
     TlsH2,
+    /// aioquic's HTTP/3 client (`tests/h3_py/client.py`), with `http3:` on.
+    H3,
 }
 
 /// One request of `method` for country 1's order over `proto`: the status and the
@@ -69,6 +71,21 @@ async fn send(
             let upstream = answer
                 .lines()
                 .find_map(|l| l.strip_prefix("x-upstream: "))
+                .unwrap_or("-")
+                .to_owned();
+            (status, upstream)
+        }
+        Proto::H3 => {
+            let mut step = serde_json::json!({"op": "request", "method": method, "path": path});
+            if !body.is_empty() {
+                step["body"] = serde_json::json!(body);
+            }
+            let plan = common::h3::plan(router.addr.port(), certs, serde_json::json!([step]));
+            let out = common::h3::run(plan).await;
+            let answer = &out["results"][0];
+            let status = answer["status"].as_u64().unwrap_or(0) as u16;
+            let upstream = answer["headers"]["x-upstream"]
+                .as_str()
                 .unwrap_or("-")
                 .to_owned();
             (status, upstream)
@@ -206,7 +223,7 @@ async fn one_move_over_http1_head_path_bridged_and_h2c() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_move_over_tls_h2() {
+async fn one_move_over_tls_h2_and_h3() {
     let certs = tempfile::tempdir().expect("certs");
     common::make_certs(certs.path(), false, &["localhost"]);
     let (eu, us, ap) = (
@@ -216,10 +233,17 @@ async fn one_move_over_tls_h2() {
     );
     let config = common::orders_config()
         .extra(&common::tls_lines(certs.path()))
+        .extra("http3: {}\n")
         .yaml();
     let table = common::three_regions("v1", &eu.url(), &us.url(), &ap.url());
     let router = Router::start(&config, &table).await;
-    fence_flip_mirror(&router, certs.path(), &[Proto::TlsH2], (&eu, &us, &ap)).await;
+    fence_flip_mirror(
+        &router,
+        certs.path(),
+        &[Proto::TlsH2, Proto::H3],
+        (&eu, &us, &ap),
+    )
+    .await;
 }
 
 /// A gRPC call of country 1's entity (`x-entity-id` metadata): the answer's HTTP status,

@@ -1,7 +1,7 @@
 //! Rate limits (docs/rate-limits.md) over real sockets, counters in the router's
 //! memory: the GCRA's timing, the 429 and its fields, nothing forwarded, keys kept apart,
 //! `routes:` scope, the `region` key with fan-outs and legacy probes, `client_ip` through
-//! `trusted_proxies`, the same answer on every protocol, idle keys evicted under a flood.
+//! `trusted_proxies`, the same answer on every protocol (HTTP/3 too), idle keys evicted under a flood.
 
 mod common;
 
@@ -337,6 +337,7 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
         .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
         .extra("rate_limits:\n  - { name: key, key: { header: x-api-key }, rate: 1/min }\n")
         .extra(&common::tls_lines(&certs))
+        .extra("http3: {}\n")
         .yaml();
     let router = Router::start_in(dir, &config).await;
     let addr: SocketAddr = router.addr;
@@ -381,6 +382,30 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
         200,
         "the connection is kept"
     );
+
+    // HTTP/3 (aioquic's client): the same 429 on one stream, the connection kept.
+    let step = |key: &str| {
+        serde_json::json!({"op": "request", "method": "GET", "path": order(),
+            "headers": {"x-api-key": key}})
+    };
+    let plan = common::h3::plan(
+        addr.port(),
+        &certs,
+        serde_json::json!([step("h3"), step("h3"), step("h3-other")]),
+    );
+    let out = common::h3::run(plan).await;
+    let results = &out["results"];
+    assert_eq!(results[0]["status"], 200, "{out}");
+    assert_eq!(results[1]["status"], 429, "{out}");
+    assert_eq!(results[1]["headers"]["ratelimit-policy"], policy, "{out}");
+    assert!(results[1]["headers"]["retry-after"].is_string(), "{out}");
+    assert!(
+        results[1]["body"]
+            .as_str()
+            .is_some_and(|b| b.contains(problem)),
+        "{out}"
+    );
+    assert_eq!(results[2]["status"], 200, "the connection is kept: {out}");
     let _ = upstream;
 }
 

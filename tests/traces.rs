@@ -1,7 +1,7 @@
 //! Traces (docs/traces.md): with `tracing:`, every request exports one `SERVER`
 //! span named by its route template and one `CLIENT` span per upstream attempt (a retry, each
 //! fan-out region, each legacy probe), whatever carried it (HTTP/1.1 on the head path and
-//! bridged, h2c, TLS h2, gRPC) and whatever route kind found its id; W3C `traceparent` comes
+//! bridged, h2c, TLS h2, gRPC, HTTP/3) and whatever route kind found its id; W3C `traceparent` comes
 //! in (adopted when trusted and valid) and goes out (exactly one, its parent the attempt's
 //! span); a collector that is away or slow costs no request, and what is lost is counted.
 //!
@@ -493,6 +493,41 @@ async fn tls_h2() {
         &ap,
     );
     assert_eq!(server.attr("network.protocol.version"), "2", "{case}");
+    assert_eq!(server.attr("url.scheme"), "https", "{case}");
+}
+
+/// HTTP/3 (aioquic's client, `tests/h3_py/client.py`): the same SERVER span, version 3.
+#[tokio::test(flavor = "multi_thread")]
+async fn h3() {
+    let case = "h3";
+    let receiver = Receiver::start().await;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    common::make_certs(&certs, false, &["localhost"]);
+    let config = config(&receiver, "grpc")
+        .extra(&common::tls_lines(&certs))
+        .extra("http3: {}\n");
+    let (table, ap) = three().await;
+    let router = Router::start(&config.yaml(), &table).await;
+    let trace = trace_id();
+    let step = serde_json::json!({"op": "request", "method": "GET", "path": order_path(),
+        "headers": {"traceparent": traceparent(&trace)}});
+    let out = common::h3::run(common::h3::plan(
+        router.addr.port(),
+        &certs,
+        serde_json::json!([step]),
+    ))
+    .await;
+    assert_eq!(out["results"][0]["status"], 200, "{case}: {out}");
+    let spans = receiver.trace(&trace, 2).await;
+    let server = check_ap(
+        case,
+        &spans,
+        "GET /v1/orders/{id}",
+        Some("/v1/orders/{id}"),
+        &ap,
+    );
+    assert_eq!(server.attr("network.protocol.version"), "3", "{case}");
     assert_eq!(server.attr("url.scheme"), "https", "{case}");
 }
 
