@@ -1,5 +1,5 @@
 //! HTTP/3 (RFC 9114) on QUIC (RFC 9000), docs/http3.md: one more codec under the request's
-//! life. Each request's `http` parts and body go to [`Proxy::handle`], as an HTTP/2 stream's
+//! life. Each request's `http` parts and body go to [`Proxy::handle`](crate::proxy::Proxy::handle), as an HTTP/2 stream's
 //! do (`server/h2.rs`); routing, limits, traces, logs and the attempt loop are theirs.
 //!
 //! - **Sockets** (`socket.rs`): one UDP socket per worker in a `SO_REUSEPORT` group on the
