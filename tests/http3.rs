@@ -43,6 +43,7 @@ fn status(result: &Value) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn get_and_post_reach_the_owning_region_over_h3() {
     let (router, [eu, us, ap], certs) = router("").await;
     let steps = json!([
@@ -80,6 +81,7 @@ async fn get_and_post_reach_the_owning_region_over_h3() {
 /// the own engine, a refusal it makes itself, and an HTTP/2 answer. An upstream's own
 /// `Alt-Svc` (its services, not the router's) is replaced, not passed beside it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn tcp_answers_carry_alt_svc() {
     let certs = tempfile::tempdir().expect("certs");
     common::make_certs(certs.path(), false, &["localhost"]);
@@ -151,6 +153,7 @@ async fn tcp_answers_carry_alt_svc() {
 
 /// GraphQL (`node(id:)` in a POST body) and a fan-out over every region, over HTTP/3.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn graphql_and_fanout_over_h3() {
     let lists = [
         common::lists::ListRegion::start("eu").await,
@@ -208,6 +211,7 @@ async fn graphql_and_fanout_over_h3() {
 /// unmarked. The relay holds every client datagram sent after the router's first answer
 /// for 400 ms, so the handshake's end comes late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn zero_rtt_forwards_safe_methods_early_and_holds_the_rest() {
     let (router, [_eu, us, ap], certs) = router("").await;
     let ticket = certs.path().join("ticket.bin");
@@ -275,6 +279,7 @@ async fn zero_rtt_forwards_safe_methods_early_and_holds_the_rest() {
 /// `zero_rtt: false`: a resumed client's early data is refused; its requests still succeed
 /// after the handshake, none marked.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn zero_rtt_off_refuses_early_data() {
     let (router, [_eu, _us, ap], certs) = router("  zero_rtt: false\n").await;
     let ticket = certs.path().join("ticket.bin");
@@ -306,6 +311,7 @@ async fn zero_rtt_off_refuses_early_data() {
 /// hash alone would send a new port to the other worker half the time: each request here
 /// goes on a path the one before did not use).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn a_client_that_changes_address_keeps_its_connection() {
     let (router, [_eu, _us, ap], certs) = router("").await;
     let relay = Relay::start(router.addr).await;
@@ -345,6 +351,7 @@ async fn a_client_that_changes_address_keeps_its_connection() {
 /// A connection with no request for `timeouts.idle_ms` is closed by the router with
 /// H3_NO_ERROR after a GOAWAY; a busy one is not.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn an_idle_connection_is_closed() {
     let (router, _ups, certs) = router_with("", |c| c.timeouts(500, 5000, 800)).await;
     let path = format!("/v1/orders/{}", iuid_for(1));
@@ -382,6 +389,7 @@ async fn an_idle_connection_is_closed() {
 /// that trusts only the new CA is served over HTTP/3, and one that trusts only the old is
 /// refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn a_certificate_reload_keeps_h3_serving() {
     let (router, _ups, certs) = router_with("", |c| c.watch(true).debounce_ms(50)).await;
     let path = format!("/v1/orders/{}", iuid_for(1));

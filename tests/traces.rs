@@ -498,6 +498,7 @@ async fn tls_h2() {
 
 /// HTTP/3 (aioquic's client, `tests/h3_py/client.py`): the same SERVER span, version 3.
 #[tokio::test(flavor = "multi_thread")]
+#[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn h3() {
     let case = "h3";
     let receiver = Receiver::start().await;

@@ -283,6 +283,9 @@ async fn connection(
     let (conn, handshake) = match connecting.into_0rtt() {
         Ok((conn, accepted)) if early_ok => (conn, Some(accepted)),
         Ok((conn, accepted)) => match tokio::time::timeout(header_timeout, accepted).await {
+            // quinn resolves it whether 0-RTT was accepted, or false once the connection
+            // failed: its close reason tells the two apart.
+            Ok(_) if conn.close_reason().is_some() => return handshake_failed(&conn, "failed"),
             Ok(_) => (conn, None),
             Err(_) => return handshake_failed(&conn, "not done within the header read timeout"),
         },
@@ -336,8 +339,14 @@ async fn connection(
             {
                 handshake = None;
                 handshaking.done();
-                if done.is_err() {
-                    return handshake_failed(&conn, "not done within the header read timeout");
+                match done {
+                    Ok(_) if conn.close_reason().is_some() => {
+                        return handshake_failed(&conn, "failed")
+                    }
+                    Ok(_) => {}
+                    Err(_) => {
+                        return handshake_failed(&conn, "not done within the header read timeout")
+                    }
                 }
                 early.complete();
             }
