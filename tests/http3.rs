@@ -428,3 +428,32 @@ async fn a_certificate_reload_keeps_h3_serving() {
         "the old CA no longer verifies it: {refused:?}"
     );
 }
+
+/// `iuid-router check` refuses `http3:` without `tls:` and a `max_streams` of 0, each at
+/// its key's line; the same keys with `tls:` pass.
+#[test]
+fn check_refuses_http3_without_tls_at_its_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    common::write(
+        &dir,
+        "routing-table.yaml",
+        &common::lettered_table("v1", &[&["http://127.0.0.1:1".to_owned()]]),
+    );
+    let base = "listen: 127.0.0.1:8443\nregion: eu\nrouting_table: routing-table.yaml\n";
+    common::assert_refused_at(&dir, &format!("{base}http3: {{}}\n"), "http3 needs tls", 4);
+    common::make_certs(dir.path(), false, &["localhost"]);
+    let tls = common::tls_lines(dir.path());
+    common::assert_refused_at(
+        &dir,
+        &format!("{base}{tls}http3:\n  max_streams: 0\n"),
+        "max_streams must be at least 1",
+        8,
+    );
+    let path = common::write(
+        &dir,
+        "router.yaml",
+        &format!("{base}{tls}http3: {{ zero_rtt: false }}\n"),
+    );
+    let checked = common::check(&path);
+    assert_eq!(checked.code, Some(0), "{}", checked.output);
+}
