@@ -251,25 +251,7 @@ async fn a_stream_whose_client_reads_nothing_is_reset() {
     let mut endpoint =
         quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("endpoint");
     endpoint.set_default_client_config(client);
-    let conn = endpoint
-        .connect(router.addr, "localhost")
-        .expect("connect")
-        .await
-        .expect("QUIC handshake");
-    let (mut driver, mut sender) = h3::client::new(h3_quinn::Connection::new(conn))
-        .await
-        .expect("HTTP/3");
-    tokio::spawn(async move { std::future::poll_fn(|cx| driver.poll_close(cx)).await });
-    let uri = format!(
-        "https://localhost:{}/v1/orders/{}",
-        router.addr.port(),
-        iuid_for(1)
-    );
-    let mut stream = sender
-        .send_request(http::Request::get(uri).body(()).expect("request"))
-        .await
-        .expect("sent");
-    stream.finish().await.expect("finished");
+    let (mut stream, _sender) = quinn_get(&endpoint, &router).await;
     let response = stream.recv_response().await.expect("head");
     assert_eq!(response.status(), 200);
     // Nothing read for well over idle_ms: the router's sends wait on the shut window.
@@ -298,6 +280,28 @@ async fn a_stream_whose_client_reads_nothing_is_reset() {
     );
     // A client that reads is served the whole answer, on a new connection (that one is
     // closed for being idle by now).
+    let (mut stream, _sender) = quinn_get(&endpoint, &router).await;
+    assert_eq!(stream.recv_response().await.expect("head").status(), 200);
+    let mut got = 0usize;
+    while let Some(data) = stream.recv_data().await.expect("data") {
+        got += data.remaining();
+    }
+    assert_eq!(got, 8 << 20);
+}
+
+/// The client half of a request stream over quinn.
+type Stream = h3::client::RequestStream<h3_quinn::BidiStream<bytes::Bytes>, bytes::Bytes>;
+
+/// A GET of country 1's order on a new connection from `endpoint` (quinn's and h3's client),
+/// its request sent whole: the stream, to read the answer from, and the connection's sender
+/// (the connection closes when it is dropped).
+async fn quinn_get(
+    endpoint: &quinn::Endpoint,
+    router: &Router,
+) -> (
+    Stream,
+    h3::client::SendRequest<h3_quinn::OpenStreams, bytes::Bytes>,
+) {
     let conn = endpoint
         .connect(router.addr, "localhost")
         .expect("connect")
@@ -317,10 +321,5 @@ async fn a_stream_whose_client_reads_nothing_is_reset() {
         .await
         .expect("sent");
     stream.finish().await.expect("finished");
-    assert_eq!(stream.recv_response().await.expect("head").status(), 200);
-    let mut got = 0usize;
-    while let Some(data) = stream.recv_data().await.expect("data") {
-        got += data.remaining();
-    }
-    assert_eq!(got, 8 << 20);
+    (stream, sender)
 }

@@ -222,8 +222,8 @@ async fn one_move_over_http1_head_path_bridged_and_h2c() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_move_over_tls_h2() {
+/// [`fence_flip_mirror`] over `protos` against a router with `tls:` (and `http3:`).
+async fn over_tls(protos: &[Proto], http3: bool) {
     let certs = tempfile::tempdir().expect("certs");
     common::make_certs(certs.path(), false, &["localhost"]);
     let (eu, us, ap) = (
@@ -233,29 +233,22 @@ async fn one_move_over_tls_h2() {
     );
     let config = common::orders_config()
         .extra(&common::tls_lines(certs.path()))
+        .extra(if http3 { "http3: {}\n" } else { "" })
         .yaml();
     let table = common::three_regions("v1", &eu.url(), &us.url(), &ap.url());
     let router = Router::start(&config, &table).await;
-    fence_flip_mirror(&router, certs.path(), &[Proto::TlsH2], (&eu, &us, &ap)).await;
+    fence_flip_mirror(&router, certs.path(), protos, (&eu, &us, &ap)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_move_over_tls_h2() {
+    over_tls(&[Proto::TlsH2], false).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn one_move_over_h3() {
-    let certs = tempfile::tempdir().expect("certs");
-    common::make_certs(certs.path(), false, &["localhost"]);
-    let (eu, us, ap) = (
-        Upstream::start("eu").await,
-        Upstream::start("us").await,
-        Upstream::start("ap").await,
-    );
-    let config = common::orders_config()
-        .extra(&common::tls_lines(certs.path()))
-        .extra("http3: {}\n")
-        .yaml();
-    let table = common::three_regions("v1", &eu.url(), &us.url(), &ap.url());
-    let router = Router::start(&config, &table).await;
-    fence_flip_mirror(&router, certs.path(), &[Proto::H3], (&eu, &us, &ap)).await;
+    over_tls(&[Proto::H3], true).await;
 }
 
 /// A gRPC call of country 1's entity (`x-entity-id` metadata): the answer's HTTP status,

@@ -325,8 +325,9 @@ async fn h2_get(
     (status, policy, kind)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
+/// A router with `tls:` (and `extra`) whose one rule, `key`, lets each `x-api-key` one
+/// request a minute, in front of one upstream; its certificates are in `router.dir/certs`.
+async fn keyed_over_tls(extra: &str) -> (Router, Upstream, std::path::PathBuf) {
     let upstream = Upstream::start("a").await;
     let table = lettered_table("rlp", &[&[upstream.url()]]);
     let dir = tempfile::tempdir().expect("tempdir");
@@ -337,8 +338,14 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
         .route("{ grpc: /orders.v1.Orders/GetOrder, field: 1 }")
         .extra("rate_limits:\n  - { name: key, key: { header: x-api-key }, rate: 1/min }\n")
         .extra(&common::tls_lines(&certs))
+        .extra(extra)
         .yaml();
-    let router = Router::start_in(dir, &config).await;
+    (Router::start_in(dir, &config).await, upstream, certs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
+    let (router, upstream, certs) = keyed_over_tls("").await;
     let addr: SocketAddr = router.addr;
     let policy = "\"key\";q=1;w=60";
     let problem = "urn:iuid-router:problem:rate-limited";
@@ -390,18 +397,7 @@ async fn every_protocol_gets_the_same_answer_for_the_same_rule() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs aioquic in target/pyenv: bash .ci/run installs it and runs it"]
 async fn http3_gets_the_same_answer_for_the_same_rule() {
-    let upstream = Upstream::start("a").await;
-    let table = lettered_table("rlp", &[&[upstream.url()]]);
-    let dir = tempfile::tempdir().expect("tempdir");
-    let certs = dir.path().join("certs");
-    common::make_certs(&certs, false, &["localhost"]);
-    common::write(&dir, "routing-table.yaml", &table);
-    let config = orders_config()
-        .extra("rate_limits:\n  - { name: key, key: { header: x-api-key }, rate: 1/min }\n")
-        .extra(&common::tls_lines(&certs))
-        .extra("http3: {}\n")
-        .yaml();
-    let router = Router::start_in(dir, &config).await;
+    let (router, upstream, certs) = keyed_over_tls("http3: {}\n").await;
     let addr: SocketAddr = router.addr;
     let policy = "\"key\";q=1;w=60";
     let problem = "urn:iuid-router:problem:rate-limited";
