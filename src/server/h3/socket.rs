@@ -34,6 +34,8 @@ pub const CID_LEN: usize = 8;
 ///
 /// Errors: the address cannot be bound (in use by another program, not local).
 pub fn bind_group(addr: SocketAddr, n: usize) -> std::io::Result<Vec<UdpSocket>> {
+    // A worker is named by one byte of the id: 256 sockets at most (more workers share).
+    let n = n.min(256);
     let first = bind_reuseport(addr)?;
     let addr = first.local_addr()?;
     if n <= 1 {
