@@ -204,8 +204,9 @@ async fn malformed_frames_end_their_stream_or_connection() {
 
 /// A client that takes nothing of an answer (its flow-control window stays shut) has that
 /// stream reset after `timeouts.idle_ms` (H3_REQUEST_CANCELLED), counted as its
-/// `send_timeout`; the answer is never completed. Driven by quinn's and h3's client (this
-/// needs a client that can stop reading, which aioquic's event loop cannot).
+/// `send_timeout`; the answer is never completed. One that reads slowly is served whole.
+/// Driven by quinn's and h3's client (this needs a client that can stop reading, which
+/// aioquic's event loop cannot).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stream_whose_client_reads_nothing_is_reset() {
     use bytes::Buf;
@@ -278,13 +279,18 @@ async fn a_stream_whose_client_reads_nothing_is_reset() {
             "kind=\"send_timeout\""
         ) >= 1.0
     );
-    // A client that reads is served the whole answer, on a new connection (that one is
-    // closed for being idle by now).
+    // A client that reads slowly but steadily (25 ms after each 64 KiB: 3 s for the whole,
+    // and the upstream hands the router the 8 MiB as one frame) is served all of it, on a
+    // new connection (that one is closed for being idle by now): the timer is on progress.
     let (mut stream, _sender) = quinn_get(&endpoint, &router).await;
     assert_eq!(stream.recv_response().await.expect("head").status(), 200);
-    let mut got = 0usize;
-    while let Some(data) = stream.recv_data().await.expect("data") {
+    let (mut got, mut paced) = (0usize, 0usize);
+    while let Some(data) = stream.recv_data().await.expect("the whole answer") {
         got += data.remaining();
+        if got - paced >= 64 << 10 {
+            paced = got;
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
     }
     assert_eq!(got, 8 << 20);
 }
