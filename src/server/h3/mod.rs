@@ -26,12 +26,14 @@ mod early;
 pub mod socket;
 mod stream;
 
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::task::JoinSet;
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use tokio::time::Instant;
 
 use super::Shared;
@@ -268,7 +270,8 @@ impl ResetBudget {
 }
 
 /// One QUIC connection: its handshake (early data read while it runs), then its requests,
-/// each on a task of its own, until the client closes it, it idles, or the listener drains.
+/// polled in the connection's task, until the client closes it, it idles, or the listener
+/// drains.
 async fn connection(
     connecting: quinn::Connecting,
     mut handshaking: Handshaking,
@@ -320,7 +323,10 @@ async fn connection(
         }
     };
     let mut handshake = handshake.map(|h| Box::pin(tokio::time::timeout(header_timeout, h)));
-    let mut requests: JoinSet<Ended> = JoinSet::new();
+    // The connection's requests, polled in its task as hyper polls an HTTP/2 connection's
+    // streams: a request wakes this task, not a task of its own.
+    let mut requests: FuturesUnordered<Pin<Box<dyn Future<Output = Ended> + Send>>> =
+        FuturesUnordered::new();
     let mut resets = ResetBudget::new(settings.max_streams);
     let mut draining = shared.draining.clone();
     let timer = tokio::time::sleep(idle);
@@ -350,6 +356,16 @@ async fn connection(
                 }
                 early.complete();
             }
+            // Before new streams: what is under way finishes first.
+            Some(ended) = requests.next(), if !requests.is_empty() => {
+                last_end = Instant::now();
+                if ended == Ended::ClientReset && !resets.spend() {
+                    m::closed(false);
+                    tracing::debug!(client = %conn.remote_address(), "HTTP/3 streams reset faster than max_streams per second; closed");
+                    conn.close(EXCESSIVE_LOAD.into(), b"too many streams reset");
+                    return;
+                }
+            }
             accepted = h3.accept() => match accepted {
                 Ok(Some(resolver)) => {
                     let request = stream::Request {
@@ -359,7 +375,7 @@ async fn connection(
                         idle,
                         header_timeout,
                     };
-                    requests.spawn(request.serve(resolver));
+                    requests.push(Box::pin(request.serve(resolver)));
                 }
                 Ok(None) => break,
                 Err(e) => {
@@ -367,15 +383,6 @@ async fn connection(
                     break;
                 }
             },
-            Some(ended) = requests.join_next(), if !requests.is_empty() => {
-                last_end = Instant::now();
-                if matches!(ended, Ok(Ended::ClientReset)) && !resets.spend() {
-                    m::closed(false);
-                    tracing::debug!(client = %conn.remote_address(), "HTTP/3 streams reset faster than max_streams per second; closed");
-                    conn.close(EXCESSIVE_LOAD.into(), b"too many streams reset");
-                    return;
-                }
-            }
             () = timer.as_mut() => {
                 let until = last_end + idle;
                 if requests.is_empty() && until <= Instant::now() {
@@ -388,13 +395,14 @@ async fn connection(
                 timer.as_mut().reset(if requests.is_empty() { until } else { Instant::now() + idle });
             }
             _ = async { draining.wait_for(|d| *d).await.is_ok() } => {
-                let _ = h3.shutdown(0).await;
+                // Bounded: the requests under way are not polled meanwhile.
+                let _ = tokio::time::timeout(super::h2::goaway_grace(idle), h3.shutdown(0)).await;
                 break;
             }
         }
     }
     // Finish what was accepted (the drain's grace bounds it from outside), then close.
-    while requests.join_next().await.is_some() {}
+    while requests.next().await.is_some() {}
     conn.close(NO_ERROR.into(), b"");
 }
 
