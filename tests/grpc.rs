@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use common::grpc::{frame, upstream as grpc_upstream};
-use common::{free_port, iuid_for, url, ConfigYaml, Router};
+use common::{iuid_for, url, ConfigYaml, Router};
 use futures_util::StreamExt;
 use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
@@ -141,7 +141,14 @@ async fn unary_and_server_streaming_calls_keep_their_trailers() {
 async fn router_made_errors_are_grpc_statuses() {
     let (upstream, _) = grpc_upstream("eu-orders").await;
     let router = Router::start(&config(), &table(&upstream)).await;
-    let dead = Router::start(&config(), &table(&url(free_port()))).await;
+    // Bound and kept, never listening: refused, and no listener started later can take the
+    // port (a free port dropped here once became the next router's, and the call looped).
+    let closed = tokio::net::TcpSocket::new_v4().expect("socket");
+    closed
+        .bind("127.0.0.1:0".parse().expect("addr"))
+        .expect("bind");
+    let dead_addr = closed.local_addr().expect("addr");
+    let dead = Router::start(&config(), &table(&url(dead_addr))).await;
     let hung = common::hanging_upstream().await;
     let slow = Router::start(&config(), &table(&url(hung))).await;
 
