@@ -155,14 +155,7 @@ async fn fence_flip_mirror(
     let reload = |version: &str, moves: String| {
         let table = common::three_regions(version, &eu.url(), &us.url(), &ap.url()) + &moves;
         common::write(&router.dir, "routing-table.yaml", &table);
-        async {
-            let resp = common::client()
-                .post(router.admin_url("/admin/reload"))
-                .send()
-                .await
-                .expect("reload");
-            assert_eq!(resp.status(), 200);
-        }
+        router.reload()
     };
     reload("fence", move_of_country_1("fence", 0.0, 300)).await;
     for &proto in protos {
@@ -310,15 +303,7 @@ async fn a_fenced_grpc_call_gets_unavailable_with_its_retry_delay_and_the_flip_r
         "routing-table.yaml",
         &table("v2", "fence", 5000),
     );
-    let reload = || async {
-        let resp = common::client()
-            .post(router.admin_url("/admin/reload"))
-            .send()
-            .await
-            .expect("reload");
-        assert_eq!(resp.status(), 200);
-    };
-    reload().await;
+    router.reload().await;
     let call = grpc_call(&router);
     tokio::pin!(call);
     let waiting = tokio::time::timeout(Duration::from_millis(300), &mut call).await;
@@ -328,7 +313,7 @@ async fn a_fenced_grpc_call_gets_unavailable_with_its_retry_delay_and_the_flip_r
         "routing-table.yaml",
         &table("v3", "flip", 5000),
     );
-    reload().await;
+    router.reload().await;
     let (status, _, trailers) = call.await;
     assert_eq!(status, 200);
     let trailers = trailers.expect("trailers");

@@ -484,15 +484,19 @@ async fn tls_h2() {
     let resp = h2.send_request(req).await.expect("answer");
     assert_eq!(resp.status(), 200, "{case}");
     resp.into_body().collect().await.expect("body");
-    let spans = receiver.trace(&trace, 2).await;
+    check_https(case, &receiver.trace(&trace, 2).await, &ap, "2");
+}
+
+/// [`check_ap`] for `GET /v1/orders/{id}` over HTTPS in HTTP `version` (`2`, `3`).
+fn check_https(case: &str, spans: &[Span], ap: &Upstream, version: &str) {
     let server = check_ap(
         case,
-        &spans,
+        spans,
         "GET /v1/orders/{id}",
         Some("/v1/orders/{id}"),
-        &ap,
+        ap,
     );
-    assert_eq!(server.attr("network.protocol.version"), "2", "{case}");
+    assert_eq!(server.attr("network.protocol.version"), version, "{case}");
     assert_eq!(server.attr("url.scheme"), "https", "{case}");
 }
 
@@ -520,16 +524,7 @@ async fn h3() {
     ))
     .await;
     assert_eq!(out["results"][0]["status"], 200, "{case}: {out}");
-    let spans = receiver.trace(&trace, 2).await;
-    let server = check_ap(
-        case,
-        &spans,
-        "GET /v1/orders/{id}",
-        Some("/v1/orders/{id}"),
-        &ap,
-    );
-    assert_eq!(server.attr("network.protocol.version"), "3", "{case}");
-    assert_eq!(server.attr("url.scheme"), "https", "{case}");
+    check_https(case, &receiver.trace(&trace, 2).await, &ap, "3");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -53,6 +53,20 @@ pub(super) struct Moving {
 }
 
 impl Moving {
+    fn new(
+        index: usize,
+        state: Option<Arc<MoveState>>,
+        phase: Option<MovePhase>,
+        step: Step,
+    ) -> Moving {
+        Moving {
+            index,
+            state,
+            phase,
+            step,
+        }
+    }
+
     /// Its write to `from`, for the life to carry until its answer is relayed.
     pub(super) fn take_write(&mut self) -> Option<FromWrite> {
         match std::mem::replace(&mut self.step, Step::Go) {
@@ -119,16 +133,7 @@ impl Proxy {
             .get(index)
             .zip(routing.move_state(index));
         let Some((spec, state)) = found else {
-            let (state, phase, step) = (None, None, Step::Go);
-            return (
-                region,
-                Moving {
-                    index,
-                    state,
-                    phase,
-                    step,
-                },
-            );
+            return (region, Moving::new(index, None, None, Step::Go));
         };
         let phase = state.phase();
         let (region, step) = match (phase, access) {
@@ -154,16 +159,7 @@ impl Proxy {
             (Some(MovePhase::Flip), _) => (spec.to, Step::Go),
             (None, _) => (region, Step::Go),
         };
-        let state = Some(state.clone());
-        (
-            region,
-            Moving {
-                index,
-                state,
-                phase,
-                step,
-            },
-        )
+        (region, Moving::new(index, Some(state.clone()), phase, step))
     }
 
     /// On the own engine's head path, before the plan step: whether it carries a request

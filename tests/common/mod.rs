@@ -177,6 +177,16 @@ impl Router {
         router
     }
 
+    /// `POST /admin/reload`, which must answer 200.
+    pub async fn reload(&self) {
+        let resp = client()
+            .post(self.admin_url("/admin/reload"))
+            .send()
+            .await
+            .expect("reload");
+        assert_eq!(resp.status(), 200, "the reload");
+    }
+
     pub fn url(&self, path: &str) -> String {
         format!("http://{}{}", self.addr, path)
     }
