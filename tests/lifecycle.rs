@@ -426,6 +426,25 @@ async fn in_flight(p: &Process) -> Option<f64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
+/// The sum of the upstreams' `in_flight` (P2C's count) as `GET /admin/upstreams` shows it.
+async fn upstreams_in_flight(p: &Process) -> Option<u64> {
+    let v: serde_json::Value = client()
+        .get(p.admin("/admin/upstreams"))
+        .send()
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    let mut total = 0;
+    for region in v["regions"].as_array()? {
+        for upstream in region["upstreams"].as_array()? {
+            total += upstream["in_flight"].as_u64()?;
+        }
+    }
+    Some(total)
+}
+
 /// A request is in flight until its response body has been sent, not only its head: the gauge
 /// (and P2C's count on the upstream, which the same change carries) see a long download.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -463,6 +482,14 @@ async fn balancing_sees_a_download_until_it_ends() {
         (&b_count, &a_count)
     };
     for _ in 0..6 {
+        // The previous answer's count on the idle upstream ends just after its last byte
+        // reaches the client: a request sent in between would find both upstreams at 1 and
+        // fall back to the round-robin (seen once in CI: 2 requests on the busy upstream).
+        let settled = eventually(Duration::from_secs(2), || async {
+            upstreams_in_flight(&p).await == Some(1)
+        })
+        .await;
+        assert!(settled.is_some(), "the slow request alone in flight");
         let r = p.get(&format!("/o/{}", iuid_for(3))).await;
         assert_eq!(r.text().await.expect("body"), "ok");
     }
