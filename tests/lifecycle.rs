@@ -411,16 +411,21 @@ async fn trickling_upstream(after: Duration) -> (SocketAddr, Arc<AtomicUsize>) {
     (addr, count)
 }
 
-/// `iuid_router_requests_in_flight` as /metrics shows it.
-async fn in_flight(p: &Process) -> Option<f64> {
-    let text = client()
-        .get(p.admin("/metrics"))
+/// The body of the admin listener's answer to `GET path`.
+async fn admin_text(p: &Process, path: &str) -> Option<String> {
+    client()
+        .get(p.admin(path))
         .send()
         .await
         .ok()?
         .text()
         .await
-        .ok()?;
+        .ok()
+}
+
+/// `iuid_router_requests_in_flight` as /metrics shows it.
+async fn in_flight(p: &Process) -> Option<f64> {
+    let text = admin_text(p, "/metrics").await?;
     text.lines()
         .find_map(|l| l.strip_prefix("iuid_router_requests_in_flight "))
         .and_then(|v| v.trim().parse().ok())
@@ -428,14 +433,8 @@ async fn in_flight(p: &Process) -> Option<f64> {
 
 /// The sum of the upstreams' `in_flight` (P2C's count) as `GET /admin/upstreams` shows it.
 async fn upstreams_in_flight(p: &Process) -> Option<u64> {
-    let v: serde_json::Value = client()
-        .get(p.admin("/admin/upstreams"))
-        .send()
-        .await
-        .ok()?
-        .json()
-        .await
-        .ok()?;
+    let v: serde_json::Value =
+        serde_json::from_str(&admin_text(p, "/admin/upstreams").await?).ok()?;
     let mut total = 0;
     for region in v["regions"].as_array()? {
         for upstream in region["upstreams"].as_array()? {
