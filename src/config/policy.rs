@@ -111,6 +111,9 @@ pub struct Limits {
     /// Most mirror copies in flight per move (docs/moves.md, `mirror`); beyond, a copy is
     /// not sent (counted `dropped`).
     pub mirrors_in_flight: usize,
+    /// Send the request upstream with its path normalised (`/v1/p%61y//x` as `/v1/pay/x`),
+    /// as routes matched it; `false`: as the client sent it (docs/data-path.md "Paths").
+    pub forward_normalized_path: bool,
 }
 
 impl Default for Limits {
@@ -136,6 +139,7 @@ impl Default for Limits {
             adaptive_min_in_flight: 8,
             held_requests: 10_000,
             mirrors_in_flight: 256,
+            forward_normalized_path: false,
         }
     }
 }

@@ -15,6 +15,7 @@ pub mod fanout;
 pub mod graphql;
 pub mod grpc;
 pub mod json;
+pub mod normalize;
 pub mod path;
 pub mod query;
 

@@ -1,40 +1,102 @@
 //! Ids in query parameters (docs/config.md `query:` routes): `?order_id=<id>`.
 //!
-//! The query string is read as sent, pairs split at `&` and `=`, names and values
-//! percent-decoded (RFC 3986 §2.1) as path segments are ([`super::path::decode_segment`]:
-//! no allocation unless a `%` is there). `+` is kept as it is: a Relay id in standard base64
-//! carries it, and an id never holds a space. The first non-empty occurrence is the id; the
-//! same name again with another value is refused, as a fan-out cursor given twice is: which
-//! one would the region read?
+//! The query string is read the way the frameworks behind the router read it, or refused
+//! where they read it apart (docs/data-path.md, "Query parameters"):
+//!
+//! - pairs split at `&`, and at `;` too (older Python, Rails and Java servlets split at
+//!   both); a pair whose `;` reading and `&` reading give the routed parameter different
+//!   values (`?order_id=<a>;x=1` is `<a>;x=1` to one, `<a>` to the other) is refused;
+//! - names and values percent-decoded (RFC 3986 §2.1) and `+` read as a space, as every
+//!   form decoder does (WHATWG `application/x-www-form-urlencoded`, Go's `ParseQuery`,
+//!   Python's `parse_qsl`, PHP, Rack): a Relay id's `+` must come as `%2B`, or the upstream
+//!   reads a space;
+//! - a name is the same parameter as `name[]` (PHP, Rack, `qs`), and `.` or a space in it
+//!   reads as `_` (PHP's `order.id` is `order_id`);
+//! - the first non-empty value is the id; the same parameter again with another value is
+//!   refused, since Go and Flask read the first, PHP and Django the last.
+//!
+//! No allocation unless a name or value holds `%` or `+`.
 
 use std::borrow::Cow;
 
 use super::path::decode_segment;
 
 /// The value of the query parameter `name` in `query` (the target after `?`, without it),
-/// percent-decoded; `None` when it is absent or empty.
+/// decoded; `None` when it is absent or empty.
 ///
-/// Errors: the parameter is given again with another value; the message names it (the
-/// caller answers 400 `invalid-parameter`).
+/// Errors: the parameter is given again with another value, or read apart by `;` and `&`;
+/// the message names it (the caller answers 400 `invalid-parameter`).
 pub fn param<'q>(query: &'q str, name: &str) -> Result<Option<Cow<'q, [u8]>>, String> {
     let mut found: Option<Cow<'q, [u8]>> = None;
-    for pair in query.split('&') {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if value.is_empty() || *decode_segment(key) != *name.as_bytes() {
-            continue;
-        }
-        let value = decode_segment(value);
+    let mut take = |value: &'q str| -> Result<(), String> {
+        let value = decode_value(value);
         match &found {
             None => found = Some(value),
             Some(first) if *first == value => {}
             Some(_) => {
                 return Err(format!(
-                    "the `{name}` parameter is given twice with different values: give one id"
-                ))
+                    "the `{name}` parameter is given twice with different values (or reads \
+                     apart split at `;` and at `&`): give one id"
+                ));
+            }
+        }
+        Ok(())
+    };
+    for pair in query.split('&') {
+        if let Some(value) = value_of(pair, name)? {
+            take(value)?;
+        }
+        if memchr::memchr(b';', pair.as_bytes()).is_some() {
+            for part in pair.split(';') {
+                if let Some(value) = value_of(part, name)? {
+                    take(value)?;
+                }
             }
         }
     }
     Ok(found)
+}
+
+/// The value of `pair` (`name=value`) when its name is `name` and its value is not empty.
+///
+/// Errors: `name[key]=…`, which PHP and Rack read as a map holding the value.
+fn value_of<'q>(pair: &'q str, name: &str) -> Result<Option<&'q str>, String> {
+    let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+    if value.is_empty() {
+        return Ok(None);
+    }
+    let key = decode_value(key);
+    if same_name(&key, name.as_bytes()) {
+        return Ok(Some(value));
+    }
+    match key.len() > name.len() + 1 && same_name(&key[..name.len()], name.as_bytes()) {
+        true if key[name.len()] == b'[' => Err(format!(
+            "the `{name}` parameter is sent as a map (`{name}[…]`), which some upstreams read \
+             as holding an id: give one id as `{name}=`"
+        )),
+        _ => Ok(None),
+    }
+}
+
+/// Whether the decoded parameter name `key` names `name`: `name[]` is `name`, and `.` or a
+/// space reads as `_` (PHP).
+fn same_name(key: &[u8], name: &[u8]) -> bool {
+    let key = key.strip_suffix(b"[]").unwrap_or(key);
+    key.len() == name.len()
+        && key.iter().zip(name).all(|(&k, &n)| {
+            k == n
+                || (n == b'_' && matches!(k, b'.' | b' '))
+                || (k == b'_' && matches!(n, b'.' | b' '))
+        })
+}
+
+/// A form-encoded name or value decoded: `+` is a space, then percent-escapes.
+fn decode_value(raw: &str) -> Cow<'_, [u8]> {
+    if memchr::memchr(b'+', raw.as_bytes()).is_none() {
+        return decode_segment(raw);
+    }
+    let spaced = raw.replace('+', " ");
+    Cow::Owned(decode_segment(&spaced).into_owned())
 }
 
 #[cfg(test)]
@@ -52,7 +114,7 @@ mod tests {
             text("order%5Fid=%7Bx%7D", "order_id"),
             Ok(Some("{x}".into()))
         );
-        assert_eq!(text("order_id=a+b%2B", "order_id"), Ok(Some("a+b+".into())));
+        assert_eq!(text("order_id=a+b%2B", "order_id"), Ok(Some("a b+".into())));
         assert_eq!(
             text("order_id=&order_id=y", "order_id"),
             Ok(Some("y".into()))
@@ -78,5 +140,26 @@ mod tests {
         );
         let e = text("order_id=x&order_id=y", "order_id").expect_err("twice");
         assert!(e.contains("`order_id`"), "{e}");
+    }
+
+    #[test]
+    fn semicolons_split_pairs_too() {
+        assert_eq!(text("x=1;order_id=u", "order_id"), Ok(Some("u".into())));
+        // `&` reads `u;x=1`, `;` reads `u`.
+        assert!(text("order_id=u;order_id=u", "order_id").is_err());
+        assert!(text("order_id=u;x=1", "order_id").is_err());
+        assert!(text("x=1;order_id=u&order_id=a", "order_id").is_err());
+    }
+
+    #[test]
+    fn php_spellings_of_the_name_are_the_same_parameter() {
+        assert_eq!(text("order_id[]=u", "order_id"), Ok(Some("u".into())));
+        assert_eq!(text("order%5Fid%5B%5D=u", "order_id"), Ok(Some("u".into())));
+        assert_eq!(text("order.id=u", "order_id"), Ok(Some("u".into())));
+        assert_eq!(text("order+id=u", "order_id"), Ok(Some("u".into())));
+        assert!(text("order_id=u&order_id[]=a", "order_id").is_err());
+        assert!(text("order_id=u&order.id=a", "order_id").is_err());
+        assert!(text("order_id[0]=u", "order_id").is_err());
+        assert_eq!(text("order_idx[0]=u", "order_id"), Ok(None));
     }
 }

@@ -107,6 +107,9 @@ pub enum Problem {
     /// must be percent-encoded); strict parsers reject it, so forwarding it would let the
     /// router and a later hop disagree on the path.
     BadTarget,
+    /// A path upstreams read apart (400 `ambiguous-path`, docs/data-path.md "Paths"): an
+    /// encoded slash, a `%` without two hex digits, dot segments above the root.
+    AmbiguousPath(crate::extract::normalize::PathError),
     /// A request head the own HTTP/1.1 engine could not parse (RFC 9112 §2–§5): 400.
     BadHead(&'static str),
     /// A request head with more fields or bytes than `limits.max_headers` /
@@ -226,9 +229,10 @@ impl Problem {
             }
             Problem::Client(e) => e.kind.status(),
             Problem::GatewayTimeout { .. } => StatusCode::GATEWAY_TIMEOUT,
-            Problem::BadHost(_) | Problem::BadTarget | Problem::BadHead(_) => {
-                StatusCode::BAD_REQUEST
-            }
+            Problem::BadHost(_)
+            | Problem::BadTarget
+            | Problem::AmbiguousPath(_)
+            | Problem::BadHead(_) => StatusCode::BAD_REQUEST,
             Problem::HeadTooLarge => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             Problem::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
             Problem::UnsupportedTransferCoding => StatusCode::NOT_IMPLEMENTED,
@@ -284,6 +288,7 @@ impl Problem {
             Problem::GatewayTimeout { .. } => ("gateway-timeout", "Upstream timed out"),
             Problem::BadHost(_) => ("invalid-host", "Host missing, repeated or invalid"),
             Problem::BadTarget => ("invalid-target", "Request target not US-ASCII"),
+            Problem::AmbiguousPath(_) => ("ambiguous-path", "Path read two ways"),
             Problem::BadHead(_) => ("invalid-head", "Request head not valid HTTP/1.1"),
             Problem::HeadTooLarge => ("head-too-large", "Request header fields too large"),
             Problem::MethodNotAllowed => ("method-not-allowed", "Method not forwarded"),
@@ -384,6 +389,7 @@ impl Problem {
             Problem::BadTarget => "the request target holds bytes outside US-ASCII; percent-encode \
                                    them (RFC 3986 §2.1)"
                 .to_owned(),
+            Problem::AmbiguousPath(e) => e.describe().to_owned(),
             Problem::MethodNotAllowed => {
                 "CONNECT is not forwarded: this router proxies requests, not tunnels".to_owned()
             }

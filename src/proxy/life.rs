@@ -82,13 +82,13 @@ impl Proxy {
         let logged = self
             .config
             .access_log
-            .then(|| Box::new((method().to_owned(), view.path().to_owned())));
+            .then(|| Box::new((method().to_owned(), view.sent_path().to_owned())));
         let trace = self.tracing.as_ref().map(|tracing| {
             let described = || {
                 let method = method();
                 Described {
                     method: method.to_owned(),
-                    path: origin_path(view.path()).to_owned(),
+                    path: origin_path(view.sent_path()).to_owned(),
                     attributes: server_attributes(view, method, client),
                 }
             };
@@ -196,7 +196,7 @@ fn server_attributes<V: RequestView>(view: &V, method: &str, client: &ClientAddr
     let mut attributes = Vec::with_capacity(16);
     attributes.extend([
         KeyValue::new("http.request.method", method.to_owned()),
-        KeyValue::new("url.path", origin_path(view.path()).to_owned()),
+        KeyValue::new("url.path", origin_path(view.sent_path()).to_owned()),
         KeyValue::new("url.scheme", if client.tls { "https" } else { "http" }),
         KeyValue::new("network.protocol.version", view.version()),
         KeyValue::new(

@@ -13,6 +13,8 @@
 //! Generic, not `dyn`: each driver gets its own copy, inlined as the code it replaced was
 //! (the REST path's instruction count is checked in callgrind, bench/RESULTS.md).
 
+use std::borrow::Cow;
+
 use http::request::Parts;
 use http::{HeaderName, HeaderValue, Version};
 
@@ -20,6 +22,7 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{admit, headers, Proxy};
 use crate::error::ShedReason;
+use crate::extract::normalize::{self, PathError};
 use crate::extract::Access;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
@@ -31,9 +34,17 @@ use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 pub trait RequestView {
     /// The method token, e.g. `GET`.
     fn method(&self) -> &[u8];
-    /// The target's path (before `?`), as sent: percent-encoded, ASCII (both codecs refuse
-    /// other bytes before the phases run).
+    /// The path that routes, rate-limit scopes and `routes:` scopes match: the target's
+    /// path normalised (`crate::extract::normalize`: unreserved escapes decoded, `//`
+    /// merged, dot segments removed) without a trailing `/` (docs/data-path.md, "Paths").
+    /// A path that cannot be normalised reads as sent here: [`RequestView::path_error`]
+    /// says why, and the admit phase refuses it before anything matches.
     fn path(&self) -> &str;
+    /// The target's path (before `?`), as sent: percent-encoded, ASCII (both codecs refuse
+    /// other bytes before the phases run). What logs and traces show.
+    fn sent_path(&self) -> &str;
+    /// Why the path cannot be read one way (`%2F`, a bad `%`, `/../`), if it cannot.
+    fn path_error(&self) -> Option<PathError>;
     /// The target's query (after `?`, without it; `""` when none), as sent.
     fn query(&self) -> &str;
     /// Whether the request must carry exactly one `Host` (HTTP/1.1, RFC 9112 §3.2; HTTP/1.0
@@ -63,6 +74,24 @@ pub struct HeadView<'b> {
     pub buf: &'b [u8],
     /// The head parsed from them.
     pub head: &'b RequestHead,
+    /// The routing path (borrowed from `buf` unless normalising changed it), or why none.
+    path: Result<Cow<'b, str>, PathError>,
+}
+
+impl<'b> HeadView<'b> {
+    /// The view of `head`, parsed from the start of `buf`: its path normalised once.
+    pub fn new(buf: &'b [u8], head: &'b RequestHead) -> HeadView<'b> {
+        let target = head.target.of(buf);
+        let sent = target.split(|&b| b == b'?').next().unwrap_or(target);
+        let path = normalize::normalize(std::str::from_utf8(sent).unwrap_or(""));
+        HeadView { buf, head, path }
+    }
+
+    /// Whether normalising changed the path (its normal form cannot be written from the
+    /// buffer's bytes).
+    pub fn path_changed(&self) -> bool {
+        matches!(self.path, Ok(Cow::Owned(_)))
+    }
 }
 
 impl HeadView<'_> {
@@ -86,9 +115,20 @@ impl RequestView for HeadView<'_> {
     }
 
     fn path(&self) -> &str {
+        match &self.path {
+            Ok(path) => normalize::trim_trailing(path),
+            Err(_) => self.sent_path(),
+        }
+    }
+
+    fn sent_path(&self) -> &str {
         let target = self.head.target.of(self.buf);
         let path = target.split(|&b| b == b'?').next().unwrap_or(target);
         std::str::from_utf8(path).unwrap_or("")
+    }
+
+    fn path_error(&self) -> Option<PathError> {
+        self.path.as_ref().err().copied()
     }
 
     fn query(&self) -> &str {
@@ -149,7 +189,21 @@ impl RequestView for Parts {
     }
 
     fn path(&self) -> &str {
+        match self.extensions.get::<RoutedPath>() {
+            Some(RoutedPath::Normal(path)) => normalize::trim_trailing(path),
+            Some(RoutedPath::Refused(_)) | None => normalize::trim_trailing(self.uri.path()),
+        }
+    }
+
+    fn sent_path(&self) -> &str {
         self.uri.path()
+    }
+
+    fn path_error(&self) -> Option<PathError> {
+        match self.extensions.get::<RoutedPath>() {
+            Some(RoutedPath::Refused(e)) => Some(*e),
+            _ => None,
+        }
     }
 
     fn query(&self) -> &str {
@@ -198,6 +252,45 @@ impl RequestView for Parts {
     }
 }
 
+/// What normalising an `http` request's path found, when it is not the path as sent (kept
+/// in the request's extensions by [`read_path`]: most paths are normal, and store nothing).
+#[derive(Debug, Clone)]
+enum RoutedPath {
+    /// The normal form, kept when the request goes upstream as sent.
+    Normal(Box<str>),
+    /// Why it has none.
+    Refused(PathError),
+}
+
+/// Reads `parts`' path once, before the phases (docs/data-path.md, "Paths"): its normal
+/// form, when it differs, is what [`RequestView::path`] gives; with `forward_normalized`
+/// (`limits.forward_normalized_path`) it is also the path sent upstream, the query kept.
+pub(super) fn read_path(parts: &mut Parts, forward_normalized: bool) {
+    let routed = match normalize::normalize(parts.uri.path()) {
+        Ok(Cow::Borrowed(_)) => return,
+        Ok(Cow::Owned(normal)) => normal,
+        Err(e) => {
+            parts.extensions.insert(RoutedPath::Refused(e));
+            return;
+        }
+    };
+    if forward_normalized {
+        let target = match parts.uri.query() {
+            Some(query) => format!("{routed}?{query}"),
+            None => routed.clone(),
+        };
+        let mut uri = parts.uri.clone().into_parts();
+        if let Ok(path) = http::uri::PathAndQuery::try_from(target) {
+            uri.path_and_query = Some(path);
+        }
+        if let Ok(rewritten) = http::Uri::from_parts(uri) {
+            parts.uri = rewritten;
+            return;
+        }
+    }
+    parts.extensions.insert(RoutedPath::Normal(routed.into()));
+}
+
 impl Proxy {
     /// Phases 0–1 on a request's head: admission (`CONNECT` refused, RFC 9112 §3.2's `Host`
     /// rule) and the loop check (`Via`, docs/data-path.md). What only one codec can get
@@ -205,6 +298,9 @@ impl Proxy {
     pub(super) fn admit_head<V: RequestView>(&self, view: &V) -> Result<(), Problem> {
         if view.method() == b"CONNECT" {
             return Err(Problem::MethodNotAllowed);
+        }
+        if let Some(e) = view.path_error() {
+            return Err(Problem::AmbiguousPath(e));
         }
         admit::check_host(view.values("host"), view.requires_host())?;
         let max_hops = self.config.limits.max_hops;

@@ -49,10 +49,9 @@ impl Proxy {
         body: Outgoing,
         trace: Option<&'a Traced>,
     ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
-        let limited = self
-            .limits
-            .as_ref()
-            .map(|limits| limits.check_region(|| parts.uri.path(), &region.name));
+        let limited = self.limits.as_ref().map(|limits| {
+            limits.check_region(|| super::phases::RequestView::path(&parts), &region.name)
+        });
         let preserve_host = self.config.preserve_host;
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);

@@ -131,7 +131,8 @@ impl Proxy {
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let buf = client.pending();
-        let mut life = self.begin(&HeadView { buf, head }, addr);
+        let view = HeadView::new(buf, head);
+        let mut life = self.begin(&view, addr);
         // An HTTP/1.0 connection persists only when its request asks (RFC 9112 §9.3).
         let http10 = head.minor == 0;
         let connection = head.seen.has(Seen::CONNECTION);
@@ -159,13 +160,13 @@ impl Proxy {
         let planned = framing
             .map_err(|e| Stop::Refuse(framing_problem(e), true))
             .and_then(|framing| {
-                let planned =
-                    self.h1_plan(buf, head, addr, &mut life)
-                        .map_err(|stop| match stop {
-                            // The body was not read: the connection cannot go on past it.
-                            Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
-                            handoff => handoff,
-                        })?;
+                let planned = self
+                    .h1_plan(&view, addr, &mut life)
+                    .map_err(|stop| match stop {
+                        // The body was not read: the connection cannot go on past it.
+                        Stop::Refuse(p, _) => Stop::Refuse(p, framing != Framing::Empty),
+                        handoff => handoff,
+                    })?;
                 Ok((planned, framing))
             });
         // `Expect: 100-continue` (the only expectation `h1_plan` lets by): the client waits
@@ -327,11 +328,11 @@ impl Proxy {
     /// Phases 0–3 on the head: admission, loop check, extraction, resolution.
     fn h1_plan(
         &self,
-        buf: &[u8],
-        head: &RequestHead,
+        view: &HeadView<'_>,
         addr: &ClientAddr,
         life: &mut Life,
     ) -> Result<Planned, Stop<'_>> {
+        let (buf, head) = (view.buf, view.head);
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
@@ -343,15 +344,18 @@ impl Proxy {
         {
             return Err(Stop::Shared);
         }
-        let view = HeadView { buf, head };
-        self.admit_head(&view)?;
+        self.admit_head(view)?;
+        if view.path_changed() && self.config.limits.forward_normalized_path {
+            // The normal form goes upstream: the shared phases write the target from it.
+            return Err(Stop::Shared);
+        }
         if let Some(limits) = &self.limits {
             if limits.is_shared() && limits.has_region_rules() {
                 // Redis decides every region's budget: the shared phases await it (planned
                 // here, the routing decision would be counted twice).
                 return Err(Stop::Shared);
             }
-            match self.limit_head(&view, addr) {
+            match self.limit_head(view, addr) {
                 Verdict::Admit => life.head_limited = true,
                 Verdict::Limited(limited) => return Err(Problem::RateLimited(limited).into()),
                 // Redis decides: the shared phases await it (docs/rate-limits.md). Nothing
@@ -359,7 +363,7 @@ impl Proxy {
                 Verdict::Ask(_) => return Err(Stop::Shared),
             }
         }
-        let found = self.extract_head(&view);
+        let found = self.extract_head(view);
         match &found {
             Extraction::Pending(pending) => {
                 return match (pending.graphql(), pending.json()) {
@@ -378,7 +382,7 @@ impl Proxy {
             }
             _ => {}
         }
-        self.h1_resolve(found, &view, life)
+        self.h1_resolve(found, view, life)
     }
 
     /// Phase 3 on the head path, for a request whose route found its id (or none): the

@@ -414,6 +414,8 @@ impl Routes {
     /// route's path, a `graphql:`, `fanout:` or `grpc:` endpoint; `None` for a `header:`
     /// route, which has no path. Asked only for a sampled request, as it matches again.
     pub fn template(&self, kind: RouteKind, path: &str) -> Option<&str> {
+        let normal = crate::extract::normalize::normalize(path).ok()?;
+        let path = crate::extract::normalize::trim_trailing(&normal);
         self.routes.iter().find_map(|route| match (route, kind) {
             (Route::Path(paths), RouteKind::Path) => paths.template(path),
             (Route::Query(q), RouteKind::Query) => q.template(path),

@@ -1,0 +1,267 @@
+//! The one reading of a request's path that routes, rate-limit scopes and `routes:` scopes
+//! match (docs/data-path.md, "Paths").
+//!
+//! Upstream frameworks match the *decoded, cleaned* path: Go's `net/http` (`path.Clean`),
+//! Flask, Django and Spring read `/v1/p%61yments` as `/v1/payments`, and Go's mux, nginx
+//! (`merge_slashes`) and Envoy (`normalize_path`, `merge_slashes`) fold `//` and dot
+//! segments. A router that matched the raw bytes would let a client pick another route, or
+//! dodge a rate limit, by spelling the same path another way. So every path is read once,
+//! normalised as RFC 3986 §6.2.2 says, before anything matches it:
+//!
+//! 1. percent-encoded *unreserved* characters decoded (`%61` → `a`, `%2E` → `.`; RFC 3986
+//!    §2.3, §6.2.2.2); every other escape kept as sent, its hex case too;
+//! 2. repeated slashes merged (`//` → `/`), as nginx and Go do, before
+//! 3. dot segments removed (RFC 3986 §5.2.4: `/a/./b` → `/a/b`, `/a/b/../c` → `/a/c`).
+//!
+//! Refused, because upstreams read them differently from one another: an encoded slash or
+//! backslash (`%2F`, `%5C`: one framework decodes it into a separator, another keeps it in a
+//! segment; Envoy's `path_with_escaped_slashes_action: REJECT_REQUEST`), a `%` not followed
+//! by two hex digits (no decoder agrees on it), and a `..` that climbs above the root.
+//!
+//! A trailing slash is matched as if absent ([`trim_trailing`]): Express and Spring 5 match
+//! `/a/` for `/a`, Go's mux and Flask 404 it, so routing both alike never routes by a path
+//! an upstream reads as another.
+//!
+//! The hot path: a path with no `%`, no `//` and no `.` right after a `/` is returned as it
+//! is, borrowed, after one scan of its bytes.
+
+use std::borrow::Cow;
+
+/// Why a path cannot be read one way (400 `ambiguous-path`, docs/errors.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PathError {
+    /// `%2F` or `%5C` (either case): a separator to some upstreams, a byte to others.
+    EncodedSlash,
+    /// A `%` not followed by two hex digits.
+    BadEscape,
+    /// A `..` segment above the root (`/../a`).
+    AboveRoot,
+}
+
+impl PathError {
+    /// For the 400's detail.
+    pub fn describe(self) -> &'static str {
+        match self {
+            PathError::EncodedSlash => {
+                "the path holds an encoded slash or backslash (%2F, %5C), which upstreams read \
+                 either as a separator or as a byte: send the segments unencoded, or encode the \
+                 id's slashes in the id itself"
+            }
+            PathError::BadEscape => "the path holds a % not followed by two hex digits",
+            PathError::AboveRoot => "the path's dot segments climb above the root (/../)",
+        }
+    }
+}
+
+/// The path that routes match: `path` normalised (see the module doc), borrowed when it
+/// already is. Input: a request's path as sent (before `?`), ASCII. A path that does not
+/// start with `/` (`*`, an authority) is returned as it is.
+///
+/// Errors: [`PathError`].
+pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+    let bytes = path.as_bytes();
+    if bytes.first() != Some(&b'/') || is_normal(bytes)? {
+        return Ok(Cow::Borrowed(path));
+    }
+    let decoded = decode_unreserved(bytes)?;
+    let mut out: Vec<&[u8]> = Vec::new();
+    let mut segments = decoded.split(|&b| b == b'/').skip(1).peekable();
+    let mut trailing = false;
+    while let Some(segment) = segments.next() {
+        let last = segments.peek().is_none();
+        match segment {
+            // Merged: `//` is one separator (an empty segment is never kept), but an empty
+            // last segment is the trailing slash.
+            b"" => trailing = last,
+            b"." => trailing = last,
+            b".." => {
+                if out.pop().is_none() {
+                    return Err(PathError::AboveRoot);
+                }
+                trailing = last;
+            }
+            _ => {
+                out.push(segment);
+                trailing = false;
+            }
+        }
+    }
+    let mut normal = String::with_capacity(path.len());
+    for segment in &out {
+        normal.push('/');
+        // ASCII in, and only escapes of ASCII unreserved bytes decoded.
+        normal.push_str(std::str::from_utf8(segment).unwrap_or(""));
+    }
+    if out.is_empty() || trailing {
+        normal.push('/');
+    }
+    Ok(Cow::Owned(normal))
+}
+
+/// `path` without one trailing `/` (the root stays `/`): how routes match a normalised path.
+pub fn trim_trailing(path: &str) -> &str {
+    match path.len() > 1 && path.ends_with('/') {
+        true => &path[..path.len() - 1],
+        false => path,
+    }
+}
+
+/// Whether `path` (starting with `/`) is normal already: one scan. `Err` for an escape
+/// that no reading can take.
+fn is_normal(path: &[u8]) -> Result<bool, PathError> {
+    let mut normal = true;
+    let mut i = 0;
+    while i < path.len() {
+        match path[i] {
+            b'%' => {
+                let (Some(hi), Some(lo)) = (path.get(i + 1), path.get(i + 2)) else {
+                    return Err(PathError::BadEscape);
+                };
+                let byte = match (hex(*hi), hex(*lo)) {
+                    (Some(hi), Some(lo)) => (hi << 4) | lo,
+                    _ => return Err(PathError::BadEscape),
+                };
+                if matches!(byte, b'/' | b'\\') {
+                    return Err(PathError::EncodedSlash);
+                }
+                normal &= !is_unreserved(byte);
+                i += 3;
+                continue;
+            }
+            b'/' => match path.get(i + 1) {
+                Some(b'/') => normal = false,
+                Some(b'.') => {
+                    let rest = &path[i + 2..];
+                    let end = rest.iter().position(|&b| b == b'/').unwrap_or(rest.len());
+                    normal &= !matches!(&rest[..end], b"" | b".");
+                }
+                _ => {}
+            },
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(normal)
+}
+
+/// `path` with its escapes of unreserved characters decoded (the others kept as sent).
+fn decode_unreserved(path: &[u8]) -> Result<Vec<u8>, PathError> {
+    let mut out = Vec::with_capacity(path.len());
+    let mut i = 0;
+    while i < path.len() {
+        if path[i] == b'%' {
+            let byte = match (
+                path.get(i + 1).and_then(|b| hex(*b)),
+                path.get(i + 2).and_then(|b| hex(*b)),
+            ) {
+                (Some(hi), Some(lo)) => (hi << 4) | lo,
+                _ => return Err(PathError::BadEscape),
+            };
+            match is_unreserved(byte) {
+                true => out.push(byte),
+                false => out.extend_from_slice(&path[i..i + 3]),
+            }
+            i += 3;
+        } else {
+            out.push(path[i]);
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// RFC 3986 §2.3: `ALPHA / DIGIT / "-" / "." / "_" / "~"`.
+fn is_unreserved(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
+}
+
+fn hex(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        b'A'..=b'F' => Some(b - b'A' + 10),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(path: &str) -> Result<String, PathError> {
+        normalize(path).map(Cow::into_owned)
+    }
+
+    #[test]
+    fn a_normal_path_is_borrowed() {
+        for path in [
+            "/",
+            "/v1/orders/017f22e2-79b0-802a-8144-dc0c0c07398f",
+            "/v1/orders/",
+            "/.well-known/x",
+            "/a/.b/..c/...",
+            "/a/%7Bx%7D",
+            "/a/%20b",
+            "*",
+        ] {
+            assert!(
+                matches!(normalize(path), Ok(Cow::Borrowed(p)) if p == path),
+                "{path}"
+            );
+        }
+    }
+
+    #[test]
+    fn unreserved_escapes_are_decoded_and_others_kept() {
+        assert_eq!(n("/v1/p%61yments"), Ok("/v1/payments".into()));
+        assert_eq!(n("/rl/%69p"), Ok("/rl/ip".into()));
+        assert_eq!(n("/a/%7e%2D%5f%2E%30"), Ok("/a/~-_.0".into()));
+        assert_eq!(n("/a/%7b%61%7D"), Ok("/a/%7ba%7D".into()));
+        assert_eq!(n("/a/%25%61"), Ok("/a/%25a".into()));
+    }
+
+    #[test]
+    fn slashes_are_merged_then_dot_segments_removed() {
+        assert_eq!(n("/rl//ip"), Ok("/rl/ip".into()));
+        assert_eq!(n("//rl/ip"), Ok("/rl/ip".into()));
+        assert_eq!(n("/rl/./ip"), Ok("/rl/ip".into()));
+        assert_eq!(n("/rl/x/../ip"), Ok("/rl/ip".into()));
+        assert_eq!(n("/rl/x/%2E%2E/ip"), Ok("/rl/ip".into()));
+        assert_eq!(n("/a//../b"), Ok("/b".into()));
+        assert_eq!(n("/a/b/."), Ok("/a/b/".into()));
+        assert_eq!(n("/a/b/.."), Ok("/a/".into()));
+        assert_eq!(n("/a/.."), Ok("/".into()));
+        assert_eq!(n("//"), Ok("/".into()));
+        assert_eq!(n("/a//"), Ok("/a/".into()));
+        assert_eq!(n("/."), Ok("/".into()));
+    }
+
+    #[test]
+    fn what_upstreams_read_apart_is_refused() {
+        assert_eq!(n("/a%2Fb"), Err(PathError::EncodedSlash));
+        assert_eq!(n("/a%2fb"), Err(PathError::EncodedSlash));
+        assert_eq!(n("/a%5cb"), Err(PathError::EncodedSlash));
+        assert_eq!(n("/a%zz"), Err(PathError::BadEscape));
+        assert_eq!(n("/a%4"), Err(PathError::BadEscape));
+        assert_eq!(n("/a%"), Err(PathError::BadEscape));
+        assert_eq!(n("/.."), Err(PathError::AboveRoot));
+        assert_eq!(n("/a/../../b"), Err(PathError::AboveRoot));
+        assert_eq!(n("/%2e%2e/b"), Err(PathError::AboveRoot));
+    }
+
+    #[test]
+    fn a_trailing_slash_is_trimmed_for_matching() {
+        assert_eq!(trim_trailing("/rl/ip/"), "/rl/ip");
+        assert_eq!(trim_trailing("/rl/ip"), "/rl/ip");
+        assert_eq!(trim_trailing("/"), "/");
+    }
+
+    #[test]
+    fn normalising_twice_changes_nothing() {
+        for path in ["/a//./b/../c/", "/%61/%2e/b", "/x/y/./../z//"] {
+            let once = n(path).expect("normal");
+            assert_eq!(n(&once), Ok(once.clone()), "{path}");
+            assert!(matches!(normalize(&once), Ok(Cow::Borrowed(_))), "{path}");
+        }
+    }
+}
