@@ -196,14 +196,61 @@ fn digit(b: u8) -> Option<u8> {
     }
 }
 
-/// Whether `value` may be sent as `tracestate` (§3.3): visible ASCII, spaces and tabs, at most
-/// 512 bytes as the specification asks a vendor to keep, 32 list members at most.
-pub fn tracestate_ok(value: &[u8]) -> bool {
-    value.len() <= 512
-        && value
+/// The most bytes of a `tracestate` a vendor must propagate (§3.3.1.5), counting the commas
+/// between list members but not optional whitespace: beyond, it may truncate.
+pub const TRACESTATE_BYTES: usize = 512;
+/// The most list members of a `tracestate` (§3.3.1.1).
+pub const TRACESTATE_MEMBERS: usize = 32;
+/// A list member longer than this is the first dropped when a `tracestate` is truncated
+/// (§3.3.1.5).
+const TRACESTATE_LONG_MEMBER: usize = 128;
+
+/// `value` as it may go on as `tracestate` (W3C Trace Context §3.3): `None` when it is not
+/// one (a byte other than visible ASCII, space or tab; nothing but empty members), dropped
+/// whole. Within the limits of §3.3.1.5 (at most 512 bytes, 32 list members), as it came,
+/// borrowed. Beyond them, truncated as §3.3.1.5 says a vendor may: whole list members
+/// dropped, never one cut, never the field whole: to 32 members from the right, then,
+/// while over 512 bytes, members longer than 128 bytes (the right-most first), then members
+/// from the right; what is kept is written with `,` between members and no optional
+/// whitespace.
+pub fn tracestate_within_limits(value: &[u8]) -> Option<std::borrow::Cow<'_, [u8]>> {
+    let mut commas = 0usize;
+    for &b in value {
+        if b != b'\t' && !(b' '..=b'~').contains(&b) {
+            return None;
+        }
+        commas += usize::from(b == b',');
+    }
+    // At most 32 members (some may be empty) in at most 512 bytes: within the limits as it
+    // came, whatever its whitespace.
+    if value.len() <= TRACESTATE_BYTES && commas < TRACESTATE_MEMBERS {
+        return match value.iter().all(|&b| matches!(b, b' ' | b'\t' | b',')) {
+            true => None,
+            false => Some(std::borrow::Cow::Borrowed(value)),
+        };
+    }
+    let mut members: Vec<&[u8]> = value
+        .split(|&b| b == b',')
+        .map(|m| m.trim_ascii())
+        .filter(|m| !m.is_empty())
+        .collect();
+    members.truncate(TRACESTATE_MEMBERS);
+    let size = |members: &[&[u8]]| {
+        members.iter().map(|m| m.len()).sum::<usize>() + members.len().saturating_sub(1)
+    };
+    while size(&members) > TRACESTATE_BYTES {
+        match members
             .iter()
-            .all(|&b| b == b'\t' || (b' '..=b'~').contains(&b))
-        && value.iter().filter(|&&b| b == b',').count() < 32
+            .rposition(|m| m.len() > TRACESTATE_LONG_MEMBER)
+        {
+            Some(long) => members.remove(long),
+            None => members.pop()?,
+        };
+    }
+    if members.is_empty() {
+        return None;
+    }
+    Some(std::borrow::Cow::Owned(members.join(&b',')))
 }
 
 #[cfg(test)]
@@ -258,7 +305,114 @@ mod tests {
         assert_eq!(&written.value()[36..52], b"13579bdf02468ace".as_slice());
     }
 
+    /// `n` list members `k{i}=` with values of `len` bytes each (`len` + 3 or 4 bytes a
+    /// member).
+    fn members(from: usize, n: usize, len: usize) -> Vec<String> {
+        (from..from + n)
+            .map(|i| format!("k{i}={}", "v".repeat(len)))
+            .collect()
+    }
+
+    #[test]
+    fn a_tracestate_within_its_limits_goes_on_as_it_came_without_a_copy() {
+        for value in [
+            "rojo=00f067aa0ba902b7,congo=t61rcWkgMzE".to_owned(),
+            "rojo=1 ,\t congo=2".to_owned(),
+            members(0, 32, 10).join(","),
+            format!("k={}", "v".repeat(510)),
+        ] {
+            assert!(value.len() <= 512, "{}", value.len());
+            match tracestate_within_limits(value.as_bytes()) {
+                Some(std::borrow::Cow::Borrowed(kept)) => assert_eq!(kept, value.as_bytes()),
+                other => panic!("{value}: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn what_is_not_a_tracestate_is_dropped_whole() {
+        for value in [&b"rojo=1\x00"[..], b"rojo=\xc3\xa9", b"", b" , ,"] {
+            assert_eq!(tracestate_within_limits(value), None, "{value:?}");
+        }
+    }
+
+    #[test]
+    fn over_512_bytes_the_right_most_members_go() {
+        // 609 bytes: 10 members of 60 bytes and 9 commas; 8 of them fit in 512.
+        let all = members(0, 10, 57);
+        let value = all.join(",");
+        let kept = tracestate_within_limits(value.as_bytes()).expect("kept");
+        let kept = std::str::from_utf8(&kept).expect("ascii");
+        assert!(value.len() > 512 && kept.len() <= 512, "{}", kept.len());
+        // Whole members, from the left, as many as fit.
+        let fit = all[..8].join(",");
+        assert_eq!(kept, fit);
+    }
+
+    #[test]
+    fn over_512_bytes_long_members_go_first() {
+        // A member of 200 bytes in the middle: it goes, the rest stay.
+        let long = format!("long={}", "l".repeat(195));
+        let value = [members(0, 2, 100), vec![long], members(2, 2, 100)]
+            .concat()
+            .join(",");
+        assert!(value.len() > 512);
+        let kept = tracestate_within_limits(value.as_bytes()).expect("kept");
+        let want = [members(0, 2, 100), members(2, 2, 100)].concat().join(",");
+        assert_eq!(kept.as_ref(), want.as_bytes());
+        // Two long ones: the right-most goes first, and is enough.
+        let (a, b) = (
+            "a=".to_owned() + &"a".repeat(198),
+            "b=".to_owned() + &"b".repeat(198),
+        );
+        let value = [vec![a.clone()], members(0, 2, 100), vec![b]]
+            .concat()
+            .join(",");
+        let kept = tracestate_within_limits(value.as_bytes()).expect("kept");
+        let want = [vec![a], members(0, 2, 100)].concat().join(",");
+        assert_eq!(kept.as_ref(), want.as_bytes());
+    }
+
+    #[test]
+    fn over_32_members_the_right_most_go_and_whitespace_does_not_count() {
+        let value = members(0, 40, 1).join(" , ");
+        let kept = tracestate_within_limits(value.as_bytes()).expect("kept");
+        assert_eq!(kept.as_ref(), members(0, 32, 1).join(",").as_bytes());
+        // 559 bytes with its spaces, 289 without: kept whole, its whitespace dropped.
+        let spaced = members(0, 10, 25).join(&format!("{},", " ".repeat(30)));
+        assert!(spaced.len() > 512);
+        let kept = tracestate_within_limits(spaced.as_bytes()).expect("kept");
+        assert_eq!(kept.as_ref(), members(0, 10, 25).join(",").as_bytes());
+    }
+
     proptest::proptest! {
+        #[test]
+        fn a_truncated_tracestate_is_whole_members_within_the_limits(
+            lens in proptest::collection::vec(1usize..260, 0..50),
+        ) {
+            let all: Vec<String> = lens.iter().enumerate().map(|(i, len)| format!("k{i}={}", "v".repeat(*len))).collect();
+            let value = all.join(",");
+            let kept = tracestate_within_limits(value.as_bytes());
+            if all.is_empty() {
+                proptest::prop_assert!(kept.is_none());
+                return Ok(());
+            }
+            let kept = kept.map(|k| String::from_utf8(k.into_owned()).expect("ascii")).unwrap_or_default();
+            proptest::prop_assert!(kept.len() <= 512);
+            let kept_members: Vec<&str> = kept.split(',').filter(|m| !m.is_empty()).collect();
+            proptest::prop_assert!(kept_members.len() <= 32);
+            // In their order, each one whole.
+            let mut at = 0;
+            for member in &kept_members {
+                let found = all[at..].iter().position(|m| m == member);
+                proptest::prop_assert!(found.is_some(), "{} not whole or out of order", member);
+                at += found.unwrap_or(0) + 1;
+            }
+            if value.len() <= 512 && all.len() <= 32 {
+                proptest::prop_assert_eq!(kept, value);
+            }
+        }
+
         #[test]
         fn random_digits_are_hex_and_zero_only_for_zero(bits: u64) {
             let digits = random_digits(bits);

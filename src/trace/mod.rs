@@ -37,7 +37,9 @@ use crate::config::{OtlpProtocol, TracingSettings};
 use crate::error::Error;
 use sampling::{random3, Sampling};
 
-pub use context::{format, parse, tracestate_ok, Parent, Traceparent, TRACEPARENT_LINE_LEN};
+pub use context::{
+    format, parse, tracestate_within_limits, Parent, Traceparent, TRACEPARENT_LINE_LEN,
+};
 
 /// The `traceparent` field name (W3C Trace Context §3.2).
 pub static TRACEPARENT: http::HeaderName = http::HeaderName::from_static("traceparent");
@@ -265,18 +267,19 @@ pub fn host_and_port(authority: &str) -> (&str, Option<i64>) {
 }
 
 /// Several `tracestate` lines are one list (W3C Trace Context §3.3.1.1); an invalid one is
-/// dropped whole.
+/// dropped whole, one over §3.3.1.5's limits truncated by whole list members
+/// ([`tracestate_within_limits`]). One line within them is copied once, into the value.
 fn joined<'v>(mut lines: impl Iterator<Item = &'v [u8]>) -> Option<http::HeaderValue> {
     let first = lines.next()?;
+    let Some(second) = lines.next() else {
+        return http::HeaderValue::from_bytes(&tracestate_within_limits(first)?).ok();
+    };
     let mut value = first.to_vec();
-    for line in lines {
+    for line in std::iter::once(second).chain(lines) {
         value.push(b',');
         value.extend_from_slice(line);
     }
-    if !tracestate_ok(&value) {
-        return None;
-    }
-    http::HeaderValue::from_bytes(&value).ok()
+    http::HeaderValue::from_bytes(&tracestate_within_limits(&value)?).ok()
 }
 
 /// One request's trace: its `SERVER` span when sampled, and what its attempts send upstream.
