@@ -57,6 +57,7 @@ pub fn check(data: &[u8]) {
             original_host: host.as_ref(),
             via: &via,
             preserve_host: false,
+            underscores: crate::config::UnderscoreFields::Drop,
         },
     );
     let xff: Vec<&[u8]> = headers.get_all(XFF).iter().map(|v| v.as_bytes()).collect();

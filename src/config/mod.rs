@@ -27,7 +27,7 @@ pub use traces::{check_endpoint, OtlpProtocol, TracingSettings, DEFAULT_MAX_QUEU
 
 pub use policy::{
     CheckPolicy, HealthPolicy, Legacy, LegacyCache, LegacyProbe, Limits, RetryPolicy, Timeouts,
-    DEFAULT_BACKLOG,
+    UnderscoreFields, DEFAULT_BACKLOG,
 };
 
 /// The config file as written.

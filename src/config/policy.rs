@@ -114,6 +114,22 @@ pub struct Limits {
     /// Send the request upstream with its path normalised (`/v1/p%61y//x` as `/v1/pay/x`),
     /// as routes matched it; `false`: as the client sent it (docs/data-path.md "Paths").
     pub forward_normalized_path: bool,
+    /// What becomes of a request field with `_` in its name that is not one of the router's
+    /// own read with `-` (those are always removed): docs/data-path.md "Field names with `_`".
+    pub underscore_fields: UnderscoreFields,
+}
+
+/// `limits.underscore_fields`: a request field whose name holds `_` (docs/data-path.md,
+/// "Field names with `_`"). CGI-style upstreams (Rack, WSGI, PHP) read `X_A` and `X-A` as
+/// one key (`HTTP_X_A`), so such a field can stand for another the router has vetted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UnderscoreFields {
+    /// Removed, as nginx's `underscores_in_headers off` removes it.
+    #[default]
+    Drop,
+    /// Sent on as it came.
+    Pass,
 }
 
 impl Default for Limits {
@@ -140,6 +156,7 @@ impl Default for Limits {
             held_requests: 10_000,
             mirrors_in_flight: 256,
             forward_normalized_path: false,
+            underscore_fields: UnderscoreFields::Drop,
         }
     }
 }

@@ -94,6 +94,10 @@ pub const RATE_LIMIT_STORE_ERRORS: &str = "iuid_router_rate_limit_store_errors_t
 /// Gauge `{rule}`: keys a rule holds in this edge's memory now (idle ones are evicted every
 /// second).
 pub const RATE_LIMIT_KEYS: &str = "iuid_router_rate_limit_keys";
+/// Counter `{kind, action}`: request fields with `_` in their name (docs/data-path.md "Field
+/// names with `_`"), one per field line: `kind` `own` (one of the router's own fields read
+/// with `-`: always `dropped`) or `other` (`dropped` or `passed`, `limits.underscore_fields`).
+pub const UNDERSCORE_FIELDS: &str = "iuid_router_underscore_fields_total";
 
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
@@ -217,6 +221,10 @@ fn describe() {
         RATE_LIMIT_STORE_ERRORS,
         "Rate-limit decisions Redis could not make, by on_error (local, allow)."
     );
+    ::metrics::describe_counter!(
+        UNDERSCORE_FIELDS,
+        "Request fields with _ in their name, by kind (own, other) and action (dropped, passed)."
+    );
     ::metrics::describe_gauge!(
         RATE_LIMIT_KEYS,
         "Keys a rate_limits rule holds in this edge's memory, by rule."
@@ -250,6 +258,15 @@ pub fn rate_limit_store_error(on_error: &'static str) {
 pub fn rate_limit_keys(rule: &str, keys: usize) {
     handle();
     ::metrics::gauge!(RATE_LIMIT_KEYS, "rule" => rule.to_owned()).set(keys as f64);
+}
+
+/// Counts `lines` request field lines with `_` in their name: one of the router's own read with
+/// `-` (`own`, always dropped), or another, `dropped` or `passed` ([`UNDERSCORE_FIELDS`]).
+pub fn underscore_fields(own: bool, dropped: bool, lines: u64) {
+    handle();
+    let kind = if own { "own" } else { "other" };
+    let action = if dropped { "dropped" } else { "passed" };
+    ::metrics::counter!(UNDERSCORE_FIELDS, "kind" => kind, "action" => action).increment(lines);
 }
 
 /// Sets [`OVERLOADED`] for `resource` (`memory`, `nofile`).

@@ -157,6 +157,10 @@ pub enum Problem {
         /// When to try again: the move's `hold_ms`.
         retry_after: std::time::Duration,
     },
+    /// A field the router reads for a decision (a `{ header: NAME }` rate limit's key) sent
+    /// on several lines with different values (400, docs/rate-limits.md): the router would
+    /// count one value while the upstream may read another, or all of them joined.
+    AmbiguousHeader(http::HeaderName),
     /// A routing table that failed validation was not installed (422, admin API).
     InvalidTable {
         /// The version that keeps serving.
@@ -219,7 +223,8 @@ impl Problem {
             Problem::MalformedId { .. }
             | Problem::GraphqlInvalid(_)
             | Problem::InvalidJson(_)
-            | Problem::RegionConflict { .. } => StatusCode::BAD_REQUEST,
+            | Problem::RegionConflict { .. }
+            | Problem::AmbiguousHeader(_) => StatusCode::BAD_REQUEST,
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
@@ -308,6 +313,7 @@ impl Problem {
             Problem::FanoutBusy(_) => ("fanout-busy", "Too many fan-outs in flight"),
             Problem::RateLimited(_) => ("rate-limited", "Too many requests"),
             Problem::Moving { .. } => ("moving", "Entity moving between regions"),
+            Problem::AmbiguousHeader(_) => ("ambiguous-header", "Header field read two ways"),
         }
     }
 
@@ -427,6 +433,11 @@ impl Problem {
                 limited.terms,
                 limited.retry_after_secs()
             ),
+            Problem::AmbiguousHeader(name) => format!(
+                "the header field `{name}` came on several lines with different values; the \
+                 router reads it for a rate limit and the upstream could read another value: \
+                 send it once"
+            ),
             Problem::Moving { name, retry_after } => format!(
                 "the entity is moving between regions (move `{name}`): its write waits for \
                  the move to flip, which it did not within {} ms (or too many writes wait \
@@ -491,6 +502,9 @@ impl Problem {
             }
             Problem::RateLimited(limited) => {
                 body["rule"] = json!(&*limited.rule);
+            }
+            Problem::AmbiguousHeader(name) => {
+                body["field"] = json!(name.as_str());
             }
             Problem::RegionsFailed { regions } => {
                 let failed: serde_json::Map<String, serde_json::Value> = regions

@@ -515,6 +515,7 @@ impl Proxy {
                 original_host: original_host.as_ref(),
                 via: self.via.for_version(parts.version),
                 preserve_host: self.config.preserve_host,
+                underscores: self.config.limits.underscore_fields,
             },
         );
     }

@@ -51,7 +51,7 @@ pub trait RequestView {
     /// may leave it out, HTTP/2 has `:authority`).
     fn requires_host(&self) -> bool;
     /// The values of the field `name` (lowercase), in order.
-    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a;
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a;
     /// The first value of the field `name`.
     fn value(&self, name: &HeaderName) -> Option<&[u8]>;
     /// The first `x-request-id` value (read on every request: no name is parsed or searched
@@ -143,7 +143,7 @@ impl RequestView for HeadView<'_> {
         self.head.minor == 1
     }
 
-    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         let fields: &[head::Field] = match self.seen(name) {
             true => &self.head.fields,
             false => &[],
@@ -214,7 +214,7 @@ impl RequestView for Parts {
         self.version == Version::HTTP_11
     }
 
-    fn values<'a>(&'a self, name: &'static str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    fn values<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
         self.headers.get_all(name).iter().map(HeaderValue::as_bytes)
     }
 
@@ -303,6 +303,15 @@ impl Proxy {
             return Err(Problem::AmbiguousPath(e));
         }
         admit::check_host(view.values("host"), view.requires_host())?;
+        if let Some(limits) = &self.limits {
+            // A rate limit's key read one way (docs/rate-limits.md): refused before any
+            // rule counts the request.
+            for name in limits.header_keys() {
+                if !crate::ratelimit::one_value(view.values(name.as_str())) {
+                    return Err(Problem::AmbiguousHeader(name.clone()));
+                }
+            }
+        }
         let max_hops = self.config.limits.max_hops;
         headers::check_via(view.values("via"), &self.config.region, max_hops).map_err(Problem::Loop)
     }

@@ -44,6 +44,17 @@ pub trait Keys {
     fn field(&self, name: &HeaderName) -> Option<&[u8]>;
 }
 
+/// Whether a key field's lines say one thing: none, one, or the same value on each (read
+/// once). Lines that differ are no one key: an upstream reads the first (Go's `Header.Get`),
+/// the last, or all of them joined (WSGI, Node.js), and the rule would count another key
+/// than the one the upstream acts on (docs/rate-limits.md, "A key sent twice").
+pub fn one_value<'a>(mut lines: impl Iterator<Item = &'a [u8]>) -> bool {
+    match lines.next() {
+        None => true,
+        Some(first) => lines.all(|line| line == first),
+    }
+}
+
 /// A request over a rule: the 429 to answer (`Problem::RateLimited`).
 #[derive(Debug, Clone)]
 pub struct Limited {
@@ -149,6 +160,8 @@ pub struct RateLimits {
     rules: Vec<Rule>,
     head: bool,
     region: bool,
+    /// The fields `{ header: NAME }` rules read, each once.
+    header_keys: Vec<HeaderName>,
     shared: Option<shared::Shared>,
     hasher: rustc_hash::FxBuildHasher,
     /// Mixed into every key's hash, so that which keys collide is not known outside.
@@ -163,7 +176,16 @@ impl RateLimits {
             return None;
         }
         let rules: Vec<Rule> = config.rate_limits.iter().map(Rule::new).collect();
+        let mut header_keys: Vec<HeaderName> = Vec::new();
+        for rule in &rules {
+            if let LimitKey::Header(name) = &rule.settings.key {
+                if !header_keys.contains(name) {
+                    header_keys.push(name.clone());
+                }
+            }
+        }
         let limits = Arc::new(RateLimits {
+            header_keys,
             head: rules.iter().any(|r| r.settings.key.from_head()),
             region: rules.iter().any(|r| !r.settings.key.from_head()),
             rules,
@@ -184,6 +206,13 @@ impl RateLimits {
     /// Whether a rule reads the head (a `client_ip`, header or `route` key).
     pub fn has_head_rules(&self) -> bool {
         self.head
+    }
+
+    /// The fields `{ header: NAME }` rules read (each once): a request that sends one on
+    /// lines with different values is refused in the admit phase, whatever the rules'
+    /// `routes:` (`Problem::AmbiguousHeader`, docs/rate-limits.md).
+    pub fn header_keys(&self) -> &[HeaderName] {
+        &self.header_keys
     }
 
     /// Whether a rule counts the owner region (`key: region`).
@@ -461,5 +490,22 @@ fn housekeep(limits: Weak<RateLimits>) {
                 rule.local.rotate_top();
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_value;
+
+    #[test]
+    fn a_key_sent_twice_is_one_only_when_its_lines_agree() {
+        let lines = |v: &[&'static str]| v.iter().map(|s| s.as_bytes()).collect::<Vec<_>>();
+        assert!(one_value(lines(&[]).into_iter()));
+        assert!(one_value(lines(&["k1"]).into_iter()));
+        assert!(one_value(lines(&["k1", "k1", "k1"]).into_iter()));
+        assert!(!one_value(lines(&["fresh", "over"]).into_iter()));
+        assert!(!one_value(lines(&["k1", "k1", "K1"]).into_iter()));
+        // One line with a comma is one value, as sent: not split here.
+        assert!(one_value(lines(&["a, b"]).into_iter()));
     }
 }

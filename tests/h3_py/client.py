@@ -10,6 +10,7 @@ The plan:
    "early": true,            # send the first steps before the handshake completes
    "steps": [
      {"op": "request", "method": "GET", "path": "/x", "headers": {"k": "v"}, "body": "..."},
+                             # "header_lines": [["k", "v1"], ["k", "v2"]] for a name sent twice
      {"op": "requests", "count": 20, ...request fields...},   # concurrently, one stream each
      {"op": "requests", "list": [request, request]},          # these, concurrently
      {"op": "sleep", "ms": 100},
@@ -104,7 +105,10 @@ class Client(QuicConnectionProtocol):
             (b":scheme", b"https"),
             (b":authority", plan.get("sni", "localhost").encode()),
             (b":path", step.get("path", "/").encode()),
-        ] + [(k.lower().encode(), v.encode()) for k, v in step.get("headers", {}).items()]
+        ] + [(k.lower().encode(), v.encode()) for k, v in step.get("headers", {}).items()] + [
+            # Field lines as a list, for a name sent twice: [[name, value], ...].
+            (k.lower().encode(), v.encode()) for k, v in step.get("header_lines", [])
+        ]
         body = step.get("body")
         self.h3.send_headers(stream_id, headers, end_stream=end and body is None)
         if body is not None:

@@ -536,6 +536,7 @@ impl Proxy {
                 request_id: life.id.as_bytes(),
                 nominates: head.seen.has(Seen::CONNECTION),
                 trace: life.traced(),
+                underscores: self.config.limits.underscore_fields,
             },
         );
         if self.config.decision_headers {

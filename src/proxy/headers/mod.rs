@@ -11,6 +11,9 @@
 //!   answered 508 instead of being sent round again.
 //! - `X-Forwarded-*` (de facto) and `Forwarded` (RFC 7239) tell the upstream who the client
 //!   was, because the upstream only sees the router's address.
+//! - A request field whose name holds `_` may be read by the upstream as the same name with
+//!   `-` (CGI's `HTTP_X_IUID_REGION`): one that reads as the router's own is removed, any
+//!   other goes by `limits.underscore_fields` ([`underscore_field`]).
 
 use http::header::{
     HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, FORWARDED, HOST,
@@ -18,6 +21,7 @@ use http::header::{
 };
 use http::{uri::Authority, Version};
 
+pub use crate::config::UnderscoreFields;
 pub use crate::problem::LoopReason;
 
 /// Hop-by-hop fields of RFC 9110 §7.6.1, plus the pre-standard `Keep-Alive` and
@@ -120,14 +124,23 @@ const CLIENT_CERT_BIT: u16 = 1 << 8;
 /// ([`is_router_field`]).
 const ROUTER_FIELD_BIT: u16 = 1 << 9;
 
+/// In the bits of [`hop_by_hop_present`]: some field name holds `_` ([`underscore_field`]).
+const UNDERSCORE_BIT: u16 = 1 << 10;
+
 /// Bit `i` set when `HOP_BY_HOP[i]` is in `headers`; with `requests`, [`CLIENT_CERT_BIT`]
-/// set when a client-certificate field is and [`ROUTER_FIELD_BIT`] when an `X-Iuid-*` one
-/// is. The same pass over the names finds them all.
+/// set when a client-certificate field is, [`ROUTER_FIELD_BIT`] when an `X-Iuid-*` one is
+/// and [`UNDERSCORE_BIT`] when a name holds `_`. The same pass over the names finds them all.
 fn hop_by_hop_present(headers: &HeaderMap, requests: bool) -> u16 {
     let lengths = HOP_BY_HOP_LENGTHS;
     let certs = if requests { CLIENT_CERT_LENGTHS } else { 0 };
     let mut present = 0u16;
     for name in headers.keys() {
+        // No hop-by-hop or client-certificate name holds `_`; an `X-Iuid-*` one that does is
+        // removed (and counted) with the `_` names, as the own engine's head path does.
+        if requests && has_underscore(name.as_str().as_bytes()) {
+            present |= UNDERSCORE_BIT;
+            continue;
+        }
         if requests && name.as_str().starts_with("x-iuid-") {
             present |= ROUTER_FIELD_BIT;
             continue;
@@ -168,6 +181,79 @@ fn remove_router_fields(headers: &mut HeaderMap, client: &ClientAddr) {
     let names: Vec<HeaderName> = headers.keys().filter(router_field).cloned().collect();
     for name in names {
         headers.remove(name);
+    }
+}
+
+/// The router's own request fields whose names hold `-`, as [`underscore_field`] compares
+/// a name with `_` to them, with the client-certificate and hop-by-hop fields
+/// (`Transfer-Encoding`, `Keep-Alive`, `Proxy-Connection`) and the prefixes
+/// `X-Iuid-` and `X-Forwarded-`. Its own names without `-` (`Forwarded`, `Via`,
+/// `traceparent`, `tracestate`, `Host`) can be spelled no other way with `_`.
+const OWN_DASHED: [&str; 2] = ["x-request-id", "content-length"];
+
+/// The prefixes of [`OWN_DASHED`]'s families: `X-Iuid-*` ([`is_router_field`]) and
+/// `X-Forwarded-*`.
+const OWN_PREFIXES: [&str; 2] = ["x-iuid-", "x-forwarded-"];
+
+/// Whether a field name holds `_`: one byte scan, the only cost of the rule for the names
+/// that do not (nearly all).
+#[inline]
+pub fn has_underscore(name: &[u8]) -> bool {
+    memchr::memchr(b'_', name).is_some()
+}
+
+/// Whether `name`, with `_` read as `-` and case ignored, is `own` (lowercase).
+fn reads_as(name: &[u8], own: &str) -> bool {
+    name.len() == own.len()
+        && name.iter().zip(own.as_bytes()).all(|(&n, &o)| {
+            let n = if n == b'_' {
+                b'-'
+            } else {
+                n.to_ascii_lowercase()
+            };
+            n == o
+        })
+}
+
+/// Whether `name` (which holds `_`), with `_` read as `-`, is one of the router's own
+/// request fields ([`OWN_DASHED`], [`OWN_PREFIXES`], the client-certificate and hop-by-hop
+/// fields).
+fn own_with_underscores(name: &[u8]) -> bool {
+    OWN_PREFIXES
+        .iter()
+        .any(|p| name.len() > p.len() && reads_as(&name[..p.len()], p))
+        || OWN_DASHED.iter().any(|o| reads_as(name, o))
+        || CLIENT_CERT_NAMES.iter().any(|o| reads_as(name, o))
+        || HOP_BY_HOP_NAMES.iter().any(|o| reads_as(name, o))
+}
+
+/// The rule for a request field whose name holds `_` ([`has_underscore`]), declared once
+/// for both appliers (`raw.rs` on bytes, [`rewrite_request`] on a `HeaderMap`):
+/// docs/data-path.md "Field names with `_`". CGI-style upstreams (Rack and Puma, WSGI, PHP)
+/// read `X-Iuid_Region` and `X-Iuid-Region` as one key, `HTTP_X_IUID_REGION`: a name that
+/// reads, with `_` as `-`, as one of the router's own fields is removed as that field is,
+/// whatever the setting; any other goes by `limits.underscore_fields`. Whether it is removed;
+/// its `lines` counted in `iuid_router_underscore_fields_total`.
+pub fn underscore_field(name: &[u8], setting: UnderscoreFields, lines: u64) -> bool {
+    let own = own_with_underscores(name);
+    let dropped = own || setting == UnderscoreFields::Drop;
+    crate::metrics::underscore_fields(own, dropped, lines);
+    dropped
+}
+
+/// Removes the fields with `_` in their names that [`underscore_field`] drops, once
+/// [`hop_by_hop_present`] saw one (the names are copied: rare).
+fn remove_underscore_fields(headers: &mut HeaderMap, setting: UnderscoreFields) {
+    let names: Vec<HeaderName> = headers
+        .keys()
+        .filter(|n| has_underscore(n.as_str().as_bytes()))
+        .cloned()
+        .collect();
+    for name in names {
+        let lines = headers.get_all(&name).iter().count() as u64;
+        if underscore_field(name.as_str().as_bytes(), setting, lines) {
+            headers.remove(name);
+        }
     }
 }
 
@@ -373,6 +459,9 @@ pub struct Forwarding<'a> {
     pub via: &'a HeaderValue,
     /// Keep the client's `Host` (docs/data-path.md `preserve_host`).
     pub preserve_host: bool,
+    /// `limits.underscore_fields`: what becomes of a field with `_` in its name that is not
+    /// one of the router's own ([`underscore_field`]).
+    pub underscores: UnderscoreFields,
 }
 
 /// Applies docs/data-path.md to a request about to go upstream: hop-by-hop fields removed (an upgrade
@@ -385,6 +474,9 @@ pub fn rewrite_request(headers: &mut HeaderMap, f: &Forwarding<'_>) {
     let present = hop_by_hop_present(headers, true);
     if present & ROUTER_FIELD_BIT != 0 {
         remove_router_fields(headers, f.client);
+    }
+    if present & UNDERSCORE_BIT != 0 {
+        remove_underscore_fields(headers, f.underscores);
     }
     let upgrade = if may_upgrade(present) {
         upgrade_of(headers)

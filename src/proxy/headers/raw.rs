@@ -117,6 +117,8 @@ pub struct RawForwarding<'a> {
     /// are left out, and the trace's written when they are the same for every attempt
     /// (each attempt of a sampled request writes its own).
     pub trace: Option<&'a crate::trace::Traced>,
+    /// `limits.underscore_fields` ([`super::underscore_field`]).
+    pub underscores: super::UnderscoreFields,
 }
 
 /// Writes the fields of a request going upstream: the client's fields under docs/data-path.md's
@@ -148,7 +150,10 @@ pub fn write_request_fields(
 
     for field in fields {
         let name = field.name.of(buf);
-        let dropped = is_hop_by_hop(name)
+        // First, as `rewrite_request` takes them first: each line counted once.
+        let dropped = (super::has_underscore(name)
+            && super::underscore_field(name, f.underscores, 1))
+            || is_hop_by_hop(name)
             || is_client_cert(name)
             || name.eq_ignore_ascii_case(b"host")
             || name.eq_ignore_ascii_case(b"content-length")
@@ -282,6 +287,7 @@ X-Request-Id: old\r\nVia: 1.1 edge\r\n\r\n";
             request_id: b"rid",
             nominates: true,
             trace: None,
+            underscores: crate::config::UnderscoreFields::Drop,
         };
         let mut out = Vec::new();
         write_request_fields(&mut out, buf, &head.fields, &f);

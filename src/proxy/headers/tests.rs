@@ -40,6 +40,7 @@ fn upgrade_kept_only_when_asked_for() {
             original_host: None,
             via: &via,
             preserve_host: false,
+            underscores: UnderscoreFields::Drop,
         };
         rewrite_request(&mut h, &f);
         h
@@ -92,6 +93,7 @@ fn forwarded_fields() {
             original_host: host.as_ref(),
             via: &via,
             preserve_host: false,
+            underscores: UnderscoreFields::Drop,
         },
     );
     let mut parts = http::Request::new(()).into_parts().0;
@@ -117,6 +119,7 @@ fn forwarded_fields() {
         original_host: host.as_ref(),
         via: &via,
         preserve_host: false,
+        underscores: UnderscoreFields::Drop,
     };
     rewrite_request(&mut h, &f);
     assert_eq!(h["forwarded"], "for=192.0.2.1;proto=http");
@@ -130,4 +133,129 @@ fn content_length_goes_on_as_a_plain_decimal() {
         assert_eq!(h["content-length"], want, "{sent}");
         assert_eq!(h.len(), 1);
     }
+}
+
+/// The client's fields among `sent` that reach the upstream, lowercased, after each applier:
+/// `rewrite_request` on a `HeaderMap` (HTTP/2, HTTP/3, bridged) and `raw::write_request_fields`
+/// on bytes (the own engine's head path).
+fn kept_by_both(sent: &[(&str, &str)], underscores: UnderscoreFields) -> [Vec<String>; 2] {
+    let client = ClientAddr::new("192.0.2.1:5555".parse().expect("addr"));
+    let sent_names: Vec<String> = sent.iter().map(|(n, _)| n.to_ascii_lowercase()).collect();
+    let lowered: Vec<(String, &str)> = sent
+        .iter()
+        .map(|(n, v)| (n.to_ascii_lowercase(), *v))
+        .collect();
+    let pairs: Vec<(&str, &str)> = lowered.iter().map(|(n, v)| (n.as_str(), *v)).collect();
+    let mut h = map(&pairs);
+    let via = HeaderValue::from_static("1.1 eu");
+    rewrite_request(
+        &mut h,
+        &Forwarding {
+            client: &client,
+            original_host: None,
+            via: &via,
+            preserve_host: false,
+            underscores,
+        },
+    );
+    let mut on_map: Vec<String> = h
+        .keys()
+        .map(|n| n.as_str().to_owned())
+        .filter(|n| sent_names.contains(n))
+        .collect();
+    on_map.sort();
+
+    let mut buf = b"GET / HTTP/1.1\r\nHost: h\r\n".to_vec();
+    for (name, value) in sent {
+        buf.extend_from_slice(format!("{name}: {value}\r\n").as_bytes());
+    }
+    buf.extend_from_slice(b"\r\n");
+    let mut head = crate::http1::head::RequestHead::default();
+    assert_eq!(
+        crate::http1::head::parse_request(&buf, &mut head, 100, 8192),
+        Ok(true)
+    );
+    let mut out = Vec::new();
+    raw::write_request_fields(
+        &mut out,
+        &buf,
+        &head.fields,
+        &raw::RawForwarding {
+            client: &client,
+            original_host: Some(b"h"),
+            via: b"1.1 eu",
+            preserve_host: false,
+            request_id: b"rid",
+            nominates: false,
+            trace: None,
+            underscores,
+        },
+    );
+    let text = String::from_utf8(out).expect("ascii");
+    let mut on_bytes: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, _)| n.to_ascii_lowercase())
+        .filter(|n| sent_names.contains(n))
+        .collect();
+    on_bytes.sort();
+    [on_map, on_bytes]
+}
+
+/// A name that reads, with `_` as `-`, as one of the router's own fields is removed as that
+/// field is (a CGI upstream would read `X-Iuid_Region` as `HTTP_X_IUID_REGION`), whatever
+/// `limits.underscore_fields` says; any other `_` name goes by the setting; both appliers
+/// agree.
+#[test]
+fn names_with_underscores_on_both_appliers() {
+    let sent = [
+        ("X-Iuid_Region", "ap"),
+        ("X_Iuid_Move", "to"),
+        ("x-iuid_mirror", "1"),
+        ("X_Forwarded_For", "6.6.6.6"),
+        ("X-Forwarded_Host", "bank.example"),
+        ("X_Request_Id", "forged"),
+        ("X_SSL_Client_Verify", "SUCCESS"),
+        ("Client_Cert", ":x:"),
+        ("Content_Length", "5"),
+        ("Transfer_Encoding", "chunked"),
+        ("Keep_Alive", "1"),
+        ("X_Custom_Field", "1"),
+        ("Accept", "*/*"),
+        ("X-Kept", "1"),
+    ];
+    let dropped = kept_by_both(&sent, UnderscoreFields::Drop);
+    assert_eq!(dropped[0], ["accept", "x-kept"]);
+    assert_eq!(dropped[0], dropped[1], "HeaderMap, then bytes");
+    let passed = kept_by_both(&sent, UnderscoreFields::Pass);
+    assert_eq!(passed[0], ["accept", "x-kept", "x_custom_field"]);
+    assert_eq!(passed[0], passed[1], "HeaderMap, then bytes");
+}
+
+#[test]
+fn what_reads_as_the_routers_own() {
+    for own in [
+        "X-Iuid_Region",
+        "X_IUID_ANYTHING",
+        "x_forwarded_proto",
+        "X-Forwarded_Client_Cert",
+        "x_request-id",
+        "SSL_Client_Cert",
+        "proxy_connection",
+        "content_length",
+    ] {
+        assert!(own_with_underscores(own.as_bytes()), "{own}");
+    }
+    for other in [
+        "x_iuid",
+        "x_iuid_",
+        "x_requestid",
+        "x_custom",
+        "_",
+        "user_agent",
+        "x-iuid",
+    ] {
+        assert!(!own_with_underscores(other.as_bytes()), "{other}");
+    }
+    assert!(!has_underscore(b"x-iuid-region") && has_underscore(b"x_a"));
 }
