@@ -17,6 +17,7 @@ const TARGETS: &[Target] = &[
     ("headers", iuid_router::checks::headers::check, 4),
     ("cursor", iuid_router::checks::cursor::check, 7),
     ("config", iuid_router::checks::config::check, 5),
+    ("reading", iuid_router::checks::reading::check, 10),
 ];
 
 #[test]

@@ -14,6 +14,7 @@ pub mod graphql;
 pub mod grpc;
 pub mod headers;
 pub mod iuid;
+pub mod reading;
 pub mod route;
 pub mod schemes;
 
