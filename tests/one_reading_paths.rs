@@ -364,3 +364,41 @@ async fn the_path_goes_upstream_as_sent_or_normalised_when_asked_over_h3() {
         forwards(&w, Proto::H3, forward).await;
     }
 }
+
+/// A route or rule written in a form no normalised path has would never match: `check`
+/// refuses it at its line, naming the form to write.
+#[test]
+fn a_path_that_never_matches_is_refused_at_its_line() {
+    let dir = tempfile::tempdir().expect("dir");
+    common::write(
+        &dir,
+        "routing-table.yaml",
+        &common::three_regions(
+            "v1",
+            "http://127.0.0.1:1",
+            "http://127.0.0.1:2",
+            "http://127.0.0.1:3",
+        ),
+    );
+    for (route, why) in [
+        ("path: /v1/orders/{id}/", "write `/v1/orders/{id}`"),
+        ("{ path: /v1//rides, query: order_id }", "write `/v1/rides`"),
+        (
+            "{ path: /v1/./payments, json: /order_id }",
+            "write `/v1/payments`",
+        ),
+        ("graphql: /gr%61phql", "write `/graphql`"),
+        (
+            "{ fanout: /v1/list/, items: /items, id_field: id }",
+            "write `/v1/list`",
+        ),
+        ("path: /v1/a%2Fb/{id}", "encoded slash"),
+    ] {
+        let config = ConfigYaml::new().route(route).yaml();
+        common::assert_refused_at(&dir, &config, why, 5);
+    }
+    let config = ConfigYaml::new()
+        .extra("rate_limits:\n  - { key: route, rate: 1/s, routes: [\"/rl/ip/\"] }\n")
+        .yaml();
+    common::assert_refused_at(&dir, &config, "write `/rl/ip`", 5);
+}

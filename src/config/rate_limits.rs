@@ -217,10 +217,12 @@ pub(super) fn rules(
         for (j, route) in spec.routes.iter().enumerate() {
             let why = match route.starts_with('/') {
                 false => Some(format!("`{route}` must start with /")),
-                true => router
-                    .insert(route.as_str(), ())
+                true => crate::extract::normalize::check_template(route)
                     .err()
-                    .map(|e| format!("`{route}`: {e}")),
+                    .or_else(|| {
+                        let inserted = router.insert(route.as_str(), ());
+                        inserted.err().map(|e| format!("`{route}`: {e}"))
+                    }),
             };
             if let Some(why) = why {
                 let mut seg = at("routes");

@@ -98,6 +98,25 @@ pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
     Ok(Cow::Owned(normal))
 }
 
+/// Whether a route's or a rule's path (or `matchit` template) can match: it must be in
+/// the normal form requests are matched in, without a trailing `/` (the root aside).
+///
+/// Errors: the message, naming the form it would have to be written in.
+pub fn check_template(path: &str) -> Result<(), String> {
+    let normal = match normalize(path) {
+        Ok(normal) => normal,
+        Err(e) => return Err(format!("`{path}` never matches: {}", e.describe())),
+    };
+    let matched = trim_trailing(&normal);
+    match matched == path {
+        true => Ok(()),
+        false => Err(format!(
+            "`{path}` never matches: requests are matched by their normalised path \
+             (docs/data-path.md, Paths); write `{matched}`"
+        )),
+    }
+}
+
 /// `path` without one trailing `/` (the root stays `/`): how routes match a normalised path.
 pub fn trim_trailing(path: &str) -> &str {
     match path.len() > 1 && path.ends_with('/') {
@@ -247,6 +266,24 @@ mod tests {
         assert_eq!(n("/.."), Err(PathError::AboveRoot));
         assert_eq!(n("/a/../../b"), Err(PathError::AboveRoot));
         assert_eq!(n("/%2e%2e/b"), Err(PathError::AboveRoot));
+    }
+
+    #[test]
+    fn a_template_must_be_in_normal_form() {
+        assert_eq!(check_template("/v1/orders/{id}"), Ok(()));
+        assert_eq!(check_template("/v1/files/{*rest}"), Ok(()));
+        assert_eq!(check_template("/"), Ok(()));
+        for bad in [
+            "/v1/orders/",
+            "/v1//x",
+            "/v1/./x",
+            "/v1/%6Frders",
+            "/a%2Fb",
+            "/..",
+        ] {
+            assert!(check_template(bad).is_err(), "{bad}");
+        }
+        assert!(check_template("/v1/orders/").is_err_and(|e| e.contains("write `/v1/orders`")));
     }
 
     #[test]

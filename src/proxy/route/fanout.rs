@@ -93,6 +93,8 @@ impl Kind for Spec {
                 format!("fanout path `{path}` must start with /"),
             ));
         }
+        crate::extract::normalize::check_template(&path)
+            .map_err(|e| RouteError::new("fanout", e))?;
         if !items.is_empty() && !items.starts_with('/') {
             return Err(RouteError::new(
                 "items",

@@ -79,6 +79,8 @@ impl Kind for Spec {
                 format!("graphql path `{}` must start with /", self.graphql),
             ));
         }
+        crate::extract::normalize::check_template(&self.graphql)
+            .map_err(|e| RouteError::new("graphql", e))?;
         let vars = self.persisted_id_variables.unwrap_or_default();
         let mut route = GraphqlRoute::new(self.graphql, vars, scheme, limits)
             .with_split_nodes(self.split_nodes.unwrap_or(false));

@@ -59,6 +59,8 @@ impl Kind for Spec {
                 ),
             ));
         }
+        crate::extract::normalize::check_template(&self.grpc)
+            .map_err(|e| RouteError::new("grpc", e))?;
         let scheme = scheme_or_default(self.scheme)?;
         routes.push(Route::Grpc(Arc::new(GrpcRoute {
             path: self.grpc,

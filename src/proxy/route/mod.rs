@@ -228,6 +228,7 @@ impl PathMatch {
                 format!("path `{path}` must start with /"),
             ));
         }
+        crate::extract::normalize::check_template(path).map_err(|e| RouteError::new("path", e))?;
         let mut router = matchit::Router::new();
         router
             .insert(path, ())

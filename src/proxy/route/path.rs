@@ -38,6 +38,7 @@ impl Kind for Spec {
                 format!("path template `{p}` must start with /"),
             ));
         }
+        crate::extract::normalize::check_template(p).map_err(|e| RouteError::new("path", e))?;
         if !p.contains("{id}") {
             return Err(RouteError::new(
                 "path",
