@@ -343,6 +343,30 @@ fn tour(
         ),
     );
     line(
+        "us",
+        "the same search spelled another way (`%69` is `i`, `//` one slash): routes and rate \
+         limits match the normalised path, as the region's framework will",
+        format!(
+            "curl -s '{base}/v1//r%69des?status=open&order_id={}'",
+            order(2)
+        ),
+    );
+    line(
+        "400",
+        "a path frameworks read two ways (an encoded slash: a separator to one, a byte to \
+         another) is refused, not routed (problem+json, ambiguous-path)",
+        format!("curl -s '{base}/v1/orders/a%2Fb'"),
+    );
+    line(
+        "400",
+        "a parameter read apart at `;` and at `&` is refused (problem+json, invalid-parameter)",
+        format!(
+            "curl -s '{base}/v1/rides?x=1;order_id={}&order_id={}'",
+            order(2),
+            order(1)
+        ),
+    );
+    line(
         "ap",
         "a payment for an order minted in KZ: the id in the JSON body (a `json:` route)",
         format!(
