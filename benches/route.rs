@@ -209,6 +209,7 @@ fn headers(c: &mut Criterion) {
                         original_host: original_host.as_ref(),
                         via: via.for_version(http::Version::HTTP_11),
                         preserve_host: false,
+                        underscores: iuid_router::config::UnderscoreFields::Drop,
                     },
                 );
                 headers::aim(parts, &upstream, &host, false);
