@@ -6,11 +6,23 @@
 //! skipped with `IgnoredAny`, and no value is built. The whole body is still checked to be
 //! JSON (a body cut short or with trailing bytes is refused), and the id is borrowed from
 //! the body unless its string holds escapes.
+//!
+//! One reading (docs/data-path.md, "JSON bodies"): a body the upstream's parser could read
+//! otherwise is refused, not routed by the router's reading. A member on the pointer's path
+//! given twice (names compared after unescaping) is [`JsonError::Ambiguous`]: JavaScript,
+//! Python and Go read the last, other parsers the first or refuse. So is an integer id beyond
+//! 2^53, which JavaScript and Go (into `interface{}`) read as the nearest double, unless the
+//! route reads [`Numbers::Exact`].
 
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::fmt;
 
 use serde::de::{self, DeserializeSeed, Deserializer, IgnoredAny, MapAccess, SeqAccess, Visitor};
+
+/// The largest integer every JSON parser reads exactly: 2^53 (a double's 53-bit
+/// significand). Above it, `9007199254740993` is `9007199254740992` to JavaScript.
+pub const EXACT_IN_DOUBLE: u64 = 1 << 53;
 
 /// A JSON pointer (RFC 6901) split into its reference tokens, `~1` and `~0` unescaped.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -69,15 +81,30 @@ pub enum JsonError {
     NotJson(String),
     /// The value at the pointer is neither a string nor an integer (400 `invalid-json`).
     NotAnId(String),
+    /// The upstream could read the body another way (400 `ambiguous-json`): a member on the
+    /// pointer's path given twice, or an integer id a double cannot hold.
+    Ambiguous(String),
 }
 
 impl fmt::Display for JsonError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             JsonError::NotJson(m) => write!(f, "the body is not JSON: {m}"),
-            JsonError::NotAnId(m) => f.write_str(m),
+            JsonError::NotAnId(m) | JsonError::Ambiguous(m) => f.write_str(m),
         }
     }
+}
+
+/// How a route reads an integer id (docs/config.md `json_numbers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Numbers {
+    /// Integers up to 2^53 in magnitude, which every parser reads alike; a larger one is
+    /// [`JsonError::Ambiguous`] (the default).
+    #[default]
+    Safe,
+    /// Any 64-bit integer, read exactly: the route's upstreams read big integers exactly too
+    /// (Python, Go into an integer field, Java's `long`).
+    Exact,
 }
 
 /// The id at `pointer` in `body`: a string's content (borrowed unless escaped), or an
@@ -85,30 +112,73 @@ impl fmt::Display for JsonError {
 /// pointer names nothing there, or `null`: the route does not apply.
 ///
 /// Errors: [`JsonError`].
-pub fn id_at<'b>(body: &'b [u8], pointer: &Pointer) -> Result<Option<Cow<'b, [u8]>>, JsonError> {
+pub fn id_at<'b>(
+    body: &'b [u8],
+    pointer: &Pointer,
+    numbers: Numbers,
+) -> Result<Option<Cow<'b, [u8]>>, JsonError> {
     let mut de = serde_json::Deserializer::from_slice(body);
-    let found = At(&pointer.tokens)
+    let walk = Walk {
+        numbers,
+        ambiguous: Cell::new(None),
+    };
+    let found = At(&pointer.tokens, &walk)
         .deserialize(&mut de)
         .and_then(|found| de.end().map(|()| found));
-    found.map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => JsonError::NotAnId(format!(
+    found.map_err(|e| match walk.ambiguous.take() {
+        Some(Ambiguity::Duplicate(left)) => JsonError::Ambiguous(format!(
+            "the member `{}` on the path of {} is given twice: parsers disagree on which \
+             one counts (JavaScript, Python and Go read the last, others the first)",
+            pointer.tokens[pointer.tokens.len() - 1 - left],
+            pointer.as_str()
+        )),
+        Some(Ambiguity::Inexact(text)) => JsonError::Ambiguous(format!(
+            "the integer id {text} at {} is beyond 2^53: JavaScript and Go read it as \
+             another number; send it as a string (or the route sets `json_numbers: exact`)",
+            pointer.as_str()
+        )),
+        None if e.classify() == serde_json::error::Category::Data => JsonError::NotAnId(format!(
             "the value at {} is not an id: {e}",
             pointer.as_str()
         )),
-        _ => JsonError::NotJson(e.to_string()),
+        None => JsonError::NotJson(e.to_string()),
     })
 }
 
+/// What one walk reads, and why it stopped if the body is ambiguous.
+struct Walk {
+    numbers: Numbers,
+    ambiguous: Cell<Option<Ambiguity>>,
+}
+
+/// Why a body could be read two ways.
+enum Ambiguity {
+    /// A member on the pointer's path appears twice: the step with this many tokens after
+    /// its own.
+    Duplicate(usize),
+    /// An integer id beyond 2^53, as written.
+    Inexact(String),
+}
+
+impl Walk {
+    /// Stops the walk: `why` is kept for the error.
+    fn stop<E: de::Error>(&self, why: Ambiguity) -> E {
+        self.ambiguous.set(Some(why));
+        E::custom("ambiguous")
+    }
+}
+
 /// The value at the rest of the pointer.
-struct At<'p>(&'p [Box<str>]);
+struct At<'p>(&'p [Box<str>], &'p Walk);
 
 impl<'de> DeserializeSeed<'de> for At<'_> {
     type Value = Option<Cow<'de, [u8]>>;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
-        match self.0.split_first() {
-            None => d.deserialize_any(Leaf),
-            Some((token, rest)) => d.deserialize_any(Step { token, rest }),
+        let At(tokens, walk) = self;
+        match tokens.split_first() {
+            None => d.deserialize_any(Leaf(walk)),
+            Some((token, rest)) => d.deserialize_any(Step { token, rest, walk }),
         }
     }
 }
@@ -117,6 +187,7 @@ impl<'de> DeserializeSeed<'de> for At<'_> {
 struct Step<'p> {
     token: &'p str,
     rest: &'p [Box<str>],
+    walk: &'p Walk,
 }
 
 impl<'de> Visitor<'de> for Step<'_> {
@@ -130,12 +201,20 @@ impl<'de> Visitor<'de> for Step<'_> {
         let mut found = None;
         let mut seen = false;
         while let Some(named) = map.next_key_seed(KeyIs(self.token))? {
-            // The first of duplicate members counts; the rest are read and skipped.
-            if named && !seen {
-                seen = true;
-                found = map.next_value_seed(At(self.rest))?;
-            } else {
-                map.next_value::<IgnoredAny>()?;
+            match (named, seen) {
+                // The same member again: JavaScript, Python and Go take the last, others the
+                // first; the router takes neither.
+                (true, true) => {
+                    let left = self.rest.len();
+                    return Err(self.walk.stop(Ambiguity::Duplicate(left)));
+                }
+                (true, false) => {
+                    seen = true;
+                    found = map.next_value_seed(At(self.rest, self.walk))?;
+                }
+                (false, _) => {
+                    map.next_value::<IgnoredAny>()?;
+                }
             }
         }
         Ok(found)
@@ -152,7 +231,9 @@ impl<'de> Visitor<'de> for Step<'_> {
         let mut at = 0usize;
         loop {
             let more = match Some(at) == index {
-                true => seq.next_element_seed(At(self.rest))?.map(|f| found = f),
+                true => seq
+                    .next_element_seed(At(self.rest, self.walk))?
+                    .map(|f| found = f),
                 false => seq.next_element::<IgnoredAny>()?.map(|_| ()),
             };
             if more.is_none() {
@@ -183,7 +264,8 @@ impl<'de> Visitor<'de> for Step<'_> {
     }
 }
 
-/// Whether a member's name is the token, compared without building it.
+/// Whether a member's name is the token, compared without building it (an escaped name is
+/// unescaped first, into the deserializer's scratch buffer).
 struct KeyIs<'p>(&'p str);
 
 impl<'de> DeserializeSeed<'de> for KeyIs<'_> {
@@ -207,9 +289,19 @@ impl<'de> Visitor<'de> for KeyIs<'_> {
 }
 
 /// The value the pointer names: an id, or nothing (`null`).
-struct Leaf;
+struct Leaf<'p>(&'p Walk);
 
-impl<'de> Visitor<'de> for Leaf {
+impl Leaf<'_> {
+    /// An integer's text, unless the walk reads safe numbers and a double cannot hold it.
+    fn integer<E: de::Error>(&self, magnitude: u64, text: String) -> Result<Vec<u8>, E> {
+        match self.0.numbers == Numbers::Safe && magnitude > EXACT_IN_DOUBLE {
+            true => Err(self.0.stop(Ambiguity::Inexact(text))),
+            false => Ok(text.into_bytes()),
+        }
+    }
+}
+
+impl<'de> Visitor<'de> for Leaf<'_> {
     type Value = Option<Cow<'de, [u8]>>;
 
     fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -223,10 +315,11 @@ impl<'de> Visitor<'de> for Leaf {
         Ok(Some(Cow::Owned(v.trim().as_bytes().to_vec())))
     }
     fn visit_u64<E: de::Error>(self, v: u64) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Owned(v.to_string().into_bytes())))
+        self.integer(v, v.to_string()).map(|t| Some(Cow::Owned(t)))
     }
     fn visit_i64<E: de::Error>(self, v: i64) -> Result<Self::Value, E> {
-        Ok(Some(Cow::Owned(v.to_string().into_bytes())))
+        self.integer(v.unsigned_abs(), v.to_string())
+            .map(|t| Some(Cow::Owned(t)))
     }
     fn visit_unit<E: de::Error>(self) -> Result<Self::Value, E> {
         Ok(None)
@@ -238,9 +331,17 @@ mod tests {
     use super::*;
 
     fn at(body: &str, pointer: &str) -> Result<Option<String>, JsonError> {
+        read(body, pointer, Numbers::Safe)
+    }
+
+    fn read(body: &str, pointer: &str, numbers: Numbers) -> Result<Option<String>, JsonError> {
         let pointer = Pointer::parse(pointer).expect("pointer");
-        id_at(body.as_bytes(), &pointer)
+        id_at(body.as_bytes(), &pointer, numbers)
             .map(|found| found.map(|t| String::from_utf8_lossy(&t).into_owned()))
+    }
+
+    fn ambiguous(found: Result<Option<String>, JsonError>) -> bool {
+        matches!(found, Err(JsonError::Ambiguous(_)))
     }
 
     #[test]
@@ -259,8 +360,79 @@ mod tests {
             at(r#"{"order_id":"\u0078"}"#, "/order_id"),
             Ok(Some("x".into()))
         );
-        // The first of duplicate members.
-        assert_eq!(at(r#"{"k":"1","k":"2"}"#, "/k"), Ok(Some("1".into())));
+        // Duplicates off the pointer's path do not matter.
+        assert_eq!(at(r#"{"k":1,"k":2,"id":"x"}"#, "/id"), Ok(Some("x".into())));
+        assert_eq!(
+            at(r#"{"p":{"a":1,"a":2,"id":"x"}}"#, "/p/id"),
+            Ok(Some("x".into()))
+        );
+    }
+
+    /// JavaScript, Python and Go read the last of duplicate members, other parsers the first
+    /// (or refuse): a duplicate on the pointer's path is refused, never read one way.
+    #[test]
+    fn a_member_on_the_path_given_twice_is_ambiguous() {
+        assert!(ambiguous(at(r#"{"k":"1","k":"2"}"#, "/k")));
+        assert!(ambiguous(at(r#"{"k":"1","k":"1"}"#, "/k")));
+        // Names compared after unescaping.
+        assert!(ambiguous(at(
+            r#"{"order_id":"a","order\u005fid":"b"}"#,
+            "/order_id"
+        )));
+        // A first `null` does not let the second through.
+        assert!(ambiguous(at(
+            r#"{"order_id":null,"order_id":"b"}"#,
+            "/order_id"
+        )));
+        // A parent given twice, whatever the second holds.
+        assert!(ambiguous(at(
+            r#"{"order":{"id":"a"},"order":{"id":"b"}}"#,
+            "/order/id"
+        )));
+        assert!(ambiguous(at(
+            r#"{"order":{"id":"a"},"order":{}}"#,
+            "/order/id"
+        )));
+        assert!(ambiguous(at(r#"[{"id":"a","id":"b"}]"#, "/0/id")));
+        let Err(JsonError::Ambiguous(m)) = at(r#"{"o":{"id":1,"id":2}}"#, "/o/id") else {
+            panic!("refused")
+        };
+        assert!(m.contains("`id`") && m.contains("/o/id"), "{m}");
+    }
+
+    /// Above 2^53, JavaScript and Go (into `interface{}`) read the nearest double: another id.
+    #[test]
+    fn an_integer_id_beyond_2_to_the_53_is_ambiguous_unless_exact() {
+        let safe = "9007199254740992";
+        assert_eq!(
+            at(&format!(r#"{{"id":{safe}}}"#), "/id"),
+            Ok(Some(safe.into()))
+        );
+        assert_eq!(
+            at(&format!(r#"{{"id":-{safe}}}"#), "/id"),
+            Ok(Some(format!("-{safe}")))
+        );
+        for big in [
+            "9007199254740993",
+            "-9007199254740993",
+            "18446744073709551615",
+        ] {
+            let body = format!(r#"{{"id":{big}}}"#);
+            assert!(ambiguous(at(&body, "/id")), "{big}");
+            assert_eq!(read(&body, "/id", Numbers::Exact), Ok(Some(big.into())));
+        }
+        // Beyond 64 bits: no integer id either way.
+        let huge = r#"{"id":123456789012345678901234567890}"#;
+        assert!(matches!(at(huge, "/id"), Err(JsonError::NotAnId(_))));
+        assert!(matches!(
+            read(huge, "/id", Numbers::Exact),
+            Err(JsonError::NotAnId(_))
+        ));
+        // A big number off the path is not read.
+        assert_eq!(
+            at(r#"{"n":9007199254740993,"id":"x"}"#, "/id"),
+            Ok(Some("x".into()))
+        );
     }
 
     #[test]
@@ -301,5 +473,173 @@ mod tests {
             Pointer::parse("/a~1b").expect("ok").tokens[0].as_ref(),
             "a/b"
         );
+    }
+
+    /// A JSON value as generated: objects keep their members in order, duplicates and all,
+    /// and each name may be written escaped.
+    #[derive(Debug, Clone)]
+    enum J {
+        Str(String),
+        Int(i128),
+        Null,
+        Bool,
+        Arr(Vec<J>),
+        Obj(Vec<(String, bool, J)>),
+    }
+
+    impl J {
+        fn render(&self, out: &mut String) {
+            match self {
+                J::Str(s) => out.push_str(&serde_json::to_string(s).expect("string")),
+                J::Int(n) => out.push_str(&n.to_string()),
+                J::Null => out.push_str("null"),
+                J::Bool => out.push_str("true"),
+                J::Arr(items) => {
+                    out.push('[');
+                    for (i, item) in items.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        item.render(out);
+                    }
+                    out.push(']');
+                }
+                J::Obj(members) => {
+                    out.push('{');
+                    for (i, (name, escaped, value)) in members.iter().enumerate() {
+                        if i > 0 {
+                            out.push(',');
+                        }
+                        out.push('"');
+                        for c in name.chars() {
+                            match escaped {
+                                true => out.push_str(&format!("\\u{:04x}", c as u32)),
+                                false => out.push(c),
+                            }
+                        }
+                        out.push_str("\":");
+                        value.render(out);
+                    }
+                    out.push('}');
+                }
+            }
+        }
+    }
+
+    /// The reading the router must give: independent of serde, from the generated tree.
+    #[derive(Debug, PartialEq)]
+    enum Expect {
+        Nothing,
+        Id(String),
+        Refused,
+    }
+
+    fn expect(j: &J, tokens: &[&str], numbers: Numbers) -> Expect {
+        let Some((token, rest)) = tokens.split_first() else {
+            return match j {
+                J::Str(s) => Expect::Id(s.trim().to_owned()),
+                J::Int(n) if *n > i128::from(u64::MAX) || *n < i128::from(i64::MIN) => {
+                    Expect::Refused
+                }
+                J::Int(n) if numbers == Numbers::Safe && n.unsigned_abs() > 1 << 53 => {
+                    Expect::Refused
+                }
+                J::Int(n) => Expect::Id(n.to_string()),
+                J::Null => Expect::Nothing,
+                _ => Expect::Refused,
+            };
+        };
+        match j {
+            J::Obj(members) => {
+                let mut named = members.iter().filter(|(n, _, _)| n == token);
+                match (named.next(), named.next()) {
+                    (Some(_), Some(_)) => Expect::Refused,
+                    (Some((_, _, value)), None) => expect(value, rest, numbers),
+                    (None, _) => Expect::Nothing,
+                }
+            }
+            J::Arr(items) => match token.parse::<usize>().ok().and_then(|i| items.get(i)) {
+                Some(item) => expect(item, rest, numbers),
+                None => Expect::Nothing,
+            },
+            _ => Expect::Nothing,
+        }
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = J> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            prop::sample::select(vec![" s1 ", "s2", "q\"3", "é4", "a\\b"])
+                .prop_map(|s| J::Str(s.to_owned())),
+            prop::sample::select(vec![
+                0i128,
+                7,
+                -7,
+                1 << 53,
+                -(1 << 53),
+                (1 << 53) + 1,
+                -(1 << 53) - 1,
+                i128::from(i64::MIN),
+                i128::from(u64::MAX),
+                i128::from(u64::MAX) + 1,
+            ])
+            .prop_map(J::Int),
+            Just(J::Null),
+            Just(J::Bool),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..3).prop_map(J::Arr),
+                prop::collection::vec(
+                    (
+                        prop::sample::select(vec!["a", "b", "id"]),
+                        any::<bool>(),
+                        inner
+                    ),
+                    0..5
+                )
+                .prop_map(|members| J::Obj(
+                    members
+                        .into_iter()
+                        .map(|(n, e, v)| (n.to_owned(), e, v))
+                        .collect()
+                )),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// The router's reading is the tree's (a member on the path given once, an integer
+        /// every parser reads alike), and then equals serde_json's last-wins reading; or it
+        /// refuses, exactly where the tree is ambiguous or holds no id.
+        #[test]
+        fn the_reading_is_every_parsers_or_a_refusal(
+            j in value(),
+            pointer in proptest::sample::select(vec!["/id", "/a/id", "/a/0/id", "/b/a"]),
+            exact in proptest::bool::ANY,
+        ) {
+            let numbers = if exact { Numbers::Exact } else { Numbers::Safe };
+            let mut body = String::new();
+            j.render(&mut body);
+            let tokens: Vec<&str> = pointer[1..].split('/').collect();
+            let want = expect(&j, &tokens, numbers);
+            let got = read(&body, pointer, numbers);
+            match (&want, &got) {
+                (Expect::Refused, Err(JsonError::Ambiguous(_) | JsonError::NotAnId(_))) => {}
+                (Expect::Nothing, Ok(None)) => {}
+                (Expect::Id(id), Ok(Some(read))) if id == read => {
+                    // serde_json's own value (the last of duplicates, as JavaScript's and
+                    // Python's) names the same id.
+                    let last: serde_json::Value = serde_json::from_str(&body).expect("JSON");
+                    let at = last.pointer(pointer).expect("there");
+                    let text = match at {
+                        serde_json::Value::String(s) => s.trim().to_owned(),
+                        other => other.to_string(),
+                    };
+                    proptest::prop_assert_eq!(&text, id);
+                }
+                _ => proptest::prop_assert!(false, "{body} at {pointer}: want {want:?}, got {got:?}"),
+            }
+        }
     }
 }

@@ -48,6 +48,14 @@ pub enum Problem {
     /// A `json:` route's body that is not JSON, or whose value at the pointer is no id (400):
     /// the parser's message.
     InvalidJson(String),
+    /// A `json:` route's body the router could read two ways (400): a duplicate member on the
+    /// pointer's path, or an integer id a double cannot hold (docs/data-path.md, "JSON
+    /// bodies").
+    AmbiguousJson(String),
+    /// A GraphQL request the router could read two ways (400): a GET parameter repeated
+    /// with different values, a POST whose URL parameters disagree with its body, a
+    /// duplicate JSON member (docs/data-path.md, "GraphQL requests").
+    AmbiguousGraphql(String),
     /// GraphQL ids owned by different regions (400): each id with its region.
     RegionConflict {
         /// `(id, region)` in request order.
@@ -223,6 +231,8 @@ impl Problem {
             Problem::MalformedId { .. }
             | Problem::GraphqlInvalid(_)
             | Problem::InvalidJson(_)
+            | Problem::AmbiguousJson(_)
+            | Problem::AmbiguousGraphql(_)
             | Problem::RegionConflict { .. }
             | Problem::AmbiguousHeader(_) => StatusCode::BAD_REQUEST,
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -272,6 +282,8 @@ impl Problem {
             Problem::NoId => ("no-id", "No entity id in the request"),
             Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),
             Problem::InvalidJson(_) => ("invalid-json", "Undecodable JSON body"),
+            Problem::AmbiguousJson(_) => ("ambiguous-json", "JSON body read two ways"),
+            Problem::AmbiguousGraphql(_) => ("ambiguous-graphql", "GraphQL request read two ways"),
             Problem::RegionConflict { .. } => {
                 ("ids-in-several-regions", "Ids owned by different regions")
             }
@@ -330,7 +342,10 @@ impl Problem {
             Problem::NoId => "no configured route found an id in this request, and \
                               unrouted requests are rejected"
                 .to_owned(),
-            Problem::GraphqlInvalid(m) | Problem::InvalidJson(m) => m.clone(),
+            Problem::GraphqlInvalid(m)
+            | Problem::InvalidJson(m)
+            | Problem::AmbiguousJson(m)
+            | Problem::AmbiguousGraphql(m) => m.clone(),
             Problem::RegionConflict { ids } => {
                 let mut regions: Vec<&str> = ids.iter().map(|(_, r)| r.as_str()).collect();
                 regions.sort_unstable();

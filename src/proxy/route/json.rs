@@ -6,7 +6,9 @@
 //! Phase 2 reads the body whole, bounded by `limits.json_body_bytes` (413 beyond), each wait
 //! by `idle_ms` (408), finds the id with `crate::extract::json::id_at` (one pass, nothing
 //! built), and forwards the body unchanged, held as a GraphQL body is. A body that is not
-//! JSON is 400 `invalid-json`. A request with no body, a `Content-Type` that is not JSON, or
+//! JSON is 400 `invalid-json`; one the upstream could read otherwise (a member on the
+//! pointer's path given twice, an integer id beyond 2^53 unless `json_numbers: exact`) is 400
+//! `ambiguous-json` (docs/data-path.md, "JSON bodies"). A request with no body, a `Content-Type` that is not JSON, or
 //! a body where the pointer names nothing (or `null`) is not this route's: the routes after
 //! it are tried (`Routes::after`), then the `unrouted` policy.
 
@@ -22,7 +24,7 @@ use serde::Deserialize;
 
 use super::{read_whole, scheme_or_default, Kind, PathMatch, Route, RouteError, Token};
 use crate::extract::graphql::plan::ParseLimits;
-use crate::extract::json::{id_at, JsonError, Pointer};
+use crate::extract::json::{id_at, JsonError, Numbers, Pointer};
 use crate::problem::{LimitedBody, Problem};
 use crate::upstream::body::Inbound;
 
@@ -38,6 +40,10 @@ pub(super) struct Spec {
     /// The scheme of the route's ids (docs/schemes.md); default `iuid`.
     #[serde(default)]
     scheme: Option<String>,
+    /// How an integer id is read: `safe` (the default: up to 2^53, beyond is 400
+    /// `ambiguous-json`) or `exact` (any 64-bit integer; the upstreams read them exactly).
+    #[serde(default)]
+    json_numbers: Option<String>,
 }
 
 impl Kind for Spec {
@@ -47,9 +53,20 @@ impl Kind for Spec {
 
     fn compile(self, routes: &mut Vec<Route>, _: ParseLimits) -> Result<(), RouteError> {
         let pointer = Pointer::parse(&self.json).map_err(|e| RouteError::new("json", e))?;
+        let numbers = match self.json_numbers.as_deref() {
+            None | Some("safe") => Numbers::Safe,
+            Some("exact") => Numbers::Exact,
+            Some(other) => {
+                return Err(RouteError::new(
+                    "json_numbers",
+                    format!("json_numbers is `safe` or `exact`, not `{other}`"),
+                ))
+            }
+        };
         routes.push(Route::Json(JsonRoute {
             path: PathMatch::new(&self.path)?,
             pointer,
+            numbers,
             scheme: scheme_or_default(self.scheme)?,
         }));
         Ok(())
@@ -61,6 +78,7 @@ impl Kind for Spec {
 pub struct JsonRoute {
     path: PathMatch,
     pointer: Pointer,
+    numbers: Numbers,
     scheme: String,
 }
 
@@ -78,7 +96,9 @@ impl JsonRoute {
     /// The id's token in a body read whole; `None`: the route does not apply (no body, not
     /// JSON by its `Content-Type`, nothing at the pointer).
     ///
-    /// Errors: 400 `invalid-json` (the body is not JSON, or the value there is no id).
+    /// Errors: 400 `invalid-json` (the body is not JSON, or the value there is no id), 400
+    /// `ambiguous-json` (a member on the pointer's path given twice, an integer id beyond
+    /// 2^53 when the route reads safe numbers).
     pub fn token<'b>(
         &self,
         content_type: Option<&[u8]>,
@@ -87,7 +107,7 @@ impl JsonRoute {
         if body.is_empty() || !content_type.is_none_or(is_json) {
             return Ok(None);
         }
-        match id_at(body, &self.pointer) {
+        match id_at(body, &self.pointer, self.numbers) {
             Ok(found) => Ok(found.map(|text| Token {
                 text,
                 scheme: &self.scheme,
@@ -95,6 +115,7 @@ impl JsonRoute {
             Err(e @ (JsonError::NotJson(_) | JsonError::NotAnId(_))) => {
                 Err(Problem::InvalidJson(e.to_string()))
             }
+            Err(JsonError::Ambiguous(m)) => Err(Problem::AmbiguousJson(m)),
         }
     }
 
