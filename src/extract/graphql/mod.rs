@@ -5,7 +5,15 @@
 //! The GraphQL-over-HTTP forms read here: `POST` with `application/json` (one operation, or a
 //! batch array), `POST` with `application/graphql` (the raw document), and `GET` with
 //! URL-encoded `query`, `variables`, `operationName`, `extensions`. Persisted queries sent by
-//! hash only (no document) are routed by configured variable names.
+//! hash only (no document) are routed by configured variable names and by the route's
+//! `id_arguments` read in `variables` as a document passing them would.
+//!
+//! One reading (docs/data-path.md, "GraphQL requests"): what GraphQL servers could read
+//! otherwise is refused, 400 `ambiguous-graphql` ([`GraphqlError::Ambiguous`]): a `GET`
+//! parameter repeated with different values (graphql-http, express-graphql and Hono execute
+//! the first, Apollo Server refuses), a `POST` whose URL carries a parameter its body does
+//! not agree with (express-graphql and Hono execute the URL's), a JSON member given twice
+//! (in the operation, `variables` or `extensions`), an integer id variable beyond 2^53.
 //!
 //! Cost: a cold document is parsed with `apollo-parser` under token and depth limits, and its
 //! plan cached by shape ([`scan`], [`cache`]); later requests with the same shape only scan
@@ -97,13 +105,15 @@ pub enum GraphqlError {
     ParseElsewhere,
     /// The body or query string is not a GraphQL request: the decoder's message.
     Invalid(String),
+    /// GraphQL servers could read the request another way than the router: why.
+    Ambiguous(String),
 }
 
 impl std::fmt::Display for GraphqlError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             GraphqlError::ParseElsewhere => f.write_str("the document needs a cold parse"),
-            GraphqlError::Invalid(m) => f.write_str(m),
+            GraphqlError::Invalid(m) | GraphqlError::Ambiguous(m) => f.write_str(m),
         }
     }
 }
@@ -132,17 +142,106 @@ impl PartialEq for GraphqlRoute {
 
 impl Eq for GraphqlRoute {}
 
-/// One operation of a request, as JSON (GraphQL over HTTP).
+/// One operation of a request, as JSON (GraphQL over HTTP). A member given twice is an
+/// error (serde's `duplicate field`), in `variables` and `extensions` too ([`Unique`]).
 #[derive(Debug, Default, Deserialize)]
 struct Operation<'a> {
     #[serde(borrow, default)]
     query: Option<Cow<'a, str>>,
     #[serde(borrow, default, rename = "operationName")]
     operation_name: Option<Cow<'a, str>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique")]
     variables: Option<Value>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "unique")]
     extensions: Option<Value>,
+}
+
+/// The start of the message of a JSON member given twice: serde's (`duplicate field`, for
+/// the operation's own members) and [`Unique`]'s.
+const DUPLICATE: &str = "duplicate ";
+
+/// A JSON value built as `serde_json::Value`, refusing an object that names a member twice:
+/// `JSON.parse`, Python and Go into a map read the last, Go into a struct merges both.
+struct Unique(Value);
+
+fn unique<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
+    Option::<Unique>::deserialize(d).map(|v| v.map(|u| u.0))
+}
+
+impl<'de> Deserialize<'de> for Unique {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
+        d.deserialize_any(UniqueVisitor).map(Unique)
+    }
+}
+
+struct UniqueVisitor;
+
+impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("JSON")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        Unique::deserialize(d).map(|u| u.0)
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(Unique(item)) = seq.next_element()? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = serde_json::Map::new();
+        while let Some(name) = map.next_key::<String>()? {
+            let Unique(value) = map.next_value()?;
+            if members.contains_key(&name) {
+                return Err(serde::de::Error::custom(format_args!(
+                    "{DUPLICATE}member `{name}`"
+                )));
+            }
+            members.insert(name, value);
+        }
+        Ok(Value::Object(members))
+    }
+}
+
+/// A JSON decoding error as a [`GraphqlError`]: a member given twice is ambiguous, the rest
+/// invalid.
+fn decoding(what: &str, e: serde_json::Error) -> GraphqlError {
+    let message = e.to_string();
+    match message.starts_with(DUPLICATE) {
+        true => GraphqlError::Ambiguous(format!(
+            "{what} names a JSON member twice ({message}): GraphQL servers read the last, or \
+             merge both; send it once"
+        )),
+        false => GraphqlError::Invalid(format!("{what}: {message}")),
+    }
 }
 
 thread_local! {
@@ -248,13 +347,14 @@ impl GraphqlRoute {
             return Ok(Access::Read);
         }
         for (k, v) in form_urlencoded::parse(query.as_bytes()) {
-            match &*k {
-                "query" => op.query = Some(v),
-                "operationName" => op.operation_name = Some(v),
-                "variables" => variables = Some(v),
-                "extensions" => extensions = Some(v),
-                _ => {}
-            }
+            let slot = match &*k {
+                "query" => &mut op.query,
+                "operationName" => &mut op.operation_name,
+                "variables" => &mut variables,
+                "extensions" => &mut extensions,
+                _ => continue,
+            };
+            once(&k, slot, v)?;
         }
         op.variables = json_param("variables", variables)?;
         op.extensions = json_param("extensions", extensions)?;
@@ -264,6 +364,68 @@ impl GraphqlRoute {
                 true => access,
                 false => Access::Read,
             })
+    }
+
+    /// Whether a `POST`'s URL query string (`url_query`) agrees with its body: none of the
+    /// GraphQL parameters in it, or each with the value the body has. express-graphql and
+    /// Hono execute the URL's `query`, `variables`, `operationName` and `extensions` before
+    /// the body's, the router reads the body: they must not differ.
+    ///
+    /// Errors: [`GraphqlError::Ambiguous`] (or `Invalid` for a URL parameter that is no JSON).
+    pub fn url_agrees(
+        &self,
+        url_query: &str,
+        content_type: Option<&[u8]>,
+        body: &[u8],
+    ) -> Result<(), GraphqlError> {
+        let named = |k: &str| matches!(k, "query" | "operationName" | "variables" | "extensions");
+        if url_query.is_empty()
+            || !form_urlencoded::parse(url_query.as_bytes()).any(|(k, _)| named(&k))
+        {
+            return Ok(());
+        }
+        let (mut query, mut name, mut variables, mut extensions) = (None, None, None, None);
+        for (k, v) in form_urlencoded::parse(url_query.as_bytes()) {
+            let slot = match &*k {
+                "query" => &mut query,
+                "operationName" => &mut name,
+                "variables" => &mut variables,
+                "extensions" => &mut extensions,
+                _ => continue,
+            };
+            once(&k, slot, v)?;
+        }
+        let disagree = |what: &str| {
+            GraphqlError::Ambiguous(format!(
+                "the URL's `{what}` is not the body's: some GraphQL servers execute the URL's, \
+                 the router reads the body; send it in one place"
+            ))
+        };
+        let op: Operation = match content_type.is_some_and(is_raw_document) {
+            true => Operation {
+                query: std::str::from_utf8(body).ok().map(Cow::Borrowed),
+                ..Operation::default()
+            },
+            false => match body.iter().find(|b| !b.is_ascii_whitespace()) {
+                Some(b'[') => return Err(disagree("parameters (beside a batch)")),
+                _ => serde_json::from_slice(body).map_err(|e| decoding("the JSON body", e))?,
+            },
+        };
+        if query.is_some() && query.as_deref() != op.query.as_deref() {
+            return Err(disagree("query"));
+        }
+        if name.is_some() && name.as_deref() != op.operation_name.as_deref() {
+            return Err(disagree("operationName"));
+        }
+        for (what, text, body_value) in [
+            ("variables", variables, &op.variables),
+            ("extensions", extensions, &op.extensions),
+        ] {
+            if text.is_some() && json_param(what, text)?.as_ref() != body_value.as_ref() {
+                return Err(disagree(what));
+            }
+        }
+        Ok(())
     }
 
     /// Ids of a `POST` body: raw document for `application/graphql`, else JSON (one operation
@@ -288,8 +450,8 @@ impl GraphqlRoute {
         }
         let first = body.iter().find(|b| !b.is_ascii_whitespace());
         if first == Some(&b'[') {
-            let batch: Vec<Operation> = serde_json::from_slice(body)
-                .map_err(|e| GraphqlError::Invalid(format!("invalid JSON batch: {e}")))?;
+            let batch: Vec<Operation> =
+                serde_json::from_slice(body).map_err(|e| decoding("invalid JSON batch", e))?;
             if batch.is_empty() {
                 return Err(GraphqlError::Invalid("empty batch".into()));
             }
@@ -302,8 +464,8 @@ impl GraphqlRoute {
             }
             Ok(access)
         } else {
-            let op: Operation = serde_json::from_slice(body)
-                .map_err(|e| GraphqlError::Invalid(format!("invalid JSON body: {e}")))?;
+            let op: Operation =
+                serde_json::from_slice(body).map_err(|e| decoding("invalid JSON body", e))?;
             self.operation(&op, &mut ColdBudget::new(cold), out)
         }
     }
@@ -366,6 +528,20 @@ impl GraphqlRoute {
                     push_value(value, out)?;
                 }
             }
+            // And the route's `id_arguments` (`input.id`) in the variables named after the
+            // argument, as a document passing `cancelOrder(input: $input)` is read.
+            for path in self.id_arguments.iter() {
+                let Some((first, rest)) = path.split_first() else {
+                    continue;
+                };
+                let read_already =
+                    rest.is_empty() && self.persisted_id_variables.iter().any(|v| **v == **first);
+                if let (false, Some(value)) =
+                    (read_already, variables.and_then(|v| v.get(&**first)))
+                {
+                    push_at(value, rest, out)?;
+                }
+            }
             // The document is unknown: it may be a mutation.
             return Ok(Access::Write);
         };
@@ -421,14 +597,37 @@ fn is_raw_document(content_type: &[u8]) -> bool {
         )
 }
 
-/// Decodes a JSON-valued query-string parameter.
+/// Sets a query-string parameter's `slot` to `value`, unless it was given already with
+/// another value: graphql-http, express-graphql and Hono execute the first, Apollo Server
+/// refuses, `URLSearchParams`-less readers take the last.
+fn once<'a>(
+    name: &str,
+    slot: &mut Option<Cow<'a, str>>,
+    value: Cow<'a, str>,
+) -> Result<(), GraphqlError> {
+    match slot {
+        Some(first) if *first != value => Err(GraphqlError::Ambiguous(format!(
+            "the parameter `{name}` is given twice with different values: GraphQL servers \
+             execute the first, the last, or refuse; send it once"
+        ))),
+        _ => {
+            *slot = Some(value);
+            Ok(())
+        }
+    }
+}
+
+/// Decodes a JSON-valued query-string parameter (a member given twice: ambiguous).
 fn json_param(name: &str, text: Option<Cow<'_, str>>) -> Result<Option<Value>, GraphqlError> {
     match text {
         None => Ok(None),
         Some(t) if t.trim().is_empty() => Ok(None),
-        Some(t) => serde_json::from_str(&t)
-            .map(Some)
-            .map_err(|e| GraphqlError::Invalid(format!("invalid JSON in `{name}`: {e}"))),
+        Some(t) => {
+            let mut de = serde_json::Deserializer::from_str(&t);
+            Unique::deserialize(&mut de)
+                .and_then(|u| de.end().map(|()| Some(u.0)))
+                .map_err(|e| decoding(&format!("invalid JSON in `{name}`"), e))
+        }
     }
 }
 
@@ -460,6 +659,17 @@ fn push_at(value: &Value, path: &[Box<str>], out: &mut Vec<Vec<u8>>) -> Result<(
 fn push_value(value: &Value, out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
     let text = match value {
         Value::String(s) => s.trim().as_bytes().to_vec(),
+        // GraphQL servers in JavaScript read a number as a double: above 2^53, another id.
+        Value::Number(n)
+            if n.as_u64()
+                .or_else(|| n.as_i64().map(i64::unsigned_abs))
+                .is_some_and(|m| m > crate::extract::json::EXACT_IN_DOUBLE) =>
+        {
+            return Err(GraphqlError::Ambiguous(format!(
+                "the integer id {n} is beyond 2^53: GraphQL servers in JavaScript read it as \
+                 another number; send it as a string"
+            )))
+        }
         Value::Number(n) => n.to_string().into_bytes(),
         Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, out)),
         Value::Null => return Ok(()),

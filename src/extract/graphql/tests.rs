@@ -352,3 +352,170 @@ fn batches_with_a_mutation_write_and_mutations_never_split() {
     assert!(split("query").is_some());
     assert!(split("mutation").is_none());
 }
+
+/// The ids of a `GET`'s query string made of `pairs`.
+fn get(route: &GraphqlRoute, pairs: &[(&str, &str)]) -> Result<Vec<String>, GraphqlError> {
+    let mut query = form_urlencoded::Serializer::new(String::new());
+    for (k, v) in pairs {
+        query.append_pair(k, v);
+    }
+    let mut out = Vec::new();
+    route.ids_from_query(&query.finish(), ColdParse::Here, &mut out)?;
+    Ok(out.iter().map(|t| canonical(t)).collect())
+}
+
+fn ambiguous<T: std::fmt::Debug>(read: Result<T, GraphqlError>) -> bool {
+    matches!(read, Err(GraphqlError::Ambiguous(_)))
+}
+
+/// graphql-http, express-graphql and Hono execute the first of a repeated parameter, Apollo
+/// Server refuses: the router refuses too, unless the values are the same.
+#[test]
+fn a_get_parameter_repeated_with_another_value_is_ambiguous() {
+    let r = route();
+    let (a, b) = (
+        format!(r#"{{ node(id: "{A}") {{ id }} }}"#),
+        format!(r#"{{ node(id: "{B}") {{ id }} }}"#),
+    );
+    assert!(ambiguous(get(&r, &[("query", &a), ("query", &b)])));
+    assert_eq!(get(&r, &[("query", &a), ("query", &a)]).expect("same"), [A]);
+    let doc = "query($id: ID!) { node(id: $id) { id } }";
+    let (va, vb) = (format!(r#"{{"id":"{A}"}}"#), format!(r#"{{"id":"{B}"}}"#));
+    for (name, first, second) in [
+        ("variables", va.as_str(), vb.as_str()),
+        ("operationName", "One", "Two"),
+        ("extensions", "{}", r#"{"x":1}"#),
+    ] {
+        let mut pairs = vec![("query", doc)];
+        if name != "variables" {
+            pairs.push(("variables", va.as_str()));
+        }
+        pairs.extend([(name, first), (name, second)]);
+        assert!(ambiguous(get(&r, &pairs)), "{name}");
+    }
+    // A member given twice in `variables`: refused, not read as the last.
+    let twice = format!(r#"{{"id":"{A}","id":"{B}"}}"#);
+    assert!(ambiguous(get(&r, &[("query", doc), ("variables", &twice)])));
+}
+
+/// express-graphql and Hono execute a `POST`'s URL parameters before its body's.
+#[test]
+fn a_post_whose_url_disagrees_with_its_body_is_ambiguous() {
+    let r = route();
+    let a = format!(r#"{{ node(id: "{A}") {{ id }} }}"#);
+    let b = format!(r#"{{ node(id: "{B}") {{ id }} }}"#);
+    let body = serde_json::json!({ "query": a }).to_string();
+    let url = |pairs: &[(&str, &str)]| {
+        let mut q = form_urlencoded::Serializer::new(String::new());
+        for (k, v) in pairs {
+            q.append_pair(k, v);
+        }
+        q.finish()
+    };
+    let agrees =
+        |query: &str, ct: Option<&[u8]>, body: &str| r.url_agrees(query, ct, body.as_bytes());
+    assert_eq!(agrees("", None, &body), Ok(()));
+    assert_eq!(agrees("x=1&debug", None, &body), Ok(()));
+    assert_eq!(agrees(&url(&[("query", &a)]), None, &body), Ok(()));
+    assert!(ambiguous(agrees(&url(&[("query", &b)]), None, &body)));
+    // A URL parameter the body does not have at all.
+    assert!(ambiguous(agrees(
+        &url(&[("operationName", "X")]),
+        None,
+        &body
+    )));
+    let vars = format!(r#"{{"id":"{A}"}}"#);
+    assert!(ambiguous(agrees(
+        &url(&[("variables", &vars)]),
+        None,
+        &body
+    )));
+    let with_vars = serde_json::json!({ "query": a, "variables": { "id": A } }).to_string();
+    // The same JSON, written otherwise, agrees.
+    let spaced = format!(r#"{{ "id" : "{A}" }}"#);
+    assert_eq!(
+        agrees(&url(&[("variables", &spaced)]), None, &with_vars),
+        Ok(())
+    );
+    // A raw document is the body's `query`; a batch has nothing to agree with.
+    let raw = Some(&b"application/graphql"[..]);
+    assert_eq!(agrees(&url(&[("query", &a)]), raw, &a), Ok(()));
+    assert!(ambiguous(agrees(&url(&[("query", &b)]), raw, &a)));
+    let batch = format!("[{body}]");
+    assert!(ambiguous(agrees(&url(&[("query", &a)]), None, &batch)));
+}
+
+/// `JSON.parse` reads the last of duplicate members, Go into a struct merges them: a body
+/// naming a member twice (the operation's own, or in `variables`) is refused.
+#[test]
+fn a_member_given_twice_in_the_body_is_ambiguous() {
+    let r = route();
+    let (a, b) = (
+        format!(r#"{{ node(id: \"{A}\") {{ id }} }}"#),
+        format!(r#"{{ node(id: \"{B}\") {{ id }} }}"#),
+    );
+    assert!(ambiguous(ids(
+        &r,
+        &format!(r#"{{"query":"{a}","query":"{b}"}}"#)
+    )));
+    // Escaped, the same name.
+    assert!(ambiguous(ids(
+        &r,
+        &format!(r#"{{"query":"{a}","quer\u0079":"{b}"}}"#)
+    )));
+    let doc = "query($id: ID!) { node(id: $id) { id } }";
+    let vars = format!(r#"{{"query":"{doc}","variables":{{"id":"{A}","id":"{B}"}}}}"#);
+    assert!(ambiguous(ids(&r, &vars)));
+    let twice = format!(r#"{{"query":"{doc}","variables":{{"id":"{A}"}},"variables":{{}}}}"#);
+    assert!(ambiguous(ids(&r, &twice)));
+    let nested = format!(
+        r#"{{"query":"mutation($input: I!) {{ cancelOrder(input: $input) {{ id }} }}","variables":{{"input":{{"id":"{A}","id":"{B}"}}}}}}"#
+    );
+    assert!(ambiguous(ids(&r, &nested)));
+    assert!(ambiguous(ids(&r, &format!("[{vars}]"))));
+    // Duplicates nowhere: read as before.
+    let once = format!(r#"{{"query":"{doc}","variables":{{"id":"{A}","x":1}}}}"#);
+    assert_eq!(ids(&r, &once).expect("read"), [A]);
+}
+
+/// A persisted query sent by hash only is read where a document passing the route's
+/// `id_arguments` would be: `variables.input.id`, as `variables.id`.
+#[test]
+fn a_persisted_query_reads_the_id_arguments_in_its_variables() {
+    let r = route();
+    let hash = r#""extensions":{"persistedQuery":{"version":1,"sha256Hash":"abc"}}"#;
+    let input = format!(r#"{{{hash},"variables":{{"input":{{"id":"{A}"}}}}}}"#);
+    assert_eq!(
+        read_with(&r, &input).expect("read"),
+        (vec![A.to_owned()], Access::Write)
+    );
+    let both = format!(r#"{{{hash},"variables":{{"id":"{A}","input":{{"id":"{B}"}}}}}}"#);
+    assert_eq!(read_with(&r, &both).expect("read").0, [A, B]);
+    // `id` is read once, though it is both a persisted variable and an id argument.
+    let id = format!(r#"{{{hash},"variables":{{"id":"{A}"}}}}"#);
+    assert_eq!(read_with(&r, &id).expect("read").0, [A]);
+    // A route whose id_arguments are others reads those.
+    let custom = with_arguments(&["order.key"]);
+    let order =
+        format!(r#"{{{hash},"variables":{{"order":{{"key":"{B}"}},"input":{{"id":"{A}"}}}}}}"#);
+    assert_eq!(read_with(&custom, &order).expect("read").0, [B]);
+}
+
+/// A JavaScript server reads a number as a double: an id variable beyond 2^53 is another id.
+#[test]
+fn an_integer_id_variable_beyond_2_to_the_53_is_ambiguous() {
+    let r = route();
+    let doc = "query($id: ID!) { node(id: $id) { id } }";
+    let mut out = Vec::new();
+    let big = json(doc, serde_json::json!({ "id": 9_007_199_254_740_993u64 }));
+    assert!(ambiguous(r.ids_from_body(
+        None,
+        big.as_bytes(),
+        ColdParse::Here,
+        &mut out
+    )));
+    let safe = json(doc, serde_json::json!({ "id": 9_007_199_254_740_992u64 }));
+    r.ids_from_body(None, safe.as_bytes(), ColdParse::Here, &mut out)
+        .expect("safe");
+    assert_eq!(out, [b"9007199254740992".to_vec()]);
+}

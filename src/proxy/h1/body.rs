@@ -69,7 +69,7 @@ impl Proxy {
             Read::Query(view.query())
         } else {
             let content_type = head::all(buf, &head.fields, b"content-type").next();
-            Read::Body(content_type, &buf[head.len..total])
+            Read::Body(content_type, &buf[head.len..total], view.query())
         };
         // OPTIONS (CORS preflight) and the like carry no ids: the unrouted policy.
         let (ids, access) = match get || post {

@@ -118,7 +118,8 @@ pub(super) async fn read_ids(
     }
     let bytes = read_whole(parts, body, limit, idle, LimitedBody::GraphqlBody).await?;
     let content_type = parts.headers.get(CONTENT_TYPE).map(|v| v.as_bytes());
-    let found = ids_in(route, Read::Body(content_type, &bytes)).await?;
+    let url_query = parts.uri.query().unwrap_or("");
+    let found = ids_in(route, Read::Body(content_type, &bytes, url_query)).await?;
     Ok((found, Either::Right(bytes)))
 }
 
@@ -126,11 +127,12 @@ pub(super) async fn read_ids(
 pub(in crate::proxy) type Found = (Vec<Vec<u8>>, Access);
 
 /// Where a GraphQL request's ids are read from: a `GET`'s query string, or a `POST`'s body
-/// (read whole) with its `Content-Type`.
+/// (read whole) with its `Content-Type` and its URL's query string (whose GraphQL
+/// parameters, if any, must agree with the body: `GraphqlRoute::url_agrees`).
 #[derive(Clone, Copy)]
 pub(in crate::proxy) enum Read<'a> {
     Query(&'a str),
-    Body(Option<&'a [u8]>, &'a [u8]),
+    Body(Option<&'a [u8]>, &'a [u8], &'a str),
 }
 
 /// The ids of a GraphQL request and whether it writes, for both engines: on the worker when
@@ -144,9 +146,9 @@ pub(in crate::proxy) async fn ids_in(
     let mut ids = Vec::new();
     let inline = match read {
         Read::Query(query) => route.ids_from_query(query, ColdParse::SmallOnly, &mut ids),
-        Read::Body(ct, body) if body.len() <= BLOCKING_ABOVE => {
-            route.ids_from_body(ct, body, ColdParse::SmallOnly, &mut ids)
-        }
+        Read::Body(ct, body, url) if body.len() <= BLOCKING_ABOVE => route
+            .url_agrees(url, ct, body)
+            .and_then(|()| route.ids_from_body(ct, body, ColdParse::SmallOnly, &mut ids)),
         Read::Body(..) => Err(GraphqlError::ParseElsewhere),
     };
     match (inline, read) {
@@ -154,10 +156,14 @@ pub(in crate::proxy) async fn ids_in(
             let (route, query) = (route.clone(), query.to_owned());
             off_worker(move |ids| route.ids_from_query(&query, ColdParse::Here, ids)).await
         }
-        (Err(GraphqlError::ParseElsewhere), Read::Body(ct, body)) => {
+        (Err(GraphqlError::ParseElsewhere), Read::Body(ct, body, url)) => {
             let (route, ct, body) = (route.clone(), ct.map(<[u8]>::to_vec), body.to_vec());
-            off_worker(move |ids| route.ids_from_body(ct.as_deref(), &body, ColdParse::Here, ids))
-                .await
+            let url = url.to_owned();
+            off_worker(move |ids| {
+                route.url_agrees(&url, ct.as_deref(), &body)?;
+                route.ids_from_body(ct.as_deref(), &body, ColdParse::Here, ids)
+            })
+            .await
         }
         (done, _) => done.map(|access| (ids, access)).map_err(problem),
     }
@@ -181,6 +187,7 @@ fn problem(e: GraphqlError) -> Problem {
     match e {
         GraphqlError::ParseElsewhere => Problem::GraphqlInvalid(e.to_string()),
         GraphqlError::Invalid(m) => Problem::GraphqlInvalid(m),
+        GraphqlError::Ambiguous(m) => Problem::AmbiguousGraphql(m),
     }
 }
 
