@@ -162,8 +162,12 @@ pub fn client_error(e: &(dyn std::error::Error + 'static)) -> Error {
         }
         if let Some(io) = cause.downcast_ref::<std::io::Error>() {
             use std::io::ErrorKind as Io;
-            if matches!(io.kind(), Io::InvalidInput | Io::InvalidData) {
-                kind = ErrorKind::BadFraming;
+            match io.kind() {
+                Io::InvalidInput | Io::InvalidData => kind = ErrorKind::BadFraming,
+                // The own engine's reader gave up on a silent client (`bridge::pump`, as
+                // `IdleTimeout` would at the same deadline): 408, not an abort.
+                Io::TimedOut => kind = ErrorKind::BodyTimeout,
+                _ => {}
             }
             break;
         }

@@ -247,7 +247,9 @@ impl Proxy {
         // after the answer instead.
         let read_whole = match &planned {
             Ok(_) => small_body,
-            Err((Problem::PayloadTooLarge { .. }, _)) => None,
+            // A body that already failed (stalled for `idle_ms`, cut short: a GraphQL or
+            // JSON route read it) is not waited for again: its 408 comes once.
+            Err((Problem::PayloadTooLarge { .. } | Problem::Client(_), _)) => None,
             Err((_, true)) if !expect => small_body,
             Err(_) => None,
         };
