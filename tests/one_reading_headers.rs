@@ -274,7 +274,10 @@ async fn underscores_on(proto: Proto, setting: Option<&str>) {
         .iter()
         .filter(|n| n.contains('_') && n.as_str() != "x_tenant_hint")
         .collect();
-    assert!(leaked.is_empty(), "{proto:?}: {leaked:?} reached the upstream");
+    assert!(
+        leaked.is_empty(),
+        "{proto:?}: {leaked:?} reached the upstream"
+    );
     assert!(
         names.contains(&"x-plain".to_owned()),
         "{proto:?}: {names:?}"
