@@ -528,18 +528,15 @@ impl GraphqlRoute {
                     push_value(value, out)?;
                 }
             }
-            // And the route's `id_arguments` (`input.id`) in the variables named after the
-            // argument, as a document passing `cancelOrder(input: $input)` is read.
+            // And the route's `id_arguments` inside an object (`input.id`) in the variable
+            // named after the argument, as a document passing `cancelOrder(input: $input)` is
+            // read. A plain argument name (`id`) is a variable's name: the configured
+            // `persisted_id_variables` decide those.
             for path in self.id_arguments.iter() {
-                let Some((first, rest)) = path.split_first() else {
-                    continue;
-                };
-                let read_already =
-                    rest.is_empty() && self.persisted_id_variables.iter().any(|v| **v == **first);
-                if let (false, Some(value)) =
-                    (read_already, variables.and_then(|v| v.get(&**first)))
-                {
-                    push_at(value, rest, out)?;
+                if let Some((first, rest @ [_, ..])) = path.split_first() {
+                    if let Some(value) = variables.and_then(|v| v.get(&**first)) {
+                        push_at(value, rest, out)?;
+                    }
                 }
             }
             // The document is unknown: it may be a mutation.

@@ -491,9 +491,21 @@ fn a_persisted_query_reads_the_id_arguments_in_its_variables() {
     );
     let both = format!(r#"{{{hash},"variables":{{"id":"{A}","input":{{"id":"{B}"}}}}}}"#);
     assert_eq!(read_with(&r, &both).expect("read").0, [A, B]);
-    // `id` is read once, though it is both a persisted variable and an id argument.
+    // `id` is read once, though it is both a persisted variable and an id argument; a
+    // plain argument name is a variable's name, which `persisted_id_variables` decide.
     let id = format!(r#"{{{hash},"variables":{{"id":"{A}"}}}}"#);
     assert_eq!(read_with(&r, &id).expect("read").0, [A]);
+    let named = GraphqlRoute::new(
+        "/graphql".into(),
+        vec!["entityRef".into()],
+        "iuid".to_owned(),
+        ParseLimits {
+            tokens: 10_000,
+            depth: 64,
+        },
+    );
+    let both = format!(r#"{{{hash},"variables":{{"entityRef":"{A}","id":"{B}"}}}}"#);
+    assert_eq!(read_with(&named, &both).expect("read").0, [A]);
     // A route whose id_arguments are others reads those.
     let custom = with_arguments(&["order.key"]);
     let order =
