@@ -11,6 +11,7 @@ The plan:
    "steps": [
      {"op": "request", "method": "GET", "path": "/x", "headers": {"k": "v"}, "body": "..."},
                              # "header_lines": [["k", "v1"], ["k", "v2"]] for a name sent twice
+                             # "end": false leaves the body unfinished (a stalled upload)
      {"op": "requests", "count": 20, ...request fields...},   # concurrently, one stream each
      {"op": "requests", "list": [request, request]},          # these, concurrently
      {"op": "sleep", "ms": 100},
@@ -26,7 +27,7 @@ A plan may start with a flood of connection attempts from one socket that never 
   "flood": {"initials": 500}   # Initial packets of 500 connections, then the steps
 
 The result: {"handshake": {"early_data_accepted", "session_resumed"} or null,
-             "results": [{"status", "headers", "body"} or {"error"} per request step],
+             "results": [{"status", "headers", "body", "ms"} or {"error"} per request step],
              "closed": {"error_code", "reason", "after_ms"} or null}
 """
 
@@ -95,6 +96,7 @@ class Client(QuicConnectionProtocol):
                         "headers": stream["headers"],
                         "trailers": stream.get("trailers"),
                         "body": stream["body"].decode("utf-8", "replace"),
+                        "ms": int((time.monotonic() - stream["started"]) * 1000),
                     }
                 )
 
@@ -114,7 +116,9 @@ class Client(QuicConnectionProtocol):
         if body is not None:
             self.h3.send_data(stream_id, body.encode(), end_stream=end)
         done = asyncio.get_running_loop().create_future()
-        self.streams[stream_id] = {"status": None, "headers": {}, "body": b"", "done": done}
+        self.streams[stream_id] = {
+            "status": None, "headers": {}, "body": b"", "done": done, "started": time.monotonic()
+        }
         return stream_id, done
 
 
@@ -168,7 +172,7 @@ async def run(plan):
         for step in plan["steps"]:
             op = step["op"]
             if op == "request":
-                _, done = client.start(plan, step)
+                _, done = client.start(plan, step, end=step.get("end", True))
                 client.transmit()
                 try:
                     out["results"].append(await asyncio.wait_for(done, timeout))
