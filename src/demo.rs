@@ -43,7 +43,7 @@ routes:
   - { path: \"/v1/legacy-orders/{id}\", scheme: legacy_orders }
   - { path: \"/v1/trips/{id}\", scheme: trips }
   - { path: \"/v1/posts/{id}\", scheme: posts }
-  - { graphql: /graphql/posts, scheme: posts }
+  - { graphql: /graphql/posts, scheme: posts, json_numbers: exact }
 unrouted: default_region
 legacy: probe
 legacy_cache: { entries: 10000, ttl_s: 600 }
@@ -484,7 +484,8 @@ fn tour(
     );
     line(
         "ap",
-        "GraphQL: a snowflake of shard 7000 as a JSON number",
+        "GraphQL: a snowflake of shard 7000 as a JSON number (beyond 2^53: the route says \
+         `json_numbers: exact`, as its servers read 64-bit integers exactly)",
         format!(
             "curl -s {base}/graphql/posts -H 'content-type: application/json' \
              -d '{{\"query\":\"query($id: ID!) {{ node(id: $id) {{ id }} }}\",\"variables\":{{\"id\":{}}}}}'",

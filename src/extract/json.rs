@@ -107,6 +107,20 @@ pub enum Numbers {
     Exact,
 }
 
+impl Numbers {
+    /// The `json_numbers` key of a `json:` or `graphql:` route: `safe` (also when absent) or
+    /// `exact`.
+    ///
+    /// Errors: another value; the message names the two.
+    pub fn from_key(value: Option<&str>) -> Result<Numbers, String> {
+        match value {
+            None | Some("safe") => Ok(Numbers::Safe),
+            Some("exact") => Ok(Numbers::Exact),
+            Some(other) => Err(format!("json_numbers is `safe` or `exact`, not `{other}`")),
+        }
+    }
+}
+
 /// The id at `pointer` in `body`: a string's content (borrowed unless escaped), or an
 /// integer's decimal text (for schemes of integer ids, such as snowflakes). `None` when the
 /// pointer names nothing there, or `null`: the route does not apply.

@@ -29,6 +29,7 @@ use std::cell::RefCell;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::json::Numbers;
 use super::Access;
 use cache::PlanCache;
 use plan::{ArgPath, IdSource, ParseLimits, SplitNodes};
@@ -131,6 +132,8 @@ pub struct GraphqlRoute {
     split_nodes: bool,
     /// The argument paths read on root fields (`id_arguments`).
     id_arguments: Box<[ArgPath]>,
+    /// How an integer id in `variables` is read (`json_numbers`, docs/config.md).
+    numbers: Numbers,
 }
 
 /// Routes are equal when they serve the same endpoint (the cache is a detail).
@@ -279,7 +282,14 @@ impl GraphqlRoute {
                 .iter()
                 .map(|p| p.split('.').map(Box::from).collect())
                 .collect(),
+            numbers: Numbers::Safe,
         }
+    }
+
+    /// The route reading integer ids in `variables` as `numbers` says (`json_numbers`).
+    pub fn with_numbers(mut self, numbers: Numbers) -> Self {
+        self.numbers = numbers;
+        self
     }
 
     /// The route reading `id_arguments` on root fields instead of [`DEFAULT_ID_ARGUMENTS`]
@@ -525,7 +535,7 @@ impl GraphqlRoute {
             // configured variables say.
             for name in &self.persisted_id_variables {
                 if let Some(value) = variables.and_then(|v| v.get(name.as_str())) {
-                    push_value(value, out)?;
+                    push_value(value, self.numbers, out)?;
                 }
             }
             // And the route's `id_arguments` inside an object (`input.id`) in the variable
@@ -535,7 +545,7 @@ impl GraphqlRoute {
             for path in self.id_arguments.iter() {
                 if let Some((first, rest @ [_, ..])) = path.split_first() {
                     if let Some(value) = variables.and_then(|v| v.get(&**first)) {
-                        push_at(value, rest, out)?;
+                        push_at(value, rest, self.numbers, out)?;
                     }
                 }
             }
@@ -562,7 +572,7 @@ impl GraphqlRoute {
                         path,
                         default,
                     } => match variables.and_then(|v| v.get(&**name)) {
-                        Some(value) if !value.is_null() => push_at(value, path, out)?,
+                        Some(value) if !value.is_null() => push_at(value, path, self.numbers, out)?,
                         _ => {
                             for i in default.iter() {
                                 push_literal(query, &literals, *i, out);
@@ -637,38 +647,47 @@ fn push_literal(doc: &str, literals: &[Literal], index: u32, out: &mut Vec<Vec<u
 
 /// The ids at `path` inside a variable's value: through objects by key and lists item by
 /// item; a key that is absent holds no id.
-fn push_at(value: &Value, path: &[Box<str>], out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
+fn push_at(
+    value: &Value,
+    path: &[Box<str>],
+    numbers: Numbers,
+    out: &mut Vec<Vec<u8>>,
+) -> Result<(), GraphqlError> {
     let Some((key, rest)) = path.split_first() else {
-        return push_value(value, out);
+        return push_value(value, numbers, out);
     };
     match value {
         Value::Object(map) => match map.get(&**key) {
-            Some(inner) => push_at(inner, rest, out),
+            Some(inner) => push_at(inner, rest, numbers, out),
             None => Ok(()),
         },
-        Value::Array(items) => items.iter().try_for_each(|v| push_at(v, path, out)),
+        Value::Array(items) => items
+            .iter()
+            .try_for_each(|v| push_at(v, path, numbers, out)),
         _ => Ok(()),
     }
 }
 
 /// A variable's value: an id (a string, or a number for schemes of integer ids such as
-/// snowflakes), or a list of them (`nodes(ids: $ids)`).
-fn push_value(value: &Value, out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
+/// snowflakes; beyond 2^53 only with [`Numbers::Exact`]), or a list of them
+/// (`nodes(ids: $ids)`).
+fn push_value(value: &Value, numbers: Numbers, out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
     let text = match value {
         Value::String(s) => s.trim().as_bytes().to_vec(),
         // GraphQL servers in JavaScript read a number as a double: above 2^53, another id.
         Value::Number(n)
-            if n.as_u64()
-                .or_else(|| n.as_i64().map(i64::unsigned_abs))
-                .is_some_and(|m| m > crate::extract::json::EXACT_IN_DOUBLE) =>
+            if numbers == Numbers::Safe
+                && n.as_u64()
+                    .or_else(|| n.as_i64().map(i64::unsigned_abs))
+                    .is_some_and(|m| m > crate::extract::json::EXACT_IN_DOUBLE) =>
         {
             return Err(GraphqlError::Ambiguous(format!(
                 "the integer id {n} is beyond 2^53: GraphQL servers in JavaScript read it as \
-                 another number; send it as a string"
+                 another number; send it as a string (or the route sets `json_numbers: exact`)"
             )))
         }
         Value::Number(n) => n.to_string().into_bytes(),
-        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, out)),
+        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, numbers, out)),
         Value::Null => return Ok(()),
         other => {
             return Err(GraphqlError::Invalid(format!(

@@ -531,3 +531,16 @@ fn an_integer_id_variable_beyond_2_to_the_53_is_ambiguous() {
         .expect("safe");
     assert_eq!(out, [b"9007199254740992".to_vec()]);
 }
+
+/// With `json_numbers: exact` (servers that read 64-bit integers exactly), a big integer id
+/// is read as written.
+#[test]
+fn an_integer_id_variable_beyond_2_to_the_53_is_read_exactly_when_the_route_says() {
+    let r = route().with_numbers(crate::extract::json::Numbers::Exact);
+    let doc = "query($id: ID!) { node(id: $id) { id } }";
+    let mut out = Vec::new();
+    let big = json(doc, serde_json::json!({ "id": 9_007_199_254_740_993u64 }));
+    r.ids_from_body(None, big.as_bytes(), ColdParse::Here, &mut out)
+        .expect("exact");
+    assert_eq!(out, [b"9007199254740993".to_vec()]);
+}

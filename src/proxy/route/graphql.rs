@@ -64,6 +64,10 @@ pub(super) struct Spec {
     /// a query's `node` and `nodes`).
     #[serde(default)]
     id_arguments: Option<Vec<String>>,
+    /// How an integer id in `variables` is read: `safe` (the default: up to 2^53, beyond is
+    /// 400 `ambiguous-graphql`) or `exact` (the route's servers read 64-bit integers exactly).
+    #[serde(default)]
+    json_numbers: Option<String>,
 }
 
 impl Kind for Spec {
@@ -82,8 +86,11 @@ impl Kind for Spec {
         crate::extract::normalize::check_template(&self.graphql)
             .map_err(|e| RouteError::new("graphql", e))?;
         let vars = self.persisted_id_variables.unwrap_or_default();
+        let numbers = crate::extract::json::Numbers::from_key(self.json_numbers.as_deref())
+            .map_err(|e| RouteError::new("json_numbers", e))?;
         let mut route = GraphqlRoute::new(self.graphql, vars, scheme, limits)
-            .with_split_nodes(self.split_nodes.unwrap_or(false));
+            .with_split_nodes(self.split_nodes.unwrap_or(false))
+            .with_numbers(numbers);
         if let Some(paths) = self.id_arguments {
             let paths = arg_paths(&paths).map_err(|e| RouteError::new("id_arguments", e))?;
             route = route.with_id_arguments(paths);

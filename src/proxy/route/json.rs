@@ -53,16 +53,8 @@ impl Kind for Spec {
 
     fn compile(self, routes: &mut Vec<Route>, _: ParseLimits) -> Result<(), RouteError> {
         let pointer = Pointer::parse(&self.json).map_err(|e| RouteError::new("json", e))?;
-        let numbers = match self.json_numbers.as_deref() {
-            None | Some("safe") => Numbers::Safe,
-            Some("exact") => Numbers::Exact,
-            Some(other) => {
-                return Err(RouteError::new(
-                    "json_numbers",
-                    format!("json_numbers is `safe` or `exact`, not `{other}`"),
-                ))
-            }
-        };
+        let numbers = Numbers::from_key(self.json_numbers.as_deref())
+            .map_err(|e| RouteError::new("json_numbers", e))?;
         routes.push(Route::Json(JsonRoute {
             path: PathMatch::new(&self.path)?,
             pointer,

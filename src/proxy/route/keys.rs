@@ -86,11 +86,13 @@ pub(super) fn kind_of(
     };
     let own = keys_of(kind);
     for k in keys.0.iter().filter(|k| !own.contains(&k.as_str())) {
-        let other = RouteKind::ALL
+        let others: Vec<&str> = RouteKind::ALL
             .into_iter()
-            .find(|other| keys_of(*other).contains(&k.as_str()));
-        if let Some(other) = other {
-            let message = format!("{k} goes with a {} route", other.as_str());
+            .filter(|other| keys_of(*other).contains(&k.as_str()))
+            .map(RouteKind::as_str)
+            .collect();
+        if !others.is_empty() {
+            let message = format!("{k} goes with a {} route", others.join(" or "));
             return Err(fail(error_at(source, &key(k), message)));
         }
     }
