@@ -130,13 +130,21 @@ pub fn trim_trailing(path: &str) -> &str {
 /// is. Most paths are; the others are looked at closely by [`is_normal`].
 fn plain(path: &[u8]) -> bool {
     #[cfg(target_arch = "x86_64")]
-    if path.len() >= 16 {
-        return plain_sse2(path);
+    {
+        if path.len() >= 16 {
+            return plain_sse2(path);
+        }
+        // A short path in one zero-padded block: a zero byte is none of `%`, `/`, `.`.
+        let mut block = [0u8; 16];
+        block[..path.len()].copy_from_slice(path);
+        plain_sse2(&block)
     }
+    #[cfg(not(target_arch = "x86_64"))]
     plain_bytes(path)
 }
 
 /// [`plain`] a byte at a time.
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 fn plain_bytes(path: &[u8]) -> bool {
     let mut after_slash = false;
     for &b in path {
