@@ -23,7 +23,7 @@
 //! an upstream reads as another.
 //!
 //! The hot path: a path with no `%`, no `//` and no `.` right after a `/` is returned as it
-//! is, borrowed, after one scan of its bytes, 16 at a time ([`plain`]: 73 instructions for
+//! is, borrowed, after one scan of its bytes, 16 at a time (`plain`: 73 instructions for
 //! a 47-byte REST path, where a byte loop took 470, callgrind).
 
 use std::borrow::Cow;
