@@ -15,8 +15,10 @@ use crate::extract::RouteKind;
 use crate::table::ResolveError;
 
 mod grpc;
+mod limited;
 
 pub use grpc::{grpc_code, grpc_response};
+pub use limited::LimitedBody;
 
 /// Why a request is a routing loop (docs/data-path.md: 508).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,36 +182,6 @@ pub enum Problem {
 
 /// The methods a `405` lists in `Allow` (RFC 9110 §15.5.6): every one but `CONNECT`.
 const ALLOW: &str = "GET, HEAD, POST, PUT, DELETE, PATCH, OPTIONS, TRACE";
-
-/// A body the router reads whole before routing, named in its 413.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LimitedBody {
-    /// A GraphQL request body (`limits.graphql_body_bytes`).
-    GraphqlBody,
-    /// A gRPC call's first message (`limits.grpc_message_bytes`).
-    GrpcMessage,
-    /// A `json:` route's request body (`limits.json_body_bytes`).
-    JsonBody,
-}
-
-impl LimitedBody {
-    /// As the problem's detail names it.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            LimitedBody::GraphqlBody => "the GraphQL body",
-            LimitedBody::GrpcMessage => "the gRPC call's first message",
-            LimitedBody::JsonBody => "the JSON body",
-        }
-    }
-
-    fn title(self) -> &'static str {
-        match self {
-            LimitedBody::GraphqlBody => "GraphQL body too large",
-            LimitedBody::GrpcMessage => "gRPC message too large",
-            LimitedBody::JsonBody => "JSON body too large",
-        }
-    }
-}
 
 impl Problem {
     /// The problem for an id (`text`, as sent) the table could not resolve: malformed (400,

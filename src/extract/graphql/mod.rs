@@ -22,6 +22,8 @@
 pub mod cache;
 pub mod plan;
 pub mod scan;
+mod unique;
+mod variables;
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -34,6 +36,8 @@ use super::Access;
 use cache::PlanCache;
 use plan::{ArgPath, IdSource, ParseLimits, SplitNodes};
 use scan::Literal;
+use unique::{decoding, json_param, unique};
+use variables::{push_at, push_value};
 
 /// Variables read from a persisted query (sent by hash only) when none are configured.
 pub const DEFAULT_PERSISTED_ID_VARIABLES: [&str; 3] = ["id", "ids", "nodeId"];
@@ -157,94 +161,6 @@ struct Operation<'a> {
     variables: Option<Value>,
     #[serde(default, deserialize_with = "unique")]
     extensions: Option<Value>,
-}
-
-/// The start of the message of a JSON member given twice: serde's (`duplicate field`, for
-/// the operation's own members) and [`Unique`]'s.
-const DUPLICATE: &str = "duplicate ";
-
-/// A JSON value built as `serde_json::Value`, refusing an object that names a member twice:
-/// `JSON.parse`, Python and Go into a map read the last, Go into a struct merges both.
-struct Unique(Value);
-
-fn unique<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Value>, D::Error> {
-    Option::<Unique>::deserialize(d).map(|v| v.map(|u| u.0))
-}
-
-impl<'de> Deserialize<'de> for Unique {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Unique, D::Error> {
-        d.deserialize_any(UniqueVisitor).map(Unique)
-    }
-}
-
-struct UniqueVisitor;
-
-impl<'de> serde::de::Visitor<'de> for UniqueVisitor {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("JSON")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_none<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_some<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        Unique::deserialize(d).map(|u| u.0)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::new();
-        while let Some(Unique(item)) = seq.next_element()? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut members = serde_json::Map::new();
-        while let Some(name) = map.next_key::<String>()? {
-            let Unique(value) = map.next_value()?;
-            if members.contains_key(&name) {
-                return Err(serde::de::Error::custom(format_args!(
-                    "{DUPLICATE}member `{name}`"
-                )));
-            }
-            members.insert(name, value);
-        }
-        Ok(Value::Object(members))
-    }
-}
-
-/// A JSON decoding error as a [`GraphqlError`]: a member given twice is ambiguous, the rest
-/// invalid.
-fn decoding(what: &str, e: serde_json::Error) -> GraphqlError {
-    let message = e.to_string();
-    match message.starts_with(DUPLICATE) {
-        true => GraphqlError::Ambiguous(format!(
-            "{what} names a JSON member twice ({message}): GraphQL servers read the last, or \
-             merge both; send it once"
-        )),
-        false => GraphqlError::Invalid(format!("{what}: {message}")),
-    }
 }
 
 thread_local! {
@@ -624,79 +540,11 @@ fn once<'a>(
     }
 }
 
-/// Decodes a JSON-valued query-string parameter (a member given twice: ambiguous).
-fn json_param(name: &str, text: Option<Cow<'_, str>>) -> Result<Option<Value>, GraphqlError> {
-    match text {
-        None => Ok(None),
-        Some(t) if t.trim().is_empty() => Ok(None),
-        Some(t) => {
-            let mut de = serde_json::Deserializer::from_str(&t);
-            Unique::deserialize(&mut de)
-                .and_then(|u| de.end().map(|()| Some(u.0)))
-                .map_err(|e| decoding(&format!("invalid JSON in `{name}`"), e))
-        }
-    }
-}
-
 fn push_literal(doc: &str, literals: &[Literal], index: u32, out: &mut Vec<Vec<u8>>) {
     if let Some(l) = literals.get(index as usize) {
         let text = &doc.as_bytes()[l.start as usize..l.end as usize];
         out.push(text.trim_ascii().to_vec());
     }
-}
-
-/// The ids at `path` inside a variable's value: through objects by key and lists item by
-/// item; a key that is absent holds no id.
-fn push_at(
-    value: &Value,
-    path: &[Box<str>],
-    numbers: Numbers,
-    out: &mut Vec<Vec<u8>>,
-) -> Result<(), GraphqlError> {
-    let Some((key, rest)) = path.split_first() else {
-        return push_value(value, numbers, out);
-    };
-    match value {
-        Value::Object(map) => match map.get(&**key) {
-            Some(inner) => push_at(inner, rest, numbers, out),
-            None => Ok(()),
-        },
-        Value::Array(items) => items
-            .iter()
-            .try_for_each(|v| push_at(v, path, numbers, out)),
-        _ => Ok(()),
-    }
-}
-
-/// A variable's value: an id (a string, or a number for schemes of integer ids such as
-/// snowflakes; beyond 2^53 only with [`Numbers::Exact`]), or a list of them
-/// (`nodes(ids: $ids)`).
-fn push_value(value: &Value, numbers: Numbers, out: &mut Vec<Vec<u8>>) -> Result<(), GraphqlError> {
-    let text = match value {
-        Value::String(s) => s.trim().as_bytes().to_vec(),
-        // GraphQL servers in JavaScript read a number as a double: above 2^53, another id.
-        Value::Number(n)
-            if numbers == Numbers::Safe
-                && n.as_u64()
-                    .or_else(|| n.as_i64().map(i64::unsigned_abs))
-                    .is_some_and(|m| m > crate::extract::json::EXACT_IN_DOUBLE) =>
-        {
-            return Err(GraphqlError::Ambiguous(format!(
-                "the integer id {n} is beyond 2^53: GraphQL servers in JavaScript read it as \
-                 another number; send it as a string (or the route sets `json_numbers: exact`)"
-            )))
-        }
-        Value::Number(n) => n.to_string().into_bytes(),
-        Value::Array(items) => return items.iter().try_for_each(|v| push_value(v, numbers, out)),
-        Value::Null => return Ok(()),
-        other => {
-            return Err(GraphqlError::Invalid(format!(
-                "a node id variable holds {other}, not an id"
-            )))
-        }
-    };
-    out.push(text);
-    Ok(())
 }
 
 #[cfg(test)]

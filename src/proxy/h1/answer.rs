@@ -12,7 +12,9 @@ use http::StatusCode;
 use http_body::Body as _;
 use http_body_util::BodyExt;
 
-use crate::http1::{write, Framing};
+use crate::error::{Error, ErrorKind};
+use crate::http1::{write, Framing, FramingError};
+use crate::metrics;
 use crate::problem::Problem;
 use crate::proxy::request_id::RequestId;
 use crate::proxy::upgrade::UpstreamUpgrade;
@@ -258,4 +260,15 @@ pub(super) async fn write_answer<W: AsyncWrite + Unpin>(
     }
     let kept = if close { Kept::Closing } else { Kept::Alive };
     (Ok(kept), upgrade)
+}
+
+/// The problem for a request whose framing the codec refused.
+pub(super) fn framing_problem(e: FramingError) -> Problem {
+    match e {
+        FramingError::UnsupportedCoding => Problem::UnsupportedTransferCoding,
+        e => {
+            metrics::client_error(ErrorKind::BadFraming);
+            Problem::Client(Error::new(ErrorKind::BadFraming, e.to_string()))
+        }
+    }
 }

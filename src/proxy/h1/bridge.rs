@@ -61,7 +61,7 @@ impl Proxy {
             false => Ok(Framing::Empty),
         };
         let parts = framing
-            .map_err(super::framing_problem)
+            .map_err(super::answer::framing_problem)
             .and_then(|framing| Ok((super::fanout::parts_of(buf, head, None)?, framing)));
         let (mut parts, framing) = match parts {
             Ok(made) => made,

@@ -39,13 +39,14 @@ use super::route::Extraction;
 use super::Proxy;
 use crate::error::{Error, ErrorKind};
 use crate::http1::head::{self, RequestHead, Seen};
-use crate::http1::{framing, write, Chunked, Framing, FramingError};
+use crate::http1::{framing, write, Chunked, Framing};
 use crate::metrics;
 use crate::problem::Problem;
 use crate::ratelimit::Verdict;
 use crate::relay::{Buffered, Readiness};
 use crate::table::RegionId;
 use crate::upstream::regions::Routing;
+use answer::framing_problem;
 
 /// How a connection goes on after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -591,15 +592,4 @@ where
 fn expects_continue(buf: &[u8], head: &RequestHead) -> bool {
     let mut all = head::all(buf, &head.fields, b"expect");
     all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
-}
-
-/// The problem for a request whose framing the codec refused.
-pub(super) fn framing_problem(e: FramingError) -> Problem {
-    match e {
-        FramingError::UnsupportedCoding => Problem::UnsupportedTransferCoding,
-        e => {
-            metrics::client_error(ErrorKind::BadFraming);
-            Problem::Client(Error::new(ErrorKind::BadFraming, e.to_string()))
-        }
-    }
 }

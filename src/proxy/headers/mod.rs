@@ -11,18 +11,19 @@
 //!   answered 508 instead of being sent round again.
 //! - `X-Forwarded-*` (de facto) and `Forwarded` (RFC 7239) tell the upstream who the client
 //!   was, because the upstream only sees the router's address.
-//! - A request field whose name holds `_` may be read by the upstream as the same name with
-//!   `-` (CGI's `HTTP_X_IUID_REGION`): one that reads as the router's own is removed, any
-//!   other goes by `limits.underscore_fields` ([`underscore_field`]).
+//! - A request field whose name holds `_`, which CGI upstreams read as `-` ([`underscore`]).
 
 use http::header::{
     HeaderMap, HeaderName, HeaderValue, CONNECTION, CONTENT_LENGTH, FORWARDED, HOST,
     TRANSFER_ENCODING, UPGRADE, VIA,
 };
-use http::{uri::Authority, Version};
+use http::uri::Authority;
 
 pub use crate::config::UnderscoreFields;
 pub use crate::problem::LoopReason;
+use underscore::remove_underscore_fields;
+pub use underscore::{has_underscore, underscore_field};
+pub use via::{check_loop, check_via, via_value, ViaValues};
 
 /// Hop-by-hop fields of RFC 9110 §7.6.1, plus the pre-standard `Keep-Alive` and
 /// `Proxy-Connection` that clients still send.
@@ -184,80 +185,6 @@ fn remove_router_fields(headers: &mut HeaderMap, client: &ClientAddr) {
     }
 }
 
-/// The router's own request fields whose names hold `-`, as [`underscore_field`] compares
-/// a name with `_` to them, with the client-certificate and hop-by-hop fields
-/// (`Transfer-Encoding`, `Keep-Alive`, `Proxy-Connection`) and the prefixes
-/// `X-Iuid-` and `X-Forwarded-`. Its own names without `-` (`Forwarded`, `Via`,
-/// `traceparent`, `tracestate`, `Host`) can be spelled no other way with `_`.
-const OWN_DASHED: [&str; 2] = ["x-request-id", "content-length"];
-
-/// The prefixes of [`OWN_DASHED`]'s families: `X-Iuid-*` ([`is_router_field`]) and
-/// `X-Forwarded-*`.
-const OWN_PREFIXES: [&str; 2] = ["x-iuid-", "x-forwarded-"];
-
-/// Whether a field name holds `_`: one byte scan, the only cost of the rule for the names
-/// that do not (nearly all). `core`'s inlined scan, not the `memchr` crate's: for names of a
-/// few bytes its dispatch cost 84 instructions a name (callgrind, the GraphQL bench).
-#[inline]
-pub fn has_underscore(name: &[u8]) -> bool {
-    name.contains(&b'_')
-}
-
-/// Whether `name`, with `_` read as `-` and case ignored, is `own` (lowercase).
-fn reads_as(name: &[u8], own: &str) -> bool {
-    name.len() == own.len()
-        && name.iter().zip(own.as_bytes()).all(|(&n, &o)| {
-            let n = if n == b'_' {
-                b'-'
-            } else {
-                n.to_ascii_lowercase()
-            };
-            n == o
-        })
-}
-
-/// Whether `name` (which holds `_`), with `_` read as `-`, is one of the router's own
-/// request fields ([`OWN_DASHED`], [`OWN_PREFIXES`], the client-certificate and hop-by-hop
-/// fields).
-fn own_with_underscores(name: &[u8]) -> bool {
-    OWN_PREFIXES
-        .iter()
-        .any(|p| name.len() > p.len() && reads_as(&name[..p.len()], p))
-        || OWN_DASHED.iter().any(|o| reads_as(name, o))
-        || CLIENT_CERT_NAMES.iter().any(|o| reads_as(name, o))
-        || HOP_BY_HOP_NAMES.iter().any(|o| reads_as(name, o))
-}
-
-/// The rule for a request field whose name holds `_` ([`has_underscore`]), declared once
-/// for both appliers (`raw.rs` on bytes, [`rewrite_request`] on a `HeaderMap`):
-/// docs/data-path.md "Field names with `_`". CGI-style upstreams (Rack and Puma, WSGI, PHP)
-/// read `X-Iuid_Region` and `X-Iuid-Region` as one key, `HTTP_X_IUID_REGION`: a name that
-/// reads, with `_` as `-`, as one of the router's own fields is removed as that field is,
-/// whatever the setting; any other goes by `limits.underscore_fields`. Whether it is removed;
-/// its `lines` counted in `iuid_router_underscore_fields_total`.
-pub fn underscore_field(name: &[u8], setting: UnderscoreFields, lines: u64) -> bool {
-    let own = own_with_underscores(name);
-    let dropped = own || setting == UnderscoreFields::Drop;
-    crate::metrics::underscore_fields(own, dropped, lines);
-    dropped
-}
-
-/// Removes the fields with `_` in their names that [`underscore_field`] drops, once
-/// [`hop_by_hop_present`] saw one (the names are copied: rare).
-fn remove_underscore_fields(headers: &mut HeaderMap, setting: UnderscoreFields) {
-    let names: Vec<HeaderName> = headers
-        .keys()
-        .filter(|n| has_underscore(n.as_str().as_bytes()))
-        .cloned()
-        .collect();
-    for name in names {
-        let lines = headers.get_all(&name).iter().count() as u64;
-        if underscore_field(name.as_str().as_bytes(), setting, lines) {
-            headers.remove(name);
-        }
-    }
-}
-
 /// Fields a `Connection` line may not nominate for removal (RFC 9110 §7.6.1 lets a sender
 /// nominate any field, but these were added or vouched for by the router or a proxy in front
 /// of it, and a client could otherwise erase, for example, the `X-Forwarded-For` chain before
@@ -347,104 +274,6 @@ fn strip_present(headers: &mut HeaderMap, present: u16) {
     if present & CLIENT_CERT_BIT != 0 {
         for name in &CLIENT_CERT {
             headers.remove(name);
-        }
-    }
-}
-
-/// Checks the request's `Via` lines (all of them, comma-separated entries) against this
-/// router's region and `max_hops`.
-pub fn check_loop(headers: &HeaderMap, region: &str, max_hops: usize) -> Result<(), LoopReason> {
-    check_via(
-        headers.get_all(VIA).iter().map(HeaderValue::as_bytes),
-        region,
-        max_hops,
-    )
-}
-
-/// [`check_loop`] over the `Via` lines' values, as bytes.
-pub fn check_via<'a>(
-    lines: impl Iterator<Item = &'a [u8]>,
-    region: &str,
-    max_hops: usize,
-) -> Result<(), LoopReason> {
-    let mut hops = 0;
-    for value in lines {
-        for entry in via_entries(value) {
-            hops += 1;
-            // entry = received-protocol RWS received-by [ RWS comment ]
-            let mut words = entry
-                .split(|b| b.is_ascii_whitespace())
-                .filter(|w| !w.is_empty());
-            let _protocol = words.next();
-            if words.next() == Some(region.as_bytes()) {
-                return Err(LoopReason::SeenRegion);
-            }
-        }
-    }
-    if hops >= max_hops {
-        return Err(LoopReason::TooManyHops(hops));
-    }
-    Ok(())
-}
-
-/// Splits a `Via` value on commas outside `( comments )`, skipping empty entries.
-fn via_entries(value: &[u8]) -> impl Iterator<Item = &[u8]> {
-    let mut depth = 0u32;
-    value
-        .split(move |&b| {
-            match b {
-                b'(' => depth += 1,
-                b')' => depth = depth.saturating_sub(1),
-                _ => {}
-            }
-            b == b',' && depth == 0
-        })
-        .map(<[u8]>::trim_ascii)
-        .filter(|e| !e.is_empty())
-}
-
-/// The `Via` entry this router adds, e.g. `1.1 eu` (RFC 9110 §7.6.3: the protocol version of
-/// the message received, then the pseudonym).
-pub fn via_value(version: Version, region: &str) -> Option<HeaderValue> {
-    let protocol = match version {
-        Version::HTTP_09 => "0.9",
-        Version::HTTP_10 => "1.0",
-        Version::HTTP_2 => "2",
-        Version::HTTP_3 => "3",
-        _ => "1.1",
-    };
-    HeaderValue::try_from(format!("{protocol} {region}")).ok()
-}
-
-/// This router's `Via` entries, one per protocol version a client may speak, made once.
-#[derive(Debug)]
-pub struct ViaValues {
-    http10: HeaderValue,
-    /// For HTTP/1.1 messages, and responses (upstreams speak HTTP/1.1).
-    pub http11: HeaderValue,
-    http2: HeaderValue,
-    http3: HeaderValue,
-}
-
-impl ViaValues {
-    /// The entries for `region`.
-    pub fn new(region: &str) -> ViaValues {
-        let make = |v| via_value(v, region).unwrap_or(HeaderValue::from_static("1.1 iuid-router"));
-        ViaValues {
-            http10: make(http::Version::HTTP_10),
-            http11: make(http::Version::HTTP_11),
-            http2: make(http::Version::HTTP_2),
-            http3: make(http::Version::HTTP_3),
-        }
-    }
-
-    /// The entry for a message of this version.
-    pub fn for_version(&self, version: http::Version) -> &HeaderValue {
-        match version {
-            http::Version::HTTP_10 | http::Version::HTTP_09 => &self.http10,
-            http::Version::HTTP_2 => &self.http2,
-            http::Version::HTTP_3 => &self.http3,
-            _ => &self.http11,
         }
     }
 }
@@ -668,6 +497,8 @@ pub fn rewrite_response(status: http::StatusCode, headers: &mut HeaderMap, via: 
 
 mod client;
 pub mod raw;
+pub mod underscore;
+mod via;
 
 pub use client::ClientAddr;
 #[cfg(test)]

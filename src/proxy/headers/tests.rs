@@ -1,5 +1,6 @@
 //! The header rules' unit tests.
 
+use super::underscore::own_with_underscores;
 use super::*;
 
 fn map(pairs: &[(&str, &str)]) -> HeaderMap {
