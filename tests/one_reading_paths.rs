@@ -402,3 +402,44 @@ fn a_path_that_never_matches_is_refused_at_its_line() {
         .yaml();
     common::assert_refused_at(&dir, &config, "write `/rl/ip`", 5);
 }
+
+/// `limits.escaped_slashes: keep` (Envoy's `KEEP_UNCHANGED`): an encoded slash stays a byte
+/// of its segment, so a Relay id in the standard base64 alphabet routes in a path, over the
+/// head path and h2c alike; by default it is 400 `ambiguous-path`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_encoded_slash_is_kept_in_its_segment_when_the_operator_says() {
+    let upstreams = [
+        Upstream::start("eu").await,
+        Upstream::start("us").await,
+        Upstream::start("ap").await,
+    ];
+    let [eu, us, ap] = &upstreams;
+    let table = common::three_regions("v1", &eu.url(), &us.url(), &ap.url());
+    let relay = common::relay_id("Ride??", &iuid_for(2));
+    assert!(relay.contains('/'), "{relay}");
+    let target = format!(
+        "/v1/orders/{}",
+        relay.replace('/', "%2F").replace('=', "%3D")
+    );
+    for (keep, want) in [
+        (false, refused(400, "ambiguous-path")),
+        (true, routed("us")),
+    ] {
+        let mut config = ConfigYaml::new()
+            .route_path("/v1/orders/{id}")
+            .unrouted("default_region")
+            .watch(false);
+        if keep {
+            config = config.limits("escaped_slashes: keep");
+        }
+        let router = Router::start(&config.yaml(), &table).await;
+        let certs = std::path::Path::new(".");
+        for proto in [Proto::Head, Proto::Bridged, Proto::H2c] {
+            let got = send(proto, &router, certs, "GET", &target, "", "k").await;
+            assert_eq!(got, want, "{proto:?} escaped_slashes keep: {keep}");
+        }
+        if keep {
+            assert_eq!(us.last().target, target, "forwarded as sent");
+        }
+    }
+}

@@ -114,6 +114,9 @@ pub struct Limits {
     /// Send the request upstream with its path normalised (`/v1/p%61y//x` as `/v1/pay/x`),
     /// as routes matched it; `false`: as the client sent it (docs/data-path.md "Paths").
     pub forward_normalized_path: bool,
+    /// An encoded slash or backslash in a path (`%2F`, `%5C`): `reject` (400
+    /// `ambiguous-path`) or `keep` (docs/data-path.md "Paths").
+    pub escaped_slashes: crate::extract::normalize::EscapedSlashes,
     /// What becomes of a request field with `_` in its name that is not one of the router's
     /// own read with `-` (those are always removed): docs/data-path.md "Field names with `_`".
     pub underscore_fields: UnderscoreFields,
@@ -156,6 +159,7 @@ impl Default for Limits {
             held_requests: 10_000,
             mirrors_in_flight: 256,
             forward_normalized_path: false,
+            escaped_slashes: crate::extract::normalize::EscapedSlashes::Reject,
             underscore_fields: UnderscoreFields::Drop,
         }
     }

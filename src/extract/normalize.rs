@@ -28,6 +28,19 @@
 
 use std::borrow::Cow;
 
+/// `limits.escaped_slashes`: what an encoded slash or backslash in a path is (Envoy's
+/// `path_with_escaped_slashes_action`, docs/data-path.md "Paths").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EscapedSlashes {
+    /// 400 `ambiguous-path`: one upstream reads it as a separator, another as a byte.
+    #[default]
+    Reject,
+    /// Kept as sent inside its segment, as any other reserved escape: for ids that carry
+    /// `/` (a Relay id in the standard base64 alphabet) where every upstream keeps it.
+    Keep,
+}
+
 /// Why a path cannot be read one way (400 `ambiguous-path`, docs/errors.md).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum PathError {
@@ -60,8 +73,15 @@ impl PathError {
 ///
 /// Errors: [`PathError`].
 pub fn normalize(path: &str) -> Result<Cow<'_, str>, PathError> {
+    normalize_with(path, EscapedSlashes::Reject)
+}
+
+/// [`normalize`], with encoded slashes as `slashes` says.
+///
+/// Errors: [`PathError`].
+pub fn normalize_with(path: &str, slashes: EscapedSlashes) -> Result<Cow<'_, str>, PathError> {
     let bytes = path.as_bytes();
-    if bytes.first() != Some(&b'/') || plain(bytes) || is_normal(bytes)? {
+    if bytes.first() != Some(&b'/') || plain(bytes) || is_normal(bytes, slashes)? {
         return Ok(Cow::Borrowed(path));
     }
     let decoded = decode_unreserved(bytes)?;
@@ -194,7 +214,7 @@ fn plain_sse2(path: &[u8]) -> bool {
 
 /// Whether `path` (starting with `/`) is normal already: one scan. `Err` for an escape
 /// that no reading can take.
-fn is_normal(path: &[u8]) -> Result<bool, PathError> {
+fn is_normal(path: &[u8], slashes: EscapedSlashes) -> Result<bool, PathError> {
     let mut normal = true;
     let mut i = 0;
     while i < path.len() {
@@ -207,7 +227,7 @@ fn is_normal(path: &[u8]) -> Result<bool, PathError> {
                     (Some(hi), Some(lo)) => (hi << 4) | lo,
                     _ => return Err(PathError::BadEscape),
                 };
-                if matches!(byte, b'/' | b'\\') {
+                if matches!(byte, b'/' | b'\\') && slashes == EscapedSlashes::Reject {
                     return Err(PathError::EncodedSlash);
                 }
                 normal &= !is_unreserved(byte);
@@ -327,6 +347,12 @@ mod tests {
         assert_eq!(n("/a%2Fb"), Err(PathError::EncodedSlash));
         assert_eq!(n("/a%2fb"), Err(PathError::EncodedSlash));
         assert_eq!(n("/a%5cb"), Err(PathError::EncodedSlash));
+        let keep = |p| normalize_with(p, EscapedSlashes::Keep).map(Cow::into_owned);
+        assert_eq!(keep("/a%2Fb/./c"), Ok("/a%2Fb/c".into()));
+        assert!(matches!(
+            normalize_with("/a%2fb", EscapedSlashes::Keep),
+            Ok(Cow::Borrowed(_))
+        ));
         assert_eq!(n("/a%zz"), Err(PathError::BadEscape));
         assert_eq!(n("/a%4"), Err(PathError::BadEscape));
         assert_eq!(n("/a%"), Err(PathError::BadEscape));

@@ -1,7 +1,9 @@
 //! Ids in path segments.
 //!
 //! A path segment arrives percent-encoded: a braced id is `%7B…%7D`, and a Relay id in the
-//! standard base64 alphabet carries `/`, `+` and `=` as `%2F`, `%2B`, `%3D`. A segment
+//! standard base64 alphabet carries `/`, `+` and `=` as `%2F`, `%2B`, `%3D` (`%2F` only
+//! with `limits.escaped_slashes: keep`: by default the path is refused, docs/data-path.md
+//! "Paths"). A segment
 //! without `%` (the common case) is passed on as it is, with no allocation.
 
 use std::borrow::Cow;

@@ -234,7 +234,7 @@ impl Proxy {
         client: &'a ClientAddr,
         life: Life,
     ) -> impl Future<Output = Response<ProxyBody>> + Send + 'a {
-        phases::read_path(&mut parts, self.config.limits.forward_normalized_path);
+        phases::read_path(&mut parts, &self.config.limits);
         let request_id = life.id.stamp(&mut parts.headers);
         if let Some(trace) = life.traced() {
             trace.write_fields(&mut parts.headers);

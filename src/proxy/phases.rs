@@ -22,7 +22,7 @@ use super::headers::ClientAddr;
 use super::route::Extraction;
 use super::{admit, headers, Proxy};
 use crate::error::ShedReason;
-use crate::extract::normalize::{self, PathError};
+use crate::extract::normalize::{self, EscapedSlashes, PathError};
 use crate::extract::Access;
 use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
@@ -79,11 +79,12 @@ pub struct HeadView<'b> {
 }
 
 impl<'b> HeadView<'b> {
-    /// The view of `head`, parsed from the start of `buf`: its path normalised once.
-    pub fn new(buf: &'b [u8], head: &'b RequestHead) -> HeadView<'b> {
+    /// The view of `head`, parsed from the start of `buf`: its path normalised once, an
+    /// encoded slash as `slashes` (`limits.escaped_slashes`) says.
+    pub fn new(buf: &'b [u8], head: &'b RequestHead, slashes: EscapedSlashes) -> HeadView<'b> {
         let target = head.target.of(buf);
         let sent = target.split(|&b| b == b'?').next().unwrap_or(target);
-        let path = normalize::normalize(std::str::from_utf8(sent).unwrap_or(""));
+        let path = normalize::normalize_with(std::str::from_utf8(sent).unwrap_or(""), slashes);
         HeadView { buf, head, path }
     }
 
@@ -264,9 +265,10 @@ enum RoutedPath {
 
 /// Reads `parts`' path once, before the phases (docs/data-path.md, "Paths"): its normal
 /// form, when it differs, is what [`RequestView::path`] gives; with `forward_normalized`
-/// (`limits.forward_normalized_path`) it is also the path sent upstream, the query kept.
-pub(super) fn read_path(parts: &mut Parts, forward_normalized: bool) {
-    let routed = match normalize::normalize(parts.uri.path()) {
+/// (`limits.forward_normalized_path`) it is also the path sent upstream, the query kept;
+/// an encoded slash is as `limits.escaped_slashes` says.
+pub(super) fn read_path(parts: &mut Parts, limits: &crate::config::Limits) {
+    let routed = match normalize::normalize_with(parts.uri.path(), limits.escaped_slashes) {
         Ok(Cow::Borrowed(_)) => return,
         Ok(Cow::Owned(normal)) => normal,
         Err(e) => {
@@ -274,7 +276,7 @@ pub(super) fn read_path(parts: &mut Parts, forward_normalized: bool) {
             return;
         }
     };
-    if forward_normalized {
+    if limits.forward_normalized_path {
         let target = match parts.uri.query() {
             Some(query) => format!("{routed}?{query}"),
             None => routed.clone(),

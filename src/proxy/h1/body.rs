@@ -64,7 +64,7 @@ impl Proxy {
             false => head.len,
         };
         let buf = client.pending();
-        let view = HeadView::new(buf, head);
+        let view = HeadView::new(buf, head, self.config.limits.escaped_slashes);
         let read = if get {
             Read::Query(view.query())
         } else {
@@ -128,7 +128,7 @@ impl Proxy {
         let content_type = head::all(buf, &head.fields, b"content-type").next();
         let body = &buf[head.len..total];
         let refuse = |p| Stop::Refuse(p, true);
-        let view = HeadView::new(buf, head);
+        let view = HeadView::new(buf, head, self.config.limits.escaped_slashes);
         let found = match route.token(content_type, body).map_err(refuse)? {
             Some(token) => Extraction::Id(token, RouteKind::Json),
             None => {

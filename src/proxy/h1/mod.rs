@@ -132,7 +132,7 @@ impl Proxy {
         S: AsyncRead + AsyncWrite + Unpin + Readiness,
     {
         let buf = client.pending();
-        let view = HeadView::new(buf, head);
+        let view = HeadView::new(buf, head, self.config.limits.escaped_slashes);
         let mut life = self.begin(&view, addr);
         // An HTTP/1.0 connection persists only when its request asks (RFC 9112 §9.3).
         let http10 = head.minor == 0;
