@@ -376,6 +376,26 @@ fn tour(
         ),
     );
     line(
+        "400",
+        "a JSON body that names the id twice: Python, JavaScript and Go read the last, so it \
+         is refused, not routed by either (problem+json, ambiguous-json)",
+        format!(
+            "curl -s {base}/v1/payments -H 'content-type: application/json' \
+             -d '{{\"order_id\": \"{}\", \"order_id\": \"{}\"}}'",
+            order(1),
+            order(2)
+        ),
+    );
+    line(
+        "us",
+        "a field spelled with _ where the router's own has - (Rack, WSGI and PHP read them as \
+         one): removed, so the region's echo shows no X-Iuid_Region",
+        format!(
+            "curl -s -H 'X-Iuid_Region: ap' '{base}/v1/rides?order_id={}'",
+            order(2)
+        ),
+    );
+    line(
         "us",
         "a client that waits for 100 Continue before its body (curl asks for it past 1 KiB): \
          the router answers it, then the region answers the POST",
