@@ -54,7 +54,7 @@ pub(super) fn own_with_underscores(name: &[u8]) -> bool {
 }
 
 /// The rule for a request field whose name holds `_` ([`has_underscore`]), declared once
-/// for both appliers (`raw.rs` on bytes, [`rewrite_request`] on a `HeaderMap`):
+/// for both appliers (`raw.rs` on bytes, [`super::rewrite_request`] on a `HeaderMap`):
 /// docs/data-path.md "Field names with `_`". CGI-style upstreams (Rack and Puma, WSGI, PHP)
 /// read `X-Iuid_Region` and `X-Iuid-Region` as one key, `HTTP_X_IUID_REGION`: a name that
 /// reads, with `_` as `-`, as one of the router's own fields is removed as that field is,
