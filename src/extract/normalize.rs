@@ -28,6 +28,8 @@
 
 use std::borrow::Cow;
 
+use super::path::hex;
+
 /// `limits.escaped_slashes`: what an encoded slash or backslash in a path is (Envoy's
 /// `path_with_escaped_slashes_action`, docs/data-path.md "Paths").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize)]
@@ -223,7 +225,7 @@ fn is_normal(path: &[u8], slashes: EscapedSlashes) -> Result<bool, PathError> {
                 let (Some(hi), Some(lo)) = (path.get(i + 1), path.get(i + 2)) else {
                     return Err(PathError::BadEscape);
                 };
-                let byte = match (hex(*hi), hex(*lo)) {
+                let byte = match (hex(hi), hex(lo)) {
                     (Some(hi), Some(lo)) => (hi << 4) | lo,
                     _ => return Err(PathError::BadEscape),
                 };
@@ -256,10 +258,7 @@ fn decode_unreserved(path: &[u8]) -> Result<Vec<u8>, PathError> {
     let mut i = 0;
     while i < path.len() {
         if path[i] == b'%' {
-            let byte = match (
-                path.get(i + 1).and_then(|b| hex(*b)),
-                path.get(i + 2).and_then(|b| hex(*b)),
-            ) {
+            let byte = match (path.get(i + 1).and_then(hex), path.get(i + 2).and_then(hex)) {
                 (Some(hi), Some(lo)) => (hi << 4) | lo,
                 _ => return Err(PathError::BadEscape),
             };
@@ -279,15 +278,6 @@ fn decode_unreserved(path: &[u8]) -> Result<Vec<u8>, PathError> {
 /// RFC 3986 §2.3: `ALPHA / DIGIT / "-" / "." / "_" / "~"`.
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
-}
-
-fn hex(b: u8) -> Option<u8> {
-    match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        b'A'..=b'F' => Some(b - b'A' + 10),
-        _ => None,
-    }
 }
 
 #[cfg(test)]

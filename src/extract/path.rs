@@ -39,7 +39,8 @@ pub fn decode_segment(raw: &str) -> Cow<'_, [u8]> {
     Cow::Owned(out)
 }
 
-fn hex(b: &u8) -> Option<u8> {
+/// The value of a hex digit (either case), `None` for another byte.
+pub(super) fn hex(b: &u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
