@@ -25,60 +25,10 @@ use crate::scheme::mint::{mint, MintSpec};
 use crate::table::RoutingTable;
 
 /// The demo's router config; `{listen}` and `{admin}` are filled in.
-const CONFIG: &str = "\
-listen: {listen}
-admin_listen: {admin}
-region: eu
-routing_table: routing-table.yaml
-decision_headers: true
-routes:
-  - path: /v1/orders/{id}
-  - path: /v1/orders/{id}/{*rest}
-  - header: x-entity-id
-  - { graphql: /graphql, split_nodes: true }
-  - { path: /v1/rides, query: order_id }
-  - { path: /v1/payments, json: /order_id }
-  - { fanout: /v1/orders, scheme: iuid, items: /items, id_field: id, order: desc, limit: { param: limit, default: 5, max: 50 }, timeout_ms: 2000, on_region_error: partial }
-  - { path: \"/v1/offers/{id}\", scheme: offers }
-  - { path: \"/v1/legacy-orders/{id}\", scheme: legacy_orders }
-  - { path: \"/v1/trips/{id}\", scheme: trips }
-  - { path: \"/v1/posts/{id}\", scheme: posts }
-  - { graphql: /graphql/posts, scheme: posts, json_numbers: exact }
-unrouted: default_region
-legacy: probe
-legacy_cache: { entries: 10000, ttl_s: 600 }
-limits: { adaptive: true }
-overload: { max_memory_mb: 4096 }
-rate_limits:
-  - { name: api-key, key: { header: x-api-key }, rate: 1/min }
-";
+const CONFIG: &str = include_str!("demo/router.yaml");
 
 /// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
-const TABLE: &str = "\
-version: demo
-regions:
-  eu: { upstreams: [\"http://{eu}\"] }
-  us: { upstreams: [\"http://{us}\"] }
-  ap: { upstreams: [\"http://{ap}\"] }
-countries:
-  1: { code: KZ, region: ap }
-  2: { code: US, region: us }
-  3: { code: DE, region: eu }
-  4: { code: JP, region: ap }
-services:
-  1: AyanOrder
-  2: WalletAccount
-schemes:
-  offers: { kind: guid_shard, route_by: { field: shard_key, shift: 22, bits: 10 }, map: { \"150\": eu, \"19\": us, \"142\": ap } }
-  legacy_orders: { kind: uniqid_shard, total_shards: 8, map: { \"0-3\": eu, \"4-5\": us, \"6-7\": ap } }
-  trips: { kind: composite, separator: \":\", hash: { weights: { eu: 2, us: 1, ap: 1 } } }
-  posts: { kind: snowflake, layout: instagram, route_by: { field: shard }, map: { \"0-4095\": eu, \"4096-6143\": us, \"6144-8191\": ap }, default: eu }
-moves:
-  - { name: jp-orders-to-us, match: { country: 4, service: AyanOrder }, from: ap, to: us, phase: mirror, mirror_ratio: 1.0, hold_ms: 30000 }
-overrides:
-  - { service: WalletAccount, region: eu }
-default_region: eu
-";
+const TABLE: &str = include_str!("demo/routing-table.yaml");
 
 /// Orders created before the iUID (UUIDv4 ids, no routing bits) and the region holding each:
 /// the demo's echo regions answer 404 for one they do not hold (docs/fanout.md `legacy: probe`).
