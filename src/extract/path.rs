@@ -10,7 +10,7 @@ use std::borrow::Cow;
 
 /// Longest segment decoded; a longer one is passed on as it is (no id form is that long, so
 /// its scheme refuses it by its length).
-const MAX_SEGMENT: usize = 256;
+pub const MAX_SEGMENT: usize = 256;
 
 /// Percent-decodes a path segment (RFC 3986 §2.1): borrowed as it is when it holds no `%`
 /// (most ids), decoded into a new buffer otherwise. A `%` not followed by two hex digits is
