@@ -14,6 +14,7 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 use crate::error::{ErrorKind, ShedReason};
 use crate::extract::RouteKind;
 
+pub mod failover;
 pub mod http3;
 pub mod moves;
 mod region;
@@ -230,6 +231,7 @@ fn describe() {
         "Keys a rate_limits rule holds in this edge's memory, by rule."
     );
     moves::describe();
+    failover::describe();
     ::metrics::describe_counter!(
         TRACE_SPANS_DROPPED,
         "Finished spans not exported, by reason: queue_full, export_failed."

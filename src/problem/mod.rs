@@ -81,6 +81,12 @@ pub enum Problem {
         /// What went wrong, for the client.
         detail: String,
     },
+    /// A region answered `421` with an owner that cannot be followed (502, the upstream's;
+    /// docs/failover.md): a second one, an unknown region, or the body not held.
+    Misdirected {
+        /// The region that answered it.
+        region: String,
+    },
     /// Every upstream of the region is ejected (503, with `Retry-After`).
     Unavailable {
         /// The region the request was for.
@@ -210,7 +216,7 @@ impl Problem {
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
-            Problem::BadGateway { .. } => StatusCode::BAD_GATEWAY,
+            Problem::BadGateway { .. } | Problem::Misdirected { .. } => StatusCode::BAD_GATEWAY,
             Problem::Unavailable { .. } | Problem::Overloaded { .. } => {
                 StatusCode::SERVICE_UNAVAILABLE
             }
@@ -262,6 +268,7 @@ impl Problem {
             Problem::PayloadTooLarge { what, .. } => ("payload-too-large", what.title()),
             Problem::Loop(_) => ("routing-loop", "Routing loop detected"),
             Problem::BadGateway { .. } => ("bad-gateway", "Upstream failed"),
+            Problem::Misdirected { .. } => ("misdirected", "Misdirected request"),
             Problem::Unavailable { .. } => ("region-unavailable", "No healthy upstream"),
             Problem::Overloaded { reason, .. } => match reason {
                 ShedReason::MaxInFlight | ShedReason::PendingConnects => {
@@ -341,6 +348,9 @@ impl Problem {
             Problem::BadGateway { region, detail } => {
                 format!("upstream of region {region}: {detail}")
             }
+            Problem::Misdirected { region } => format!(
+                "region {region} answered 421 Misdirected Request with no owner to send it to once more"
+            ),
             Problem::Unavailable { region, retry_after } => format!(
                 "every upstream of region {region} is ejected after failures; the first returns in {} ms",
                 retry_after.as_millis()

@@ -45,6 +45,7 @@ use crate::table::RegionId;
 use crate::trace::Tracing;
 use crate::upstream::body::{Guarded, IdleTimeout, Inbound, Prefixed, Watched};
 use crate::upstream::budget::RetryBudget;
+use crate::upstream::attempts::Detour;
 use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self};
@@ -84,6 +85,8 @@ struct Target {
     said: Option<crate::extract::Access>,
     /// What a move covering its id asks (docs/moves.md).
     moving: Option<Box<moving::Moving>>,
+    /// The id's fingerprint (`Decision::id`), for an owner a `421` names.
+    id: u64,
 }
 
 /// What the routing phases decided: one region, or several (docs/fanout.md).
@@ -365,7 +368,11 @@ impl Proxy {
                     upstream,
                     in_flight,
                     region_permit,
+                    detour,
                 } = answered;
+                if let Detour::Hinted(owner) = detour {
+                    self.learn_owner(&target.routing, target.id, owner);
+                }
                 trail.upstream = Some(upstream);
                 let first = match bad_answer::first_frame(&mut response, trail).await {
                     Ok(first) => first,
@@ -422,7 +429,7 @@ impl Proxy {
         client: &ClientAddr,
         trail: &mut Life,
     ) -> Result<Routed, Problem> {
-        self.admit_head(parts)?;
+        self.admit_head(parts, trail.trusted_peer)?;
         admit::admit_parts(parts)?;
         if !trail.head_limited {
             let limited = self.limit_head(parts, client).decided().await;
@@ -497,6 +504,7 @@ impl Proxy {
             probe,
             said,
             moving,
+            id: decision.id,
         };
         Ok(Routed::Region(target, body))
     }

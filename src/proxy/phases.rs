@@ -28,6 +28,7 @@ use crate::http1::head::{self, RequestHead, Seen};
 use crate::problem::Problem;
 use crate::ratelimit::{Keys, Verdict};
 use crate::table::{Decision, RegionId, Rule};
+use crate::upstream::forward::FAILOVER;
 use crate::upstream::regions::{RegionPermit, RegionRuntime, Routing};
 
 /// A request's head as the phases read it, whatever its codec.
@@ -297,7 +298,14 @@ impl Proxy {
     /// Phases 0–1 on a request's head: admission (`CONNECT` refused, RFC 9112 §3.2's `Host`
     /// rule) and the loop check (`Via`, docs/data-path.md). What only one codec can get
     /// wrong (framing fields, target forms) is that codec's to refuse (`admit.rs`).
-    pub(super) fn admit_head<V: RequestView>(&self, view: &V) -> Result<(), Problem> {
+    ///
+    /// `trusted_peer`: it came from a peer in `trusted_proxies`, whose `X-Iuid-Failover`
+    /// is believed (docs/failover.md "In a mesh").
+    pub(super) fn admit_head<V: RequestView>(
+        &self,
+        view: &V,
+        trusted_peer: bool,
+    ) -> Result<(), Problem> {
         if view.method() == b"CONNECT" {
             return Err(Problem::MethodNotAllowed);
         }
@@ -315,7 +323,9 @@ impl Proxy {
             }
         }
         let max_hops = self.config.limits.max_hops;
-        headers::check_via(view.values("via"), &self.config.region, max_hops).map_err(Problem::Loop)
+        let failed_over = trusted_peer && view.value(&FAILOVER).is_some();
+        headers::check_via(view.values("via"), &self.config.region, max_hops, failed_over)
+            .map_err(Problem::Loop)
     }
 
     /// The admit phase's rate limits (docs/rate-limits.md): the rules keyed by the head
@@ -403,6 +413,23 @@ impl Proxy {
         let (probe, region) = match legacy_id.and_then(legacy) {
             Some((probe, region)) => (Some(Box::new(probe)), region),
             None => (None, decision.region),
+        };
+        let region = if told.trusted_peer && view.value(&FAILOVER).is_some() {
+            // A peer failed this read over to us: served in our region, never sent on
+            // (docs/failover.md "In a mesh").
+            routing.by_name(&self.config.region).unwrap_or(region)
+        } else if probe.is_none() && decision.id != 0 && self.owners.has_hints() {
+            // An owner a region named in a `421` (docs/failover.md); a move decides first.
+            match decision.rule {
+                Rule::Move { .. } => region,
+                _ => self
+                    .owners
+                    .hinted(decision.id)
+                    .and_then(|name| routing.by_name(&name))
+                    .unwrap_or(region),
+            }
+        } else {
+            region
         };
         let (region, moving) = match decision.rule {
             Rule::Move { index } => {

@@ -45,9 +45,10 @@ impl Proxy {
     ) -> Result<(Decision, Option<String>), Problem> {
         match found {
             Extraction::Id(token, kind) => {
-                let (key, decision) = table
+                let (key, mut decision) = table
                     .resolve_text(token.scheme, &token.text)
                     .map_err(|e| Problem::unresolved(e, Some(kind), &token.text))?;
+                decision.id = key.fingerprint();
                 // A field is looked up by name even on a disabled span.
                 if !span.is_disabled() {
                     span.record("id", tracing::field::display(&key));
@@ -70,6 +71,7 @@ impl Proxy {
                         region: table.default_region,
                         rule: Rule::Unrouted,
                         scheme: crate::table::SchemeSlot::None,
+                        id: 0,
                     },
                     None,
                 )),

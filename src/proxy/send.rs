@@ -14,7 +14,7 @@ use crate::problem::Problem;
 use crate::trace::Traced;
 use crate::upstream::attempts::{attempts, Delivered, Exchange, ForwardError, Policies};
 use crate::upstream::forward::{Answered, HttpExchange, Outgoing};
-use crate::upstream::regions::RegionRuntime;
+use crate::upstream::regions::{RegionRuntime, Routing};
 use crate::upstream::UpstreamState;
 
 impl Proxy {
@@ -24,6 +24,7 @@ impl Proxy {
     /// upstream.
     pub(super) fn exchange<'a, X: Exchange + 'a>(
         &'a self,
+        routing: &'a Routing,
         region: &'a RegionRuntime,
         trace: Option<&'a Traced>,
         x: X,
@@ -35,19 +36,23 @@ impl Proxy {
         };
         // The loop's own future, not one around it: each layer is one more copy of it on
         // every request.
-        attempts(region, self.admit_region(region), policies, trace, x)
+        attempts(routing, region, self.admit_region(region), policies, trace, x)
     }
 
     /// Sends a request to an upstream of `region`, for the paths that ask several regions
     /// (fan-out legs, `nodes` splits, legacy probes), after the region's rate limits (each
     /// spends the region's budget as a request to it would: docs/rate-limits.md); each
     /// attempt's span is a child of the current one, and of the request's `trace`.
+    ///
+    /// `stays`: it asks `region` alone, never its failover region (a legacy probe, a mirror
+    /// copy: docs/failover.md); a fan-out leg or a split may fail over.
     pub(super) fn send<'a>(
         &'a self,
-        region: &'a RegionRuntime,
+        (routing, region): (&'a Routing, &'a RegionRuntime),
         parts: Parts,
         body: Outgoing,
         trace: Option<&'a Traced>,
+        stays: bool,
     ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
         let limited = self.limits.as_ref().map(|limits| {
             limits.check_region(|| super::phases::RequestView::path(&parts), &region.name)
@@ -57,11 +62,12 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, None, aim);
+        let x = if stays { x.staying() } else { x };
         async move {
             if let Some(verdict) = limited {
                 verdict.decided().await.map_err(ForwardError::Limited)?;
             }
-            self.exchange(region, trace, x).await.map(Answered::from)
+            self.exchange(routing, region, trace, x).await.map(Answered::from)
         }
     }
 
@@ -86,7 +92,7 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, target.said, aim);
-        futures_util::FutureExt::map(self.exchange(region, trace, x), move |forwarded| {
+        futures_util::FutureExt::map(self.exchange(&target.routing, region, trace, x), move |forwarded| {
             self.judged(region, forwarded.map(Answered::from))
         })
     }
@@ -102,6 +108,10 @@ impl Proxy {
             Ok(answered) => Ok(answered),
             Err(ForwardError::Overloaded(reason)) => Err(self.overloaded(region, reason)),
             Err(ForwardError::Limited(limited)) => Err(Problem::RateLimited(limited)),
+            Err(ForwardError::Misdirected { region, upstream }) => {
+                tracing::warn!(%region, %upstream, "421 not followed");
+                Err(Problem::Misdirected { region })
+            }
             Err(ForwardError::Unavailable { retry_after_ms }) => Err(Problem::Unavailable {
                 region: region.name.clone(),
                 retry_after: Duration::from_millis(retry_after_ms),

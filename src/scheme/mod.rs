@@ -153,6 +153,40 @@ pub enum Key<'t> {
     Snowflake(snowflake::Snowflake),
 }
 
+impl Key<'_> {
+    /// A 64-bit fingerprint of the id, the same for every text form of it (computed from
+    /// its parsed value, never from its spelling): what the owners learned from the
+    /// regions are kept by (docs/failover.md). Never 0. A few multiplications, no
+    /// allocation.
+    pub fn fingerprint(&self) -> u64 {
+        // FxHash's step: spread, not secrecy; a collision costs one request sent to a
+        // region that answers `421` again (then 502), not a wrong answer.
+        fn mix(h: u64, word: u64) -> u64 {
+            (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
+        }
+        fn bytes(mut h: u64, b: &[u8]) -> u64 {
+            for chunk in b.chunks(8) {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                h = mix(h, u64::from_le_bytes(word));
+            }
+            mix(h, b.len() as u64)
+        }
+        let h = match self {
+            Key::Iuid(iuid::IuidKey::Iuid(k)) => bytes(1, k.as_uuid().as_bytes()),
+            Key::Iuid(iuid::IuidKey::NoRoutingBits(u)) => bytes(1, u.as_bytes()),
+            Key::GuidShard(g) => bytes(2, &g.0),
+            Key::Uniqid(u) => mix(
+                mix(3, u64::from(u.shard) << 16 | u64::from(u.random)),
+                u64::from(u.seconds) << 32 | u64::from(u.micros),
+            ),
+            Key::Composite(c) => mix(bytes(4, c.key), c.t_ms),
+            Key::Snowflake(s) => mix(5, s.0),
+        };
+        h | 1
+    }
+}
+
 impl fmt::Display for Key<'_> {
     /// The id's canonical text, whatever form it was read from.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -140,9 +140,14 @@ impl Validator<'_> {
         );
 
         let default_region = region_of(self, &file.default_region, &[key("default_region")]);
+        let failovers = self.failovers(&file, &names);
 
         if !self.errors.is_empty() {
             return None;
+        }
+        let mut regions = regions;
+        for (region, failover) in regions.iter_mut().zip(failovers) {
+            region.failover = failover;
         }
         let table = compile(
             file.version,
@@ -296,6 +301,7 @@ impl Validator<'_> {
             regions.push(Region {
                 name: name.clone(),
                 upstreams,
+                failover: None,
             });
         }
         if regions.len() > usize::from(u16::MAX) {
@@ -437,6 +443,7 @@ fn plan_for(
             region: r.region,
             rule: r.rule,
             scheme: SchemeSlot::Iuid,
+            id: 0,
         };
         if o.created_before_ms.is_none() && o.created_after_ms.is_none() {
             return Plan {
@@ -456,6 +463,7 @@ fn plan_for(
             region,
             rule: Rule::Country { country },
             scheme: SchemeSlot::Iuid,
+            id: 0,
         }),
     }
 }

@@ -14,6 +14,7 @@
 mod live;
 mod load;
 pub mod model;
+mod failover_load;
 mod moves_load;
 #[cfg(test)]
 mod moves_tests;
@@ -118,6 +119,9 @@ pub struct Decision {
     pub rule: Rule,
     /// The scheme of the id it was made for.
     pub scheme: SchemeSlot,
+    /// The id's [`crate::scheme::Key::fingerprint`], for the owners learned from the
+    /// regions (docs/failover.md); 0 for a decision made without an id.
+    pub id: u64,
 }
 
 /// Why an id has no region.
@@ -219,6 +223,52 @@ pub struct Region {
     pub name: String,
     /// At least one.
     pub upstreams: Vec<UpstreamSpec>,
+    /// Where its requests go while its upstreams fail (docs/failover.md): one hop, never
+    /// to a region that fails over itself.
+    pub failover: Option<Failover>,
+}
+
+/// A region's failover (`regions.<name>.failover`, docs/failover.md): the region that
+/// serves its reads (or all its requests) while its own upstreams fail, and how much of
+/// its traffic it keeps at a given health share (Envoy's priority load).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Failover {
+    /// The region that serves in its place.
+    pub region: RegionId,
+    /// What may move there.
+    pub serves: Serves,
+    /// The region keeps `min(1, health share × overprovisioning)` of what may move: 1 to 10
+    /// (Envoy's overprovisioning factor, default 1.4).
+    pub overprovisioning: f64,
+}
+
+/// What a failover region serves (`failover.serves`, docs/failover.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Serves {
+    /// Reads only (docs/data-path.md "Reads and writes"): a replica; writes stay with the
+    /// owner and are refused at once while it is dark.
+    #[default]
+    Reads,
+    /// Reads and writes: a standby that takes writes (an active-active pair).
+    All,
+}
+
+impl Failover {
+    /// The default overprovisioning factor (Envoy's).
+    pub const OVERPROVISIONING: f64 = 1.4;
+
+    /// Whether a request that reads (`reads`) may move to the failover region.
+    #[inline]
+    pub fn moves(&self, reads: bool) -> bool {
+        reads || self.serves == Serves::All
+    }
+
+    /// The share of what may move that the region keeps at health share `share` (0 to 1).
+    #[inline]
+    pub fn kept(&self, share: f64) -> f64 {
+        (share * self.overprovisioning).min(1.0)
+    }
 }
 
 /// An override rule as loaded, for reporting.
@@ -461,6 +511,7 @@ impl RoutingTable {
                 region: self.default_region,
                 rule: Rule::DefaultRegion,
                 scheme: SchemeSlot::Iuid,
+                id: 0,
             }),
             _ => Err(ResolveError::UnknownScheme(
                 "a table scheme's id resolved as an iUID".to_owned(),

@@ -49,6 +49,23 @@ pub struct RegionSpec {
     /// `http1` (default) or `h2` (over TLS by ALPN, h2c over `http://`).
     #[serde(default)]
     pub protocol: super::UpstreamProtocol,
+    /// Where its reads (or all its requests) go while its upstreams fail (docs/failover.md).
+    #[serde(default)]
+    pub failover: Option<FailoverSpec>,
+}
+
+/// A region's `failover:` as written (docs/failover.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FailoverSpec {
+    /// The region that serves in its place.
+    pub region: String,
+    /// `reads` (default) or `all`.
+    #[serde(default)]
+    pub serves: super::Serves,
+    /// Envoy's overprovisioning factor (default 1.4), 1 to 10.
+    #[serde(default)]
+    pub overprovisioning: Option<f64>,
 }
 
 /// A region's `tls:`: paths relative to the table file.

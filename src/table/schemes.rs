@@ -67,6 +67,7 @@ impl TableScheme {
                         region: o.region,
                         rule: o.rule,
                         scheme,
+                        id: 0,
                     });
                 }
             }
@@ -88,6 +89,7 @@ impl TableScheme {
                             region,
                             rule: Rule::Map { value },
                             scheme,
+                            id: 0,
                         });
                     }
                 }
@@ -96,6 +98,7 @@ impl TableScheme {
                         region: *region,
                         rule: Rule::SchemeDefault { value },
                         scheme,
+                        id: 0,
                     }),
                     None => Err(ResolveError::Unmapped {
                         scheme: self.name.clone(),
@@ -115,6 +118,7 @@ impl TableScheme {
                     region: regions[winner],
                     rule: Rule::Hash,
                     scheme,
+                    id: 0,
                 })
             }
         }

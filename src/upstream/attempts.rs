@@ -21,7 +21,8 @@ use http::uri::Authority;
 use tracing::Instrument;
 
 use super::health::{self, Pick};
-use super::regions::{Connects, RegionPermit, RegionRuntime, Upstream};
+use super::regions::{Connects, RegionPermit, RegionRuntime, Routing, Upstream};
+use crate::table::{Failover, RegionId};
 use crate::config::{HealthPolicy, Limits, RetryPolicy};
 use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
 use crate::trace::{Stamp, Traced};
@@ -58,6 +59,15 @@ pub enum ForwardError {
         /// When the first ejection ends, in ms.
         retry_after_ms: u64,
     },
+    /// A region answered `421 Misdirected Request` that cannot be followed: a second one, an
+    /// unknown region or none named, or the request's body not held (→ 502 `misdirected`,
+    /// the upstream's; docs/failover.md). Nothing was sent again.
+    Misdirected {
+        /// The region that answered it.
+        region: String,
+        /// Its upstream.
+        upstream: Authority,
+    },
     /// The last attempt failed: its error says who is to blame and the status.
     Failed {
         /// What went wrong.
@@ -93,6 +103,22 @@ pub trait Exchange {
     /// Whether it may be sent again after the upstream may have acted on it (a reset):
     /// `extract::Access::resendable`.
     fn resendable(&self) -> bool;
+
+    /// Whether the request reads (docs/data-path.md "Reads and writes"): a read may go to
+    /// its region's failover region (docs/failover.md).
+    fn reads(&self) -> bool;
+
+    /// Whether it may go to a failover region at all: not a legacy probe or a mirror copy
+    /// (each asks one region on purpose), nor a read a trusted peer failed over already
+    /// (one hop).
+    fn may_fail_over(&self) -> bool;
+
+    /// Marks the attempts after this call as failed over from `owner`: `X-Iuid-Failover:
+    /// <owner>` upstream, and on the answer delivered to the client.
+    fn fail_over(&mut self, owner: &str);
+
+    /// A `421` answer's `X-Iuid-Owner` (the region that owns the id, docs/failover.md).
+    fn owner_hint(head: &Self::Head) -> Option<&str>;
 
     /// Sends `stamp`'s trace fields (`traceparent`, and `tracestate` or none) with the
     /// attempts after this call, in place of the client's (docs/traces.md). Called before
@@ -134,6 +160,8 @@ pub struct Delivered<D> {
     pub in_flight: health::InFlight,
     /// The request's place in `limits.region_max_in_flight`: kept as long.
     pub region_permit: RegionPermit,
+    /// Whether it was answered by a failover region or a hinted owner.
+    pub detour: Detour,
 }
 
 /// The per-attempt hook: the span an attempt runs in, a child of the current span (the
@@ -154,18 +182,37 @@ pub fn attempt_span(region: &RegionRuntime, upstream: &Upstream, attempt: u32) -
     span
 }
 
-/// Runs the exchange `x` with an upstream of `region` under `policies`, with retries per
-/// the module rules; `trace`: the request's trace, whose `CLIENT` span each attempt opens
+/// What an exchange did besides asking the owner's upstreams (docs/failover.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Detour {
+    /// Asked the region it was sent to, only.
+    #[default]
+    Stayed,
+    /// Sent to the region's failover region, marked `X-Iuid-Failover`.
+    FailedOver(RegionId),
+    /// Sent again to the owner a `421` answer's `X-Iuid-Owner` named.
+    Hinted(RegionId),
+}
+
+/// Runs the exchange `x` with an upstream of `region` (of `routing`) under `policies`, with
+/// retries per the module rules; `trace`: the request's trace, whose `CLIENT` span each attempt opens
 /// ([`Traced::attempt`]) and whose `traceparent` it sends. `admitted`: the request's place in the region's limit, or why the
 /// caller's admission (`proxy::phases::admit_region`) refused it; kept in the answer.
 /// (Taken here rather than refused by the caller around this future: a future around it
 /// is one more copy of it on every request.)
+///
+/// Two detours (docs/failover.md), both off the path of a region without a failover that
+/// answers no `421`: a request that may move ([`Exchange::reads`], `failover.serves`) goes
+/// to the region's failover region by an even draw against its health share, or when an
+/// attempt on a dying upstream fails (the retry budget applies); an answer `421` with
+/// `X-Iuid-Owner` sends the request once more, to the owner it names, when it is held.
 ///
 /// A function returning its future, not an `async fn`: an `async fn` keeps its arguments
 /// beside the locals they are moved into, and every request's future would carry the wire
 /// twice.
 #[allow(clippy::manual_async_fn)] // See above: an `async fn` would keep the wire twice.
 pub fn attempts<'a, X: Exchange + 'a>(
+    routing: &'a Routing,
     region: &'a RegionRuntime,
     admitted: Result<RegionPermit, ShedReason>,
     policies: Policies<'a>,
@@ -173,47 +220,80 @@ pub fn attempts<'a, X: Exchange + 'a>(
     mut x: X,
 ) -> impl Future<Output = Result<Delivered<X::Done>, ForwardError>> + 'a {
     async move {
-        let permit = admitted.map_err(ForwardError::Overloaded)?;
-        let metrics = &region.state.metrics;
+        let mut permit = admitted.map_err(ForwardError::Overloaded)?;
         region.state.budget.deposit(policies.retry);
-        let connects = Connects {
-            region: &region.state,
-            max: policies.limits.region_max_pending_connects,
+        // Where attempts go now: the region, or after a detour another one.
+        let mut at = region;
+        let mut detour = Detour::Stayed;
+        let failover = match region.failover {
+            Some(f) if f.moves(x.reads()) && x.may_fail_over() => Some(f),
+            _ => None,
         };
+        if let Some(f) = failover {
+            if !region.keeps(&f, crate::clock::now_ms()) {
+                at = fail_over(routing, region, f, &mut x);
+                permit = admit(at, policies)?;
+                detour = Detour::FailedOver(f.region);
+            }
+        }
         let max_retries = policies.retry.max_retries;
         let mut tried = 0u64;
         let mut last: Option<(Error, Authority)> = None;
-        for attempt in 0..=max_retries {
+        let mut attempt = 0u32;
+        'attempts: loop {
+            if attempt > max_retries + u32::from(matches!(detour, Detour::Hinted(_))) {
+                break;
+            }
             if attempt > 0 && (!x.replayable() || !region.state.budget.withdraw(policies.retry)) {
                 break;
             }
-            let i = match health::pick(&region.upstreams, &region.state.cursor, tried) {
-                Pick::Upstream(i) => i,
-                Pick::AllEjected { retry_after_ms } if last.is_none() => {
-                    return Err(ForwardError::Unavailable { retry_after_ms })
+            let i = loop {
+                match health::pick(&at.upstreams, &at.state.cursor, tried) {
+                    Pick::Upstream(i) => break i,
+                    // The region has none left to try: its reads go to the failover region.
+                    _ if failover.is_some() && detour == Detour::Stayed => {
+                        let f = failover.unwrap_or_else(|| unreachable!());
+                        at = fail_over(routing, region, f, &mut x);
+                        permit = admit(at, policies)?;
+                        detour = Detour::FailedOver(f.region);
+                        tried = 0;
+                    }
+                    Pick::AllEjected { retry_after_ms } if last.is_none() => {
+                        return Err(ForwardError::Unavailable { retry_after_ms })
+                    }
+                    Pick::AllEjected { .. } | Pick::Exhausted => break 'attempts,
                 }
-                Pick::AllEjected { .. } | Pick::Exhausted => break,
             };
             tried |= 1 << (i % 64);
-            let upstream = &region.upstreams[i];
+            let upstream = &at.upstreams[i];
             let state = &upstream.state;
-            // A retry goes to another upstream, so a region of one never needs the request again.
-            let again = x.replayable() && attempt < max_retries && region.upstreams.len() > 1;
-            let span = attempt_span(region, upstream, attempt);
+            let metrics = &at.state.metrics;
+            // A retry goes to another upstream (or region), so a region of one with
+            // nowhere else to go never needs the request again; nor does the last attempt,
+            // unless a `421` may still send it to its owner.
+            let again = x.replayable()
+                && (detour != Detour::Stayed
+                    || (attempt < max_retries && (at.upstreams.len() > 1 || failover.is_some()))
+                    || routing.len() > 1);
+            let span = attempt_span(at, upstream, attempt);
             let mut client_span = trace.and_then(|t| {
-                let (traced, stamp) =
-                    t.attempt(&region.name, upstream.authority.as_str(), attempt)?;
+                let (traced, stamp) = t.attempt(&at.name, upstream.authority.as_str(), attempt)?;
                 x.stamp(stamp);
                 Some(traced)
             });
             let in_flight = state.health.start();
             let sent = std::time::Instant::now();
+            attempt += 1;
             // Instrumented only when the span is on, and the future awaited where it is
             // made: a wrapper, or a named future awaited later, is one more copy of it on
             // every request.
             let attempted = match span.is_disabled() {
-                true => x.attempt(upstream, connects, again).await,
-                false => x.attempt(upstream, connects, again).instrument(span).await,
+                true => x.attempt(upstream, connects(at, policies), again).await,
+                false => {
+                    x.attempt(upstream, connects(at, policies), again)
+                        .instrument(span)
+                        .await
+                }
             };
             let failed = match attempted {
                 Ok(head) => {
@@ -222,13 +302,34 @@ pub fn attempts<'a, X: Exchange + 'a>(
                     }
                     let took = sent.elapsed();
                     metrics.upstream_duration(took.as_secs_f64());
-                    region.state.sample(policies.limits, took);
+                    at.state.sample(policies.limits, took);
+                    if X::status(&head) == 421 {
+                        // RFC 9110 §15.5.20: not acted on; the region names the owner.
+                        state.health.success();
+                        let hinted = X::owner_hint(&head).and_then(|name| routing.by_name(name));
+                        drop(head);
+                        let Some(owner) = hinted.filter(|_| {
+                            !matches!(detour, Detour::Hinted(_)) && x.replayable()
+                        }) else {
+                            return Err(ForwardError::Misdirected {
+                                region: at.name.clone(),
+                                upstream: upstream.authority.clone(),
+                            });
+                        };
+                        let to = routing.region(owner);
+                        crate::metrics::failover::owner_hint(&at.name, &to.name);
+                        at = to;
+                        permit = admit(at, policies)?;
+                        detour = Detour::Hinted(owner);
+                        tried = 0;
+                        continue;
+                    }
                     match x.deliver(upstream, head).await {
                         Ok((done, failed_after)) => {
                             match failed_after {
                                 Some(kind) => {
                                     metrics.upstream_error(kind);
-                                    health::record_failure(&region.upstreams, i, policies.health);
+                                    health::record_failure(&at.upstreams, i, policies.health);
                                 }
                                 None => state.health.success(),
                             }
@@ -237,6 +338,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
                                 upstream: upstream.authority.clone(),
                                 in_flight,
                                 region_permit: permit,
+                                detour,
                             });
                         }
                         Err(error) => Failed::Final(error),
@@ -272,10 +374,10 @@ pub fn attempts<'a, X: Exchange + 'a>(
                 Blame::Upstream => {}
             }
             if error.kind == ErrorKind::Timeout {
-                region.state.sample(policies.limits, sent.elapsed());
+                at.state.sample(policies.limits, sent.elapsed());
             }
             metrics.upstream_error(error.kind);
-            if let Some(ms) = health::record_failure(&region.upstreams, i, policies.health) {
+            if let Some(ms) = health::record_failure(&at.upstreams, i, policies.health) {
                 tracing::warn!(upstream = %upstream.authority, ejected_ms = ms, "upstream ejected");
             }
             let retryable = retry
@@ -289,11 +391,62 @@ pub fn attempts<'a, X: Exchange + 'a>(
             if !retryable || !again {
                 break;
             }
+            // A read that failed on a dying upstream is tried next on the failover region.
+            if let (Some(f), Detour::Stayed) = (failover, detour) {
+                if x.replayable() && attempt <= max_retries {
+                    at = fail_over(routing, region, f, &mut x);
+                    permit = admit(at, policies)?;
+                    detour = Detour::FailedOver(f.region);
+                    tried = 0;
+                }
+            }
         }
         match last {
+            // A write its region's failover does not take, refused before anything was sent:
+            // the region is dark to it, said as such (docs/failover.md), not as a bad gateway.
+            Some((error, _))
+                if region.failover.is_some()
+                    && failover.is_none()
+                    && error.kind == ErrorKind::Connect =>
+            {
+                let now = crate::clock::now_ms();
+                let soonest = at.upstreams.iter().map(|u| u.state.health.ejected_until());
+                let retry_after_ms = soonest.filter(|&t| t > now).min().map_or(1000, |t| t - now);
+                Err(ForwardError::Unavailable { retry_after_ms })
+            }
             Some((error, upstream)) => Err(ForwardError::Failed { error, upstream }),
             // Every upstream was unusable before any attempt.
             None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
         }
     }
+}
+
+/// Where connections to `at`'s upstreams ask for room.
+fn connects<'a>(at: &'a RegionRuntime, policies: Policies<'_>) -> Connects<'a> {
+    Connects {
+        region: &at.state,
+        max: policies.limits.region_max_pending_connects,
+    }
+}
+
+/// A place in `at`'s limit for a request a detour sends there.
+fn admit(at: &RegionRuntime, policies: Policies<'_>) -> Result<RegionPermit, ForwardError> {
+    at.state.admit(policies.limits).ok_or_else(|| {
+        at.state.metrics.shed(ShedReason::MaxInFlight);
+        ForwardError::Overloaded(ShedReason::MaxInFlight)
+    })
+}
+
+/// Marks `x` as failed over from `region` (its `X-Iuid-Failover`) and counts it; the
+/// failover region's runtime.
+fn fail_over<'a, X: Exchange>(
+    routing: &'a Routing,
+    region: &RegionRuntime,
+    failover: Failover,
+    x: &mut X,
+) -> &'a RegionRuntime {
+    let to = routing.region(failover.region);
+    x.fail_over(&region.name);
+    crate::metrics::failover::failover(&region.name, &to.name, x.reads());
+    to
 }

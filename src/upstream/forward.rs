@@ -7,7 +7,7 @@
 
 use std::sync::Arc;
 
-use super::attempts::{Delivered, Exchange, Failed};
+use super::attempts::{Delivered, Detour, Exchange, Failed};
 use super::body::{BodyWatch, Inbound};
 use super::health;
 use super::regions::{Connects, RegionPermit, Upstream};
@@ -44,6 +44,8 @@ pub struct Answered {
     /// The request's place in its region's `limits.region_max_in_flight`: kept with the
     /// response body too.
     pub region_permit: RegionPermit,
+    /// Whether a failover region or a hinted owner answered (docs/failover.md).
+    pub detour: Detour,
 }
 
 impl From<Delivered<Response<Inbound>>> for Answered {
@@ -53,6 +55,7 @@ impl From<Delivered<Response<Inbound>>> for Answered {
             upstream: d.upstream,
             in_flight: d.in_flight,
             region_permit: d.region_permit,
+            detour: d.detour,
         }
     }
 }
@@ -82,14 +85,33 @@ pub struct HttpExchange<Aim> {
     /// The trace fields the next attempt sends (docs/traces.md); boxed, as a request without
     /// tracing carries one word for them.
     stamp: Option<Box<Stamp>>,
+    /// Whether it reads (docs/data-path.md "Reads and writes").
+    reads: bool,
+    /// It asks its region only (a probe, a mirror copy, a peer's failed-over read).
+    stays: bool,
+    /// `X-Iuid-Failover`'s value once failed over (docs/failover.md).
+    failed_over: Option<HeaderValue>,
+    /// Its head went with an attempt: it cannot be sent again.
+    spent: bool,
 }
+
+/// `X-Iuid-Failover: <owner region>`: a request (and its answer) a failover region served
+/// (docs/failover.md).
+pub static FAILOVER: http::HeaderName = http::HeaderName::from_static("x-iuid-failover");
+/// `X-Iuid-Owner: <region>`: with a `421` answer, the region that owns the id
+/// (docs/failover.md "Owners learned from the regions").
+pub static OWNER: http::HeaderName = http::HeaderName::from_static("x-iuid-owner");
 
 impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> HttpExchange<Aim> {
     /// `said`: whether the body says the request reads or writes (a GraphQL request's
     /// operations), which decides over its method whether it is sent again after a reset
     /// ([`Access::resendable`]).
     pub fn new(parts: Parts, body: Outgoing, said: Option<Access>, aim: Aim) -> Self {
-        let retry_ok = Access::resendable(parts.method.as_str().as_bytes(), said);
+        let method = parts.method.as_str().as_bytes();
+        let retry_ok = Access::resendable(method, said);
+        let reads = said.unwrap_or_else(|| Access::of_method(method)) == Access::Read;
+        // Only a trusted peer's survives the header rules: its read was failed over once.
+        let stays = parts.headers.contains_key(&FAILOVER);
         let (held, streamed, watch) = match body {
             Outgoing::Held(bytes) => (Some(bytes), None, None),
             Outgoing::Streamed(b, watch) => (None, Some(b), Some(watch)),
@@ -102,6 +124,18 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> HttpExchange<Aim> {
             retry_ok,
             aim,
             stamp: None,
+            reads,
+            stays,
+            failed_over: None,
+            spent: false,
+        }
+    }
+
+    /// The same, asking its region only: never failed over (a legacy probe, a mirror copy).
+    pub fn staying(self) -> Self {
+        HttpExchange {
+            stays: true,
+            ..self
         }
     }
 }
@@ -111,7 +145,23 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
     type Done = Response<Inbound>;
 
     fn replayable(&self) -> bool {
-        self.held.is_some()
+        self.held.is_some() && !self.spent
+    }
+
+    fn reads(&self) -> bool {
+        self.reads
+    }
+
+    fn may_fail_over(&self) -> bool {
+        !self.stays
+    }
+
+    fn fail_over(&mut self, owner: &str) {
+        self.failed_over = HeaderValue::from_str(owner).ok();
+    }
+
+    fn owner_hint(head: &Response<Inbound>) -> Option<&str> {
+        head.headers().get(&OWNER)?.to_str().ok()
     }
 
     fn resendable(&self) -> bool {
@@ -144,9 +194,13 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
         let mut head = if again {
             copy_head(&self.parts)
         } else {
+            self.spent = true;
             std::mem::replace(&mut self.parts, copy_head_empty())
         };
         (self.aim)(&mut head, &upstream.state);
+        if let Some(owner) = &self.failed_over {
+            head.headers.insert(FAILOVER.clone(), owner.clone());
+        }
         if let Some(stamp) = &self.stamp {
             // One `traceparent` (the client's replaced), and `tracestate` only with it.
             if let Ok(value) = HeaderValue::from_bytes(stamp.traceparent.value()) {
@@ -182,9 +236,13 @@ impl<Aim: Fn(&mut Parts, &UpstreamState) + Send + Sync> Exchange for HttpExchang
     fn deliver(
         &mut self,
         _upstream: &Upstream,
-        head: Response<Inbound>,
+        mut head: Response<Inbound>,
     ) -> impl std::future::Future<Output = Result<(Response<Inbound>, Option<ErrorKind>), Error>>
     {
+        // The client learns its answer came from the failover region (docs/failover.md).
+        if let Some(owner) = &self.failed_over {
+            head.headers_mut().insert(FAILOVER.clone(), owner.clone());
+        }
         std::future::ready(Ok((head, None)))
     }
 }

@@ -53,6 +53,13 @@ impl Health {
             && !(self.probation.load(Ordering::Relaxed) && self.in_flight() > 0)
     }
 
+    /// Whether it counts in its region's health share at `now` (docs/failover.md): neither
+    /// ejected nor failing its active check (one probing after an ejection counts).
+    pub fn in_rotation(&self, now: u64) -> bool {
+        !self.check_failed.load(Ordering::Relaxed)
+            && self.ejected_until.load(Ordering::Relaxed) <= now
+    }
+
     /// The record as the admin API reports it at `now` (ms, [`now_ms`]): `state` is
     /// `healthy`, `ejected` (with `ejected_for_ms`, what is left of it, and `ejected_until`, RFC 3339), `probing` (back from an ejection, one
     /// request at a time) or `check_failed` (the active check fails).
@@ -229,8 +236,9 @@ pub fn pick(upstreams: &[Upstream], cursor: &AtomicUsize, tried: u64) -> Pick {
     Pick::Upstream(first)
 }
 
-/// A per-thread xorshift: balancing needs spread, not unpredictability.
-fn random() -> u64 {
+/// A per-thread xorshift: balancing (and the failover draw) needs spread, not
+/// unpredictability.
+pub(super) fn random() -> u64 {
     thread_local! {
         static STATE: Cell<u64> = Cell::new(iuid::Generator::new(0, 0).mint().rand() | 1);
     }

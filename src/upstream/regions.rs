@@ -26,7 +26,7 @@ use super::{Registry, UpstreamState};
 use crate::config::Limits;
 use crate::metrics::{DecisionCounters, RegionMetrics};
 use crate::moves::{MoveState, Moves};
-use crate::table::{LiveTable, RegionId, RoutingTable, SchemeSlot};
+use crate::table::{Failover, LiveTable, RegionId, RoutingTable, SchemeSlot};
 
 /// One upstream of a region at run time.
 #[derive(Debug, Clone)]
@@ -163,6 +163,36 @@ pub struct RegionRuntime {
     pub upstreams: Vec<Upstream>,
     /// Cursor, budget and metrics, kept across reloads.
     pub state: Arc<RegionState>,
+    /// Where its requests may go while its upstreams fail (docs/failover.md).
+    pub failover: Option<Failover>,
+}
+
+impl RegionRuntime {
+    /// The share of its upstreams neither ejected nor failing their active check at `now`
+    /// (ms, `clock::now_ms`), 0 to 1 (docs/failover.md "How much fails over").
+    pub fn health_share(&self, now: u64) -> f64 {
+        let n = self.upstreams.len();
+        if n == 0 {
+            return 0.0;
+        }
+        let up = self
+            .upstreams
+            .iter()
+            .filter(|u| u.state.health.in_rotation(now))
+            .count();
+        up as f64 / n as f64
+    }
+
+    /// Whether a request that may fail over stays with the region: an even draw against
+    /// the share it keeps at its health share (Envoy's priority load, docs/failover.md).
+    pub fn keeps(&self, failover: &Failover, now: u64) -> bool {
+        let kept = failover.kept(self.health_share(now));
+        if kept >= 1.0 {
+            return true;
+        }
+        let draw = (super::health::random() >> 11) as f64 / (1u64 << 53) as f64;
+        draw < kept
+    }
 }
 
 /// The serving table and its regions' runtime, indexed alike by [`RegionId`], with the
@@ -183,6 +213,16 @@ impl Routing {
     #[inline]
     pub fn region(&self, id: RegionId) -> &RegionRuntime {
         &self.regions[usize::from(id.0)]
+    }
+
+    /// How many regions the table has.
+    pub fn len(&self) -> usize {
+        self.regions.len()
+    }
+
+    /// Whether the table has no region (never: a table has at least one).
+    pub fn is_empty(&self) -> bool {
+        self.regions.is_empty()
     }
 
     /// Every region with its id, in table order.
@@ -304,6 +344,7 @@ fn reconcile(
                 name: region.name.clone(),
                 upstreams,
                 state,
+                failover: region.failover,
             }
         })
         .collect();

@@ -27,11 +27,11 @@ use crate::proxy::request_id::RequestId;
 use crate::proxy::Proxy;
 use crate::relay::{self as conn, relay, write_all, Buffered, Readiness, RelayError};
 use crate::trace::{Stamp, TRACEPARENT_LINE_LEN};
-use crate::upstream::attempts::ForwardError;
+use crate::upstream::attempts::{Detour, ForwardError};
 use crate::upstream::attempts::{Exchange, Failed};
 use crate::upstream::h1::next_conn;
 use crate::upstream::raw::{AnswerHead, RawConn};
-use crate::upstream::regions::{Connects, RegionRuntime, Upstream};
+use crate::upstream::regions::{Connects, RegionRuntime, Routing, Upstream};
 use crate::upstream::stale::StaleResend;
 use crate::upstream::UpstreamState;
 
@@ -40,6 +40,8 @@ pub(super) struct Answered {
     pub status: u16,
     pub upstream: Option<Authority>,
     pub outcome: Outcome,
+    /// Whether a failover region or a hinted owner answered (docs/failover.md).
+    pub detour: Detour,
 }
 
 fn upstream(kind: ErrorKind, detail: impl Into<String>) -> Failed {
@@ -110,6 +112,16 @@ struct HeadWire<'a, S> {
     /// The trace fields the next attempt sends (docs/traces.md); boxed, as a request without
     /// tracing carries one word for them.
     stamp: Option<Box<Stamp>>,
+    /// The owner region once failed over: its `X-Iuid-Failover` (docs/failover.md).
+    failed_over: Option<Box<str>>,
+}
+
+/// What an attempt writes besides the request's head: its trace fields and, failed over,
+/// `X-Iuid-Failover`.
+#[derive(Clone, Copy)]
+struct Marks<'a> {
+    stamp: Option<&'a Stamp>,
+    failed_over: Option<&'a str>,
 }
 
 impl<S> Exchange for HeadWire<'_, S>
@@ -125,6 +137,23 @@ where
 
     fn resendable(&self) -> bool {
         self.out.idempotent
+    }
+
+    fn reads(&self) -> bool {
+        self.out.reads
+    }
+
+    fn may_fail_over(&self) -> bool {
+        !self.out.stays
+    }
+
+    fn fail_over(&mut self, owner: &str) {
+        self.failed_over = Some(owner.into());
+    }
+
+    fn owner_hint((up, head): &(RawConn, ResponseHead)) -> Option<&str> {
+        let value = crate::http1::head::all(up.pending(), &head.fields, b"x-iuid-owner").next()?;
+        std::str::from_utf8(value.trim_ascii()).ok()
     }
 
     fn stamp(&mut self, stamp: Stamp) {
@@ -144,13 +173,12 @@ where
         connects: Connects<'s>,
         _again: bool,
     ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> + 's {
-        self.proxy.h1_send(
-            self.client,
-            &upstream.state,
-            self.out,
-            self.stamp.as_deref(),
-            connects,
-        )
+        let marks = Marks {
+            stamp: self.stamp.as_deref(),
+            failed_over: self.failed_over.as_deref(),
+        };
+        self.proxy
+            .h1_send(self.client, &upstream.state, self.out, marks, connects)
     }
 
     fn deliver(
@@ -169,6 +197,7 @@ where
             self.out,
             self.id,
             self.close,
+            self.failed_over.as_deref(),
         );
         futures_util::FutureExt::map(responding, |responded| match responded {
             Ok(responded) => {
@@ -193,7 +222,7 @@ impl Proxy {
     pub(super) async fn h1_forward<S>(
         &self,
         client: &mut Buffered<S>,
-        region: &RegionRuntime,
+        (routing, region): (&Routing, &RegionRuntime),
         out: Outbound,
         life: &Life,
         close: bool,
@@ -209,13 +238,15 @@ impl Proxy {
             close,
             head: ResponseHead::default(),
             stamp: None,
+            failed_over: None,
         };
-        let failed = match self.exchange(region, life.traced(), wire).await {
+        let failed = match self.exchange(routing, region, life.traced(), wire).await {
             Ok(delivered) => {
                 return Answered {
                     status: delivered.done.status,
                     upstream: Some(delivered.upstream),
                     outcome: delivered.done.outcome,
+                    detour: delivered.detour,
                 }
             }
             Err(failed) => failed,
@@ -249,6 +280,7 @@ impl Proxy {
         Answered {
             status,
             upstream,
+            detour: Detour::Stayed,
             outcome: if close || !written {
                 Outcome::Close
             } else {
@@ -260,11 +292,11 @@ impl Proxy {
     /// The request's head with this upstream's `Host`, in a buffer from the cache (a small
     /// one when it fits). Held only while it is written: a request waiting on its answer
     /// holds no more than `out`.
-    fn h1_wire(&self, state: &UpstreamState, out: &Outbound, stamp: Option<&Stamp>) -> Vec<u8> {
+    fn h1_wire(&self, state: &UpstreamState, out: &Outbound, marks: Marks<'_>) -> Vec<u8> {
         let host = state.host.as_bytes();
-        let traced = stamp.map_or(0, |s| {
+        let traced = marks.stamp.map_or(0, |s| {
             TRACEPARENT_LINE_LEN + s.tracestate.as_ref().map_or(0, |v| 16 + v.len())
-        });
+        }) + marks.failed_over.map_or(0, |o| 20 + o.len());
         let mut wire = if out.bytes.len() + host.len() + 8 + traced <= conn::SMALL {
             conn::take_small()
         } else {
@@ -275,11 +307,14 @@ impl Proxy {
             write::field(&mut wire, b"Host", host);
         }
         // The trace fields of this attempt (the client's were left out of `out`).
-        if let Some(stamp) = stamp {
+        if let Some(stamp) = marks.stamp {
             wire.extend_from_slice(stamp.traceparent.line());
             if let Some(state) = &stamp.tracestate {
                 write::field(&mut wire, b"tracestate", state.as_bytes());
             }
+        }
+        if let Some(owner) = marks.failed_over {
+            write::field(&mut wire, b"X-Iuid-Failover", owner.as_bytes());
         }
         wire.extend_from_slice(&out.bytes[out.line_end..]);
         wire
@@ -292,7 +327,7 @@ impl Proxy {
         client: &mut Buffered<S>,
         state: &Arc<UpstreamState>,
         out: &Outbound,
-        stamp: Option<&Stamp>,
+        marks: Marks<'_>,
         connects: Connects<'_>,
     ) -> Result<(RawConn, ResponseHead), Failed>
     where
@@ -322,7 +357,7 @@ impl Proxy {
                 }
                 (None, framing) => (0, framing),
             };
-            let wire = self.h1_wire(state, out, stamp);
+            let wire = self.h1_wire(state, out, marks);
             let written = match body {
                 0 => write_all(&mut up.io, &wire, idle).await,
                 _ => conn::write_two(&mut up.io, &wire, &client.pending()[..body], idle).await,

@@ -70,6 +70,10 @@ pub(super) struct Outbound {
     held: Option<usize>,
     framing: Framing,
     idempotent: bool,
+    /// It reads (docs/data-path.md "Reads and writes"): it may fail over (docs/failover.md).
+    reads: bool,
+    /// A trusted peer failed it over already: served here, never failed over again.
+    stays: bool,
     head_request: bool,
     /// The client speaks HTTP/1.0: no 1xx, no chunked coding, `HTTP/1.0` answers.
     http10: bool,
@@ -91,6 +95,8 @@ struct Planned {
     /// What a move covering its id asks (docs/moves.md): its write counted in flight to
     /// `from` while the request lives, the phase for `X-Iuid-Move`.
     moving: Option<Box<super::moving::Moving>>,
+    /// The id's fingerprint (`Decision::id`), for an owner a `421` names.
+    id: u64,
 }
 
 /// Why the head stops here.
@@ -310,18 +316,21 @@ impl Proxy {
         // request (measured: 184 instructions of `memcpy` per REST request).
         let answered = match life.span.is_disabled() {
             true => {
-                self.h1_forward(client, region, outbound, &life, client_close)
+                self.h1_forward(client, (&planned.routing, region), outbound, &life, client_close)
                     .await
             }
             false => {
                 let span = life.span.clone();
-                self.h1_forward(client, region, outbound, &life, client_close)
+                self.h1_forward(client, (&planned.routing, region), outbound, &life, client_close)
                     .instrument(span)
                     .await
             }
         };
         if let Some(n) = held {
             client.consume(n);
+        }
+        if let crate::upstream::attempts::Detour::Hinted(owner) = answered.detour {
+            self.learn_owner(&planned.routing, planned.id, owner);
         }
         life.upstream = answered.upstream;
         life.finish_in(self, answered.status, Some(&region.state.metrics));
@@ -347,7 +356,7 @@ impl Proxy {
         {
             return Err(Stop::Shared);
         }
-        self.admit_head(view)?;
+        self.admit_head(view, life.trusted_peer)?;
         if view.path_changed() && self.config.limits.forward_normalized_path {
             // The normal form goes upstream: the shared phases write the target from it.
             return Err(Stop::Shared);
@@ -432,11 +441,12 @@ impl Proxy {
         mut told: Told,
     ) -> Result<Planned, Stop<'r>> {
         let raw = |r| {
-            routing
-                .region(r)
-                .upstreams
-                .iter()
-                .all(|u| u.state.raw_capable())
+            let region = routing.region(r);
+            let own = |r: &crate::upstream::regions::RegionRuntime| {
+                r.upstreams.iter().all(|u| u.state.raw_capable())
+            };
+            // A read may fail over (docs/failover.md): its failover region's upstreams too.
+            own(region) && region.failover.is_none_or(|f| own(routing.region(f.region)))
         };
         let mut region = decision.region;
         if let crate::table::Rule::Move { index } = decision.rule {
@@ -473,6 +483,7 @@ impl Proxy {
             route,
             said: told.said,
             moving: plan.moving,
+            id: decision.id,
         })
     }
 
@@ -572,6 +583,12 @@ impl Proxy {
             held,
             framing,
             idempotent: crate::extract::Access::resendable(method, said),
+            reads: said.unwrap_or_else(|| crate::extract::Access::of_method(method))
+                == crate::extract::Access::Read,
+            stays: life.trusted_peer
+                && head::all(buf, &head.fields, b"x-iuid-failover")
+                    .next()
+                    .is_some(),
             head_request: method == b"HEAD",
             http10: head.minor == 0,
         })

@@ -32,6 +32,7 @@ impl Proxy {
         out: &Outbound,
         id: &RequestId,
         close: bool,
+        failed_over: Option<&str>,
     ) -> Result<Responded, String>
     where
         S: AsyncRead + AsyncWrite + Unpin,
@@ -78,6 +79,10 @@ impl Proxy {
             te || coded || head.status == 204,
             self.alt_svc.as_ref().map(|v| v.as_bytes()),
         );
+        if let Some(owner) = failed_over {
+            // The client learns a failover region answered (docs/failover.md).
+            write::field(&mut wire, b"X-Iuid-Failover", owner.as_bytes());
+        }
         // An HTTP/1.0 client reads a coded body to the connection's close.
         let close = close || (coded && out.http10);
         if coded && !out.http10 {

@@ -168,9 +168,12 @@ pub fn is_router_field(name: &[u8]) -> bool {
 }
 
 /// Whether `name` is a trusted peer's `X-Iuid-Mirror` (another edge's mirror copy, kept
-/// for the services that serve it: docs/moves.md "In a mesh").
+/// for the services that serve it: docs/moves.md "In a mesh") or `X-Iuid-Failover` (a read
+/// another edge failed over to this region: docs/failover.md "In a mesh").
 pub fn peer_copy(client: &ClientAddr, name: &[u8]) -> bool {
-    client.trusted_peer && name.eq_ignore_ascii_case(b"x-iuid-mirror")
+    client.trusted_peer
+        && (name.eq_ignore_ascii_case(b"x-iuid-mirror")
+            || name.eq_ignore_ascii_case(b"x-iuid-failover"))
 }
 
 /// Removes a client's `X-Iuid-*` fields ([`is_router_field`], but [`peer_copy`]; a

@@ -15,14 +15,18 @@ pub fn check_loop(headers: &HeaderMap, region: &str, max_hops: usize) -> Result<
         headers.get_all(VIA).iter().map(HeaderValue::as_bytes),
         region,
         max_hops,
+        false,
     )
 }
 
-/// [`check_loop`] over the `Via` lines' values, as bytes.
+/// [`check_loop`] over the `Via` lines' values, as bytes. `failed_over`: a trusted peer
+/// failed the request over to this region (docs/failover.md, "In a mesh"): it comes back
+/// once by design, so only `max_hops` bounds it.
 pub fn check_via<'a>(
     lines: impl Iterator<Item = &'a [u8]>,
     region: &str,
     max_hops: usize,
+    failed_over: bool,
 ) -> Result<(), LoopReason> {
     let mut hops = 0;
     for value in lines {
@@ -33,7 +37,7 @@ pub fn check_via<'a>(
                 .split(|b| b.is_ascii_whitespace())
                 .filter(|w| !w.is_empty());
             let _protocol = words.next();
-            if words.next() == Some(region.as_bytes()) {
+            if words.next() == Some(region.as_bytes()) && !failed_over {
                 return Err(LoopReason::SeenRegion);
             }
         }

@@ -73,6 +73,14 @@ impl Proxy {
         ))
     }
 
+    /// Remembers the owner a region's `421` named for the id with fingerprint `id`
+    /// (docs/failover.md): later requests for it go straight there.
+    pub(in crate::proxy) fn learn_owner(&self, routing: &Routing, id: u64, owner: RegionId) {
+        if id != 0 {
+            self.owners.learn(id, &routing.region(owner).name);
+        }
+    }
+
     /// `legacy_probe` as the retry budget's policy.
     fn probe_policy(&self) -> RetryPolicy {
         let probe = self.config.legacy_probe;
@@ -110,22 +118,28 @@ impl Proxy {
             metrics::legacy_probe_skipped(ProbeSkip::Budget);
             return (asked, first);
         }
+        // A dark region (none of its upstreams in rotation, docs/failover.md) is not asked:
+        // an id it may own is then not remembered as nobody's.
+        let now = crate::clock::now_ms();
+        let dark = routing
+            .all()
+            .any(|(id, region)| id != asked && region.health_share(now) == 0.0);
         let mut legs: FuturesUnordered<_> = routing
             .all()
-            .filter(|(id, _)| *id != asked)
+            .filter(|(id, region)| *id != asked && region.health_share(now) > 0.0)
             .map(|(id, region)| {
                 let head = forward::copy_head(&head);
                 async move {
                     (
                         id,
-                        self.send(region, head, Outgoing::Held(Bytes::new()), trace)
+                        self.send((routing, region), head, Outgoing::Held(Bytes::new()), trace, true)
                             .await,
                     )
                 }
             })
             .collect();
         // Whether every other region said it has no such entity (not merely failed).
-        let mut nobody = true;
+        let mut nobody = !dark;
         while let Some((id, result)) = legs.next().await {
             if let Ok(answered) = result {
                 let status = answered.response.status();

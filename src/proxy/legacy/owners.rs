@@ -6,11 +6,16 @@
 //! the region's name, not its index, so an owner outlives a table reload that reorders the
 //! regions (and is forgotten when its region is gone).
 //!
+//! It also keeps the owners the regions named themselves (`421` with `X-Iuid-Owner`,
+//! docs/failover.md), by the id's fingerprint (`scheme::Key::fingerprint`), under the same
+//! bound and TTL; until the first such hint, a request's only cost is one atomic load.
+//!
 //! It also remembers, for a shorter time, ids that no region owns (every region answered
 //! 404/410), so that asking again and again for an unknown id is not asked of every region
 //! each time.
 
 use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -34,6 +39,10 @@ pub enum Known {
 #[derive(Debug)]
 pub struct Owners {
     cache: Option<Mutex<OwnerLru>>,
+    /// Owners named by `421` answers, by id fingerprint.
+    hints: Option<Mutex<LruCache<u64, (Box<str>, Instant)>>>,
+    /// Set at the first hint learned: until then no request looks.
+    any_hint: AtomicBool,
     ttl: Duration,
     negative_ttl: Duration,
 }
@@ -43,6 +52,8 @@ impl Owners {
     pub fn new(entries: usize, ttl: Duration) -> Owners {
         Owners {
             cache: NonZeroUsize::new(entries).map(|n| Mutex::new(LruCache::new(n))),
+            hints: NonZeroUsize::new(entries).map(|n| Mutex::new(LruCache::new(n))),
+            any_hint: AtomicBool::new(false),
             ttl,
             negative_ttl: Duration::ZERO,
         }
@@ -106,6 +117,32 @@ impl Owners {
         }
     }
 
+    /// Whether any owner was learned from a `421` (the cheap test before [`Owners::hinted`]).
+    #[inline]
+    pub fn has_hints(&self) -> bool {
+        self.any_hint.load(Ordering::Relaxed)
+    }
+
+    /// Remembers that a region named `region` the owner of the id with fingerprint `id`.
+    pub fn learn(&self, id: u64, region: &str) {
+        if let Some(hints) = &self.hints {
+            let mut hints = hints.lock().unwrap_or_else(|p| p.into_inner());
+            hints.put(id, (region.into(), Instant::now()));
+            self.any_hint.store(true, Ordering::Relaxed);
+        }
+    }
+
+    /// The owner a region named for the id with fingerprint `id`, within the TTL.
+    pub fn hinted(&self, id: u64) -> Option<Box<str>> {
+        let mut hints = self.hints.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let (region, at) = hints.get(&id)?;
+        if at.elapsed() >= self.ttl {
+            hints.pop(&id);
+            return None;
+        }
+        Some(region.clone())
+    }
+
     /// Forgets `id`'s owner (it answered 404 or 410 after all).
     pub fn forget(&self, id: &str) {
         if let Some(cache) = &self.cache {
@@ -151,6 +188,18 @@ mod tests {
         assert_eq!(short.get("a"), None);
         assert!(short.is_empty());
         assert_eq!(Owners::new(0, Duration::from_secs(1)).get("a"), None);
+    }
+
+    #[test]
+    fn hints_are_kept_by_fingerprint_and_expire() {
+        let owners = Owners::new(2, Duration::from_millis(50));
+        assert!(!owners.has_hints());
+        owners.learn(7, "us");
+        assert!(owners.has_hints());
+        assert_eq!(owners.hinted(7).as_deref(), Some("us"));
+        assert_eq!(owners.hinted(8), None);
+        std::thread::sleep(Duration::from_millis(60));
+        assert_eq!(owners.hinted(7), None);
     }
 
     #[test]

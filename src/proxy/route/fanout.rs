@@ -38,7 +38,7 @@ use crate::trace::Traced;
 use crate::upstream::attempts::ForwardError;
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, Outgoing};
-use crate::upstream::regions::RegionRuntime;
+use crate::upstream::regions::{RegionRuntime, Routing};
 
 /// A `fanout:` route's keys.
 #[derive(Debug, Deserialize)]
@@ -260,7 +260,7 @@ impl Proxy {
     /// ([`metrics::fanout_leg`]) once it has judged the body too.
     pub(super) async fn ask(
         &self,
-        region: &RegionRuntime,
+        (routing, region): (&Routing, &RegionRuntime),
         head: Parts,
         body: Bytes,
         timeout: Duration,
@@ -269,7 +269,7 @@ impl Proxy {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
-            let answered = match self.send(region, head, Outgoing::Held(body), trace).await {
+            let answered = match self.send((routing, region), head, Outgoing::Held(body), trace, false).await {
                 Ok(answered) => answered,
                 Err(ForwardError::Overloaded(reason)) => {
                     return Err(LegFailure::new(
@@ -281,6 +281,12 @@ impl Proxy {
                     return Err(LegFailure::new(
                         LegError::RateLimited,
                         format!("over the rate limit `{}`", limited.rule),
+                    ))
+                }
+                Err(ForwardError::Misdirected { .. }) => {
+                    return Err(LegFailure::new(
+                        LegError::Status,
+                        "the region answered 421 Misdirected Request",
                     ))
                 }
                 Err(ForwardError::Unavailable { .. }) => {
@@ -416,12 +422,13 @@ impl Proxy {
 
         let names: Vec<&str> = routing.all().map(|(_, r)| r.name.as_str()).collect();
         *regions_seen = Some(names.join(","));
+        let routing = &routing;
         let legs = routing.all().map(|(_, region)| {
             let head = forward::copy_head(&parts);
             async move {
                 let started = Instant::now();
                 let answer = self
-                    .ask(region, head, Bytes::new(), route.timeout, trace)
+                    .ask((routing, region), head, Bytes::new(), route.timeout, trace)
                     .await;
                 (region, started, answer)
             }

@@ -245,6 +245,7 @@ impl Proxy {
             .collect();
         *regions_seen = Some(names.join(","));
         let timeout = self.config.timeouts.response_headers();
+        let routing = &routing;
         let legs = groups.into_iter().map(|(region_id, positions, ids)| {
             let region = routing.region(region_id);
             let mut head = forward::copy_head(&parts);
@@ -266,7 +267,7 @@ impl Proxy {
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let judged = self
-                    .ask(region, head, body, timeout, trace)
+                    .ask((routing, region), head, body, timeout, trace)
                     .await
                     .and_then(|leg| {
                         serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
