@@ -228,6 +228,7 @@ impl App {
         let handed_at_set = handed_at.clone();
         let mut admin_open = None;
         let rate_limits = crate::ratelimit::RateLimits::start(&config);
+        let owners = Arc::new(crate::upstream::owners::Owners::for_config(&config));
         if let Some(admin) = listeners.admin {
             admin.set_nonblocking(true)?;
             let admin =
@@ -243,6 +244,7 @@ impl App {
                 regions: Some(regions.clone()),
                 rates: Some(admin::rates::Rates::spawn(regions.clone())),
                 rate_limits: rate_limits.clone(),
+                owners: Some(owners.clone()),
             };
             tokio::spawn(async move {
                 // With each client's address, for the admin token throttle.
@@ -268,7 +270,8 @@ impl App {
         let http3 = config.http3;
         let alt_svc = http3.is_some().then_some(quic_addr.port());
         let proxy = Proxy::shared(|| {
-            Proxy::new(config, routes, regions, tracing, rate_limits).announcing_h3(alt_svc)
+            Proxy::new(config, routes, regions, tracing, rate_limits, owners)
+                .announcing_h3(alt_svc)
         });
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {

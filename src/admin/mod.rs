@@ -9,6 +9,7 @@
 //! | `GET /admin/resolve/{id}?scheme=NAME` | the `resolve` command's JSON (scheme default `iuid`); problem+json 400/404 |
 //! | `POST /admin/reload` | 200 with the new status, or 422 problem+json with every error |
 //! | `GET /admin/upstreams` | every region's upstreams with their health (docs/admin.md) |
+//! | `GET /admin/regions` | each region's health share, its failover and the share of reads failing over (docs/failover.md) |
 //! | `GET /admin/decode/{id}` | the id read in every scheme, with its region or why not |
 //! | `GET /admin/routing-table/summary` | the table at a glance: regions, countries, services, schemes, overrides |
 //! | `GET /admin/rates` | requests and 5xx per region over the last minute |
@@ -56,6 +57,8 @@ pub struct AdminState {
     pub rates: Option<Arc<rates::Rates>>,
     /// `rate_limits:`, for `/admin/rate-limits` (none configured: `None`).
     pub rate_limits: Option<Arc<crate::ratelimit::RateLimits>>,
+    /// Owners learned at run time (legacy probes, `421` hints), for `/admin/resolve`.
+    pub owners: Option<Arc<crate::upstream::owners::Owners>>,
 }
 
 /// The admin API's routes.
@@ -80,6 +83,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/reload", post(reload))
         .route("/admin/tls", get(tls_status))
         .route("/admin/upstreams", get(upstreams))
+        .route("/admin/regions", get(regions_health))
         .route("/admin/decode/{id}", get(decode_all))
         .with_state(state)
         .merge(login)
@@ -190,6 +194,45 @@ async fn upstreams(State(s): State<AdminState>) -> Response {
     Json(json!({ "table_version": routing.table.version, "regions": list })).into_response()
 }
 
+/// Each region's health share and failover (docs/admin.md `GET /admin/regions`,
+/// docs/failover.md): the share of its reads kept and failing over now, and where to.
+async fn regions_health(State(s): State<AdminState>) -> Response {
+    let Some(regions) = &s.regions else {
+        return Json(json!({ "regions": [] })).into_response();
+    };
+    let routing = regions.current();
+    let now = crate::clock::now_ms();
+    let list: Vec<serde_json::Value> = routing
+        .all()
+        .map(|(_, region)| {
+            let share = region.health_share(now);
+            let in_rotation = region
+                .upstreams
+                .iter()
+                .filter(|u| u.state.health.in_rotation(now))
+                .count();
+            let failover = region.failover.map(|f| {
+                let kept = f.kept(share);
+                json!({
+                    "region": routing.region(f.region).name,
+                    "serves": f.serves,
+                    "overprovisioning": f.overprovisioning,
+                    "kept": kept,
+                    "failing_over": 1.0 - kept,
+                })
+            });
+            json!({
+                "name": region.name,
+                "health_share": share,
+                "upstreams": region.upstreams.len(),
+                "in_rotation": in_rotation,
+                "failover": failover,
+            })
+        })
+        .collect();
+    Json(json!({ "table_version": routing.table.version, "regions": list })).into_response()
+}
+
 /// What an id is in every scheme (docs/admin.md `GET /admin/decode/{id}`): for each scheme of the
 /// serving table (`iuid` first), its reading and where it goes, or why it is not one.
 async fn decode_all(State(s): State<AdminState>, Path(id): Path<String>) -> Response {
@@ -238,11 +281,38 @@ async fn resolve(
 ) -> Response {
     let scheme = q.scheme.as_deref().unwrap_or(crate::scheme::IUID);
     let unresolved = |e| problem(Problem::unresolved(e, None, id.as_bytes()));
-    match inspect::resolve_text(scheme, &id, &s.table.current()) {
-        Ok(v) => Json(v).into_response(),
+    let table = s.table.current();
+    match inspect::resolve_text(scheme, &id, &table) {
+        Ok(mut v) => {
+            if let Some(learned) = learned_owner(&s, &table, scheme, &id) {
+                v["learned_owner"] = learned;
+            }
+            Json(v).into_response()
+        }
         Err(InspectError::Parse(e)) => unresolved(ResolveError::Malformed(e)),
         Err(InspectError::Resolve(e)) => unresolved(e),
         Err(InspectError::UnknownScheme(name)) => unresolved(ResolveError::UnknownScheme(name)),
+    }
+}
+
+/// An owner learned at run time for `id`, which the data path follows over the table's
+/// answer: `{"region", "source": "hint" | "legacy_probe"}` (docs/failover.md).
+fn learned_owner(
+    s: &AdminState,
+    table: &crate::table::RoutingTable,
+    scheme: &str,
+    id: &str,
+) -> Option<serde_json::Value> {
+    let owners = s.owners.as_ref()?;
+    let (key, _) = table.resolve_text(scheme, id.trim().as_bytes()).ok()?;
+    if let Some(region) = owners.hinted(key.fingerprint()) {
+        return Some(json!({ "region": &*region, "source": "hint" }));
+    }
+    match owners.lookup(&key.to_string()) {
+        crate::upstream::owners::Known::Owner(region) => {
+            Some(json!({ "region": &*region, "source": "legacy_probe" }))
+        }
+        _ => None,
     }
 }
 

@@ -71,6 +71,8 @@ impl Rates {
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         samples.retain(|name, _| routing.by_name(name).is_some());
         for (_, region) in routing.all() {
+            // The health gauge (docs/failover.md) follows the same second's tick.
+            crate::metrics::failover::region_health(&region.name, region.health_share(now));
             let (answered, failed) = region.state.metrics.totals();
             let ring = samples.entry(region.name.clone()).or_default();
             ring.push_back((now, answered, failed));

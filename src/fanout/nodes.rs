@@ -36,6 +36,8 @@ pub struct Part {
     pub positions: Vec<usize>,
     /// The region's GraphQL answer, or why there is none.
     pub answer: Result<Value, String>,
+    /// The failover region that answered in its place (docs/failover.md).
+    pub served_by: Option<String>,
 }
 
 /// The merged answer for a request of `total` ids whose list is `data.<key>`.
@@ -43,7 +45,11 @@ pub fn merge(total: usize, key: &str, parts: Vec<Part>) -> Value {
     let mut nodes = vec![Value::Null; total];
     let mut data = Map::new();
     let mut errors = Vec::new();
+    let mut failovers = Vec::new();
     for part in parts {
+        if let Some(by) = &part.served_by {
+            failovers.push(json!({ "region": part.region, "served_by": by, "failover": true }));
+        }
         let answer = part.answer.and_then(|mut a| {
             let list = match a
                 .pointer_mut(&format!("/data/{}", escape(key)))
@@ -89,6 +95,10 @@ pub fn merge(total: usize, key: &str, parts: Vec<Part>) -> Value {
     out.insert("data".to_owned(), Value::Object(data));
     if !errors.is_empty() {
         out.insert("errors".to_owned(), Value::Array(errors));
+    }
+    if !failovers.is_empty() {
+        // A console says which ids came from a standby (they may be stale).
+        out.insert("extensions".to_owned(), json!({ "regions": failovers }));
     }
     Value::Object(out)
 }
@@ -137,16 +147,19 @@ mod tests {
                     "data": { "nodes": [{"id": "a"}, null] },
                     "errors": [{"message": "gone", "path": ["nodes", 1]}, {"message": "other"}],
                 })),
+                served_by: None,
             },
             Part {
                 region: "us".into(),
                 positions: vec![1],
                 answer: Ok(json!({ "data": { "nodes": [{"id": "b"}] } })),
+                served_by: None,
             },
             Part {
                 region: "ap".into(),
                 positions: vec![3],
                 answer: Err("timeout".into()),
+                served_by: None,
             },
         ];
         let merged = merge(4, "nodes", parts);

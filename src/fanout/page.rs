@@ -15,6 +15,13 @@ pub enum RegionReport {
         status: u16,
         /// Items in its answer.
         items: usize,
+        /// The failover region that answered in its place (docs/failover.md), with
+        /// `"failover": true` beside it.
+        #[serde(skip_serializing_if = "Option::is_none")]
+        served_by: Option<String>,
+        /// Whether `served_by` answered (omitted when the region did).
+        #[serde(skip_serializing_if = "std::ops::Not::not")]
+        failover: bool,
     },
     /// The region failed.
     Failed {
@@ -100,6 +107,8 @@ mod tests {
                 RegionReport::Answered {
                     status: 200,
                     items: 1,
+                    served_by: None,
+                    failover: false,
                 },
             ),
             (

@@ -25,7 +25,6 @@ mod upgrade;
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{CONTENT_LENGTH, CONTENT_TYPE, HOST};
@@ -50,7 +49,7 @@ use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self};
 use headers::{ClientAddr, Forwarding, ViaValues};
-use legacy::owners::Owners;
+use crate::upstream::owners::Owners;
 use life::Life;
 use route::{Extraction, Routes};
 
@@ -122,8 +121,9 @@ pub struct Proxy {
     no_region: metrics::RegionMetrics,
     /// Metrics of requests sent to several regions (`region="all"`).
     all_regions: Arc<metrics::RegionMetrics>,
-    /// Owners learned for legacy ids (`legacy: probe`).
-    owners: Owners,
+    /// Owners learned at run time: legacy ids' (`legacy: probe`) and `421` hints'
+    /// (docs/failover.md); shared with the admin API.
+    owners: Arc<Owners>,
     /// Bounds on fan-outs in flight and the answers they buffer.
     fanouts: FanoutBudget,
     /// Probes of legacy ids: a share of the requests for them (`legacy_probe`).
@@ -150,13 +150,9 @@ impl Proxy {
         regions: Arc<Regions>,
         tracing: Option<Tracing>,
         limits: Option<Arc<crate::ratelimit::RateLimits>>,
+        owners: Arc<Owners>,
     ) -> Proxy {
         let via = ViaValues::new(&config.region);
-        let owners = Owners::new(
-            config.legacy_cache.entries,
-            Duration::from_secs(config.legacy_cache.ttl_s),
-        )
-        .with_negative_ttl(Duration::from_millis(config.legacy_cache.negative_ttl_ms));
         let fanouts = FanoutBudget::new(&config.limits);
         let legacy_probe = config.legacy_probe;
         Proxy {

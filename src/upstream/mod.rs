@@ -25,6 +25,7 @@ pub mod check;
 pub mod forward;
 pub mod h1;
 pub mod health;
+pub mod owners;
 pub mod io;
 mod pool;
 pub mod raw;

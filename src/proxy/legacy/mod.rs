@@ -12,7 +12,6 @@
 //! it the first region's 404/410 is the answer. A flood of unknown ids then costs the
 //! regions about one request each, not one per region.
 
-pub mod owners;
 
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
@@ -26,7 +25,7 @@ use crate::table::{Decision, RegionId, Rule};
 use crate::trace::Traced;
 use crate::upstream::forward::{self, Answered, Outgoing};
 use crate::upstream::regions::Routing;
-use owners::Known;
+use crate::upstream::owners::Known;
 
 /// A request that may be probed: its id's canonical text, and the region first asked.
 #[derive(Debug)]

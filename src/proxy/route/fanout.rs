@@ -35,7 +35,7 @@ use crate::problem::Problem;
 use crate::proxy::headers::ClientAddr;
 use crate::proxy::Proxy;
 use crate::trace::Traced;
-use crate::upstream::attempts::ForwardError;
+use crate::upstream::attempts::{Detour, ForwardError};
 use crate::upstream::body::IdleTimeout;
 use crate::upstream::forward::{self, Outgoing};
 use crate::upstream::regions::{RegionRuntime, Routing};
@@ -153,6 +153,8 @@ pub(super) struct Leg<'a> {
     pub status: StatusCode,
     /// Its body, read whole (at most `limits.fanout_region_bytes`).
     pub body: Bytes,
+    /// The failover region that answered in the region's place (docs/failover.md).
+    pub served_by: Option<String>,
     /// The body's bytes, held against `limits.fanout_buffer_bytes` while the leg lives.
     _held: Reservation<'a>,
 }
@@ -364,9 +366,14 @@ impl Proxy {
                 buf.extend_from_slice(&data);
             }
             drop(answered.in_flight);
+            let served_by = match answered.detour {
+                Detour::FailedOver(to) => Some(routing.region(to).name.clone()),
+                _ => None,
+            };
             Ok(Leg {
                 status: parts.status,
                 body: Bytes::from(buf),
+                served_by,
                 _held: held,
             })
         };
@@ -457,7 +464,7 @@ impl Proxy {
                     route.order,
                     page.limit,
                 )
-                .map(|items| (leg.status, items))
+                .map(|items| (leg.status, leg.served_by.clone(), items))
                 .map_err(|e| {
                     let (index, id) = match &e {
                         merge::ItemsError::BadId { index, id, .. } => (Some(*index), id.clone()),
@@ -477,12 +484,14 @@ impl Proxy {
                 started.elapsed().as_secs_f64(),
             );
             match judged {
-                Ok((status, items)) => {
+                Ok((status, served_by, items)) => {
                     reports.push((
                         &region.name,
                         RegionReport::Answered {
                             status: status.as_u16(),
                             items: items.len(),
+                            failover: served_by.is_some(),
+                            served_by,
                         },
                     ));
                     lists.push(items);

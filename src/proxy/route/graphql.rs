@@ -259,6 +259,7 @@ impl Proxy {
                             region: region.name.clone(),
                             positions,
                             answer: Err(e),
+                            served_by: None,
                         }
                     }
                 };
@@ -266,10 +267,12 @@ impl Proxy {
                 for_merging(&mut head.headers);
                 head.headers
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
+                let mut served_by = None;
                 let judged = self
                     .ask((routing, region), head, body, timeout, trace)
                     .await
                     .and_then(|leg| {
+                        served_by = leg.served_by.clone();
                         serde_json::from_slice::<Value>(&leg.body).map_err(|e| {
                             LegFailure::new(
                                 LegError::NotJson,
@@ -288,6 +291,7 @@ impl Proxy {
                     region: region.name.clone(),
                     positions,
                     answer,
+                    served_by,
                 }
             }
         });

@@ -1,4 +1,4 @@
-//! Owners of legacy ids (docs/fanout.md `legacy: probe`): which region answered for an id that has
+//! Owners learned at run time: of legacy ids (docs/fanout.md `legacy: probe`): which region answered for an id that has
 //! no routing bits, so that the next request for it goes straight there.
 //!
 //! A bounded LRU (the `lru` crate) with a time to live, behind a mutex. Only requests for ids
@@ -57,6 +57,14 @@ impl Owners {
             ttl,
             negative_ttl: Duration::ZERO,
         }
+    }
+
+    /// The cache `legacy_cache` describes (docs/config.md): shared by the data path (legacy
+    /// probes, `421` hints) and the admin API (`/admin/resolve`).
+    pub fn for_config(config: &crate::config::RouterConfig) -> Owners {
+        let cache = &config.legacy_cache;
+        Owners::new(cache.entries, Duration::from_secs(cache.ttl_s))
+            .with_negative_ttl(Duration::from_millis(cache.negative_ttl_ms))
     }
 
     /// Also remembers ids no region owns, each for `ttl` (zero: not at all).
