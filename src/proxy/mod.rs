@@ -435,6 +435,11 @@ impl Proxy {
         trail.route = found.route_kind();
         let said = match &found {
             Extraction::Ids(_, access, _) => Some(*access),
+            Extraction::Id(_, crate::extract::RouteKind::Grpc)
+                if self.routes.grpc_reads(parts.uri.path()) =>
+            {
+                Some(crate::extract::Access::Read)
+            }
             _ => None,
         };
         let split_route = match &found {

@@ -35,6 +35,10 @@ pub(super) struct Spec {
     /// The field holding the id (`1`, or `2.1` inside field 2).
     #[serde(default)]
     field: Option<FieldSpec>,
+    /// The method only reads (docs/data-path.md "Reads and writes"): its calls may fail
+    /// over (docs/failover.md). Default `false`: a gRPC call is a write.
+    #[serde(default)]
+    reads: bool,
 }
 
 impl Kind for Spec {
@@ -66,6 +70,7 @@ impl Kind for Spec {
             path: self.grpc,
             field,
             scheme,
+            reads: self.reads,
         })));
         Ok(())
     }
@@ -80,6 +85,8 @@ pub struct GrpcRoute {
     pub field: Vec<u32>,
     /// The scheme of the id.
     pub scheme: String,
+    /// The method only reads (`reads: true`): its calls may fail over.
+    pub reads: bool,
 }
 
 /// The id the route names, as an extraction, and the body to forward. The first message may
