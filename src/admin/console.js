@@ -79,7 +79,7 @@ function stateCell(u) {
 
 // --- lookup -----------------------------------------------------------------------------
 
-const SHOWN_APART = new Set(["region", "upstreams", "rule", "table_version", "id", "created_at", "ts_ms", "scheme"]);
+const SHOWN_APART = new Set(["region", "upstreams", "rule", "table_version", "id", "created_at", "ts_ms", "scheme", "learned_owner"]);
 
 function ruleText(rule) {
   if (!rule) return "";
@@ -119,6 +119,11 @@ function renderReading(r) {
   } else {
     add("owner", el("span", { class: "owner" }, reading.region));
     add("rule", el("span", { class: "rule" }, ruleText(reading.rule)));
+    if (reading.learned_owner) {
+      // The data path follows it over the table's answer (docs/failover.md).
+      add("learned owner", el("span", { class: "learned-owner" }, reading.learned_owner.region, " ",
+        el("span", { class: "muted" }, "(" + reading.learned_owner.source + ")")));
+    }
   }
   if (reading.created_at) {
     add("created", el("span", { class: "created" }, reading.created_at, " ", el("span", { class: "muted" }, "(" + ago(reading.ts_ms) + ")")));
@@ -172,6 +177,17 @@ function renderUpstreams(report) {
     }
   }
   $("upstreams").replaceChildren(...rows);
+}
+
+function renderRegions(report) {
+  $("regions").replaceChildren(...report.regions.map((r) => {
+    const f = r.failover;
+    return el("tr", { "data-region": r.name, "data-share": String(r.health_share) },
+      el("td", {}, r.name), el("td", {}, (100 * r.health_share).toFixed(0) + " %"),
+      el("td", {}, r.in_rotation + " / " + r.upstreams),
+      el("td", {}, f ? [el("code", {}, f.region), " ", el("span", { class: "muted" }, f.serves)] : el("span", { class: "muted" }, "none")),
+      el("td", { class: f && f.failing_over > 0 ? "error" : "" }, f ? (100 * f.failing_over).toFixed(0) + " % to " + f.region : "—"));
+  }));
 }
 
 function renderRates(rates) {
@@ -246,13 +262,14 @@ function renderReloads(status) {
 async function refresh() {
   clearTimeout(timer);
   try {
-    const [up, rates, table, status, limits, moves] = await Promise.all(
+    const [up, rates, table, status, limits, moves, regions] = await Promise.all(
       ["/admin/upstreams", "/admin/rates", "/admin/routing-table/summary", "/admin/routing-table",
-        "/admin/rate-limits", "/admin/moves"].map((p) => api(p)));
+        "/admin/rate-limits", "/admin/moves", "/admin/regions"].map((p) => api(p)));
     showConsole();
     $("logout").hidden = false;
     renderUpstreams(up.body);
     renderRates(rates.body);
+    renderRegions(regions.body);
     renderLimits(limits.body);
     renderMoves(moves.body);
     renderTable(table.body);

@@ -241,7 +241,12 @@ async fn decode_all(State(s): State<AdminState>, Path(id): Path<String>) -> Resp
         .scheme_names()
         .into_iter()
         .map(|scheme| match inspect::resolve_text(scheme, &id, &table) {
-            Ok(resolved) => json!({ "scheme": scheme, "valid": true, "reading": resolved }),
+            Ok(mut resolved) => {
+                if let Some(learned) = learned_owner(&s, &table, scheme, &id) {
+                    resolved["learned_owner"] = learned;
+                }
+                json!({ "scheme": scheme, "valid": true, "reading": resolved })
+            }
             Err(InspectError::Resolve(e)) => {
                 let decoded = inspect::decode_text(scheme, &id, Some(&table)).ok();
                 json!({ "scheme": scheme, "valid": true, "reading": decoded, "unowned": e.to_string() })
