@@ -25,9 +25,12 @@ use crate::scheme::mint::{mint, MintSpec};
 use crate::table::RoutingTable;
 
 /// The demo's router config; `{listen}` and `{admin}` are filled in.
+mod bad_day;
+
 const CONFIG: &str = include_str!("demo/router.yaml");
 
-/// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses.
+/// The demo's routing table; `{eu}`, `{us}`, `{ap}` are filled in with the echo addresses,
+/// `{sa}` with a port nothing listens on.
 const TABLE: &str = include_str!("demo/routing-table.yaml");
 
 /// Orders created before the iUID (UUIDv4 ids, no routing bits) and the region holding each:
@@ -69,6 +72,9 @@ pub async fn echo_server(region: &str, listener: TcpListener) -> std::io::Result
 async fn echo(region: Arc<str>, req: Request) -> axum::response::Response {
     use axum::response::IntoResponse;
     let (parts, body) = req.into_parts();
+    if let Some(answer) = bad_day::misdirected(&region, parts.uri.path()) {
+        return answer;
+    }
     if parts.uri.path() == "/v1/orders" {
         return axum::Json(list(&region, parts.uri.query().unwrap_or(""))).into_response();
     }
@@ -159,7 +165,10 @@ pub async fn run(listen: SocketAddr, admin: SocketAddr) -> Result<(), Box<dyn st
             }
         });
     }
+    // The dark region's upstream: a port bound and let go, so connecting to it is refused.
+    let dark = TcpListener::bind("127.0.0.1:0").await?.local_addr()?;
     let table_text = TABLE
+        .replace("{sa}", &dark.to_string())
         .replace("{eu}", &addrs[0].to_string())
         .replace("{us}", &addrs[1].to_string())
         .replace("{ap}", &addrs[2].to_string());
@@ -544,6 +553,7 @@ fn tour(
          shed too (iuid_router_overloaded; docs/overload.md)",
         format!("curl -s {admin_base}/metrics"),
     );
+    bad_day::tour(&mut line, &base, &admin_base);
     line(
         "200",
         "the support console: open this in a browser, paste any id",
