@@ -42,6 +42,8 @@ fn bench(c: &mut Criterion) {
                     RegionReport::Answered {
                         status: 200,
                         items: 500,
+                        served_by: None,
+                        failover: false,
                     },
                 ),
                 (
@@ -49,6 +51,8 @@ fn bench(c: &mut Criterion) {
                     RegionReport::Answered {
                         status: 200,
                         items: 500,
+                        served_by: None,
+                        failover: false,
                     },
                 ),
                 (
@@ -56,6 +60,8 @@ fn bench(c: &mut Criterion) {
                     RegionReport::Answered {
                         status: 200,
                         items: 500,
+                        served_by: None,
+                        failover: false,
                     },
                 ),
             ];

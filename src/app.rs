@@ -270,8 +270,7 @@ impl App {
         let http3 = config.http3;
         let alt_svc = http3.is_some().then_some(quic_addr.port());
         let proxy = Proxy::shared(|| {
-            Proxy::new(config, routes, regions, tracing, rate_limits, owners)
-                .announcing_h3(alt_svc)
+            Proxy::new(config, routes, regions, tracing, rate_limits, owners).announcing_h3(alt_svc)
         });
         // First polled once the workers accept (`server::serve`): then this process serves.
         let begin_drain = async move {

@@ -347,7 +347,7 @@ fn the_life_and_the_attempt_loop_each_have_one_call_site() {
         ("the request counter", ".request("),
         ("the server span", "\"request\","),
         ("the trace's SERVER span", "tracing.begin("),
-        ("the trace's CLIENT span", ".attempt(&region.name"),
+        ("the trace's CLIENT span", ".attempt(&at.name"),
         ("the trace's end", "trace.finish("),
     ] {
         let sites = call_sites(needle);

@@ -23,7 +23,12 @@ pub fn check(data: &[u8]) {
             headers.append(name, value);
         }
     }
-    let _ = check_via(headers.get_all(VIA).iter().map(|v| v.as_bytes()), "eu", 10, false);
+    let _ = check_via(
+        headers.get_all(VIA).iter().map(|v| v.as_bytes()),
+        "eu",
+        10,
+        false,
+    );
     let client = ClientAddr::new(SocketAddr::from(([192, 0, 2, 7], 40_000)));
     let Some(via) = via_value(Version::HTTP_11, "eu") else {
         return;

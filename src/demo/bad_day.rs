@@ -18,7 +18,14 @@ pub fn misdirected(region: &str, path: &str) -> Option<axum::response::Response>
         return None;
     }
     let text = format!("region: {region}\nthis order moved to us\n");
-    Some((http::StatusCode::MISDIRECTED_REQUEST, [("x-iuid-owner", "us")], text).into_response())
+    Some(
+        (
+            http::StatusCode::MISDIRECTED_REQUEST,
+            [("x-iuid-owner", "us")],
+            text,
+        )
+            .into_response(),
+    )
 }
 
 /// The tour's lines for a bad day, through `line(expect, what, curl)`.

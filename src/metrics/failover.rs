@@ -37,8 +37,7 @@ pub fn failover(region: &str, to: &str, reads: bool) {
 /// Counts one owner hint followed from `from` to `to`.
 pub fn owner_hint(from: &str, to: &str) {
     handle();
-    ::metrics::counter!(OWNER_HINTS, "from" => from.to_owned(), "to" => to.to_owned())
-        .increment(1);
+    ::metrics::counter!(OWNER_HINTS, "from" => from.to_owned(), "to" => to.to_owned()).increment(1);
 }
 
 pub(super) fn describe() {

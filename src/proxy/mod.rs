@@ -42,14 +42,14 @@ use crate::metrics;
 use crate::problem::Problem;
 use crate::table::RegionId;
 use crate::trace::Tracing;
+use crate::upstream::attempts::Detour;
 use crate::upstream::body::{Guarded, IdleTimeout, Inbound, Prefixed, Watched};
 use crate::upstream::budget::RetryBudget;
-use crate::upstream::attempts::Detour;
 use crate::upstream::forward::{self, Answered, Outgoing};
+use crate::upstream::owners::Owners;
 use crate::upstream::regions::{RegionRuntime, Regions, Routing};
 use crate::upstream::{self};
 use headers::{ClientAddr, Forwarding, ViaValues};
-use crate::upstream::owners::Owners;
 use life::Life;
 use route::{Extraction, Routes};
 
@@ -433,15 +433,7 @@ impl Proxy {
         }
         let (found, body) = self.extract(parts, body).await?;
         trail.route = found.route_kind();
-        let said = match &found {
-            Extraction::Ids(_, access, _) => Some(*access),
-            Extraction::Id(_, crate::extract::RouteKind::Grpc)
-                if self.routes.grpc_reads(parts.uri.path()) =>
-            {
-                Some(crate::extract::Access::Read)
-            }
-            _ => None,
-        };
+        let said = self.routes.said(&found, parts.uri.path());
         let split_route = match &found {
             Extraction::Fanout(route) => {
                 trail.region = Some(self.all_regions.clone());

@@ -277,7 +277,10 @@ impl Proxy {
             None => None,
             Some(id) => {
                 let region = routing.region(id);
-                match self.send((&routing, region), head, Outgoing::Held(body), None, true).await {
+                match self
+                    .send((&routing, region), head, Outgoing::Held(body), None, true)
+                    .await
+                {
                     Ok(answered) => {
                         let status = answered.response.status().as_u16();
                         let mut body = answered.response.into_body();

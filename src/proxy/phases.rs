@@ -324,8 +324,13 @@ impl Proxy {
         }
         let max_hops = self.config.limits.max_hops;
         let failed_over = trusted_peer && view.value(&FAILOVER).is_some();
-        headers::check_via(view.values("via"), &self.config.region, max_hops, failed_over)
-            .map_err(Problem::Loop)
+        headers::check_via(
+            view.values("via"),
+            &self.config.region,
+            max_hops,
+            failed_over,
+        )
+        .map_err(Problem::Loop)
     }
 
     /// The admit phase's rate limits (docs/rate-limits.md): the rules keyed by the head

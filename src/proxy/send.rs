@@ -36,7 +36,14 @@ impl Proxy {
         };
         // The loop's own future, not one around it: each layer is one more copy of it on
         // every request.
-        attempts(routing, region, self.admit_region(region), policies, trace, x)
+        attempts(
+            routing,
+            region,
+            self.admit_region(region),
+            policies,
+            trace,
+            x,
+        )
     }
 
     /// Sends a request to an upstream of `region`, for the paths that ask several regions
@@ -67,7 +74,9 @@ impl Proxy {
             if let Some(verdict) = limited {
                 verdict.decided().await.map_err(ForwardError::Limited)?;
             }
-            self.exchange(routing, region, trace, x).await.map(Answered::from)
+            self.exchange(routing, region, trace, x)
+                .await
+                .map(Answered::from)
         }
     }
 
@@ -92,9 +101,10 @@ impl Proxy {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
         let x = HttpExchange::new(parts, body, target.said, aim);
-        futures_util::FutureExt::map(self.exchange(&target.routing, region, trace, x), move |forwarded| {
-            self.judged(region, forwarded.map(Answered::from))
-        })
+        futures_util::FutureExt::map(
+            self.exchange(&target.routing, region, trace, x),
+            move |forwarded| self.judged(region, forwarded.map(Answered::from)),
+        )
     }
 
     /// An exchange's outcome as the answer or the problem to send: the one mapping from

@@ -43,7 +43,10 @@ impl Validator<'_> {
             };
             let target = failover.region.as_str();
             let region = if target == name {
-                self.error(&at("region"), format!("region `{name}` cannot fail over to itself"));
+                self.error(
+                    &at("region"),
+                    format!("region `{name}` cannot fail over to itself"),
+                );
                 None
             } else if let Some(&id) = names.get(target) {
                 if fails_over(target) {
@@ -96,7 +99,10 @@ mod tests {
     }
 
     fn errors(regions: &str) -> Vec<String> {
-        let source = crate::source::Source { path: "routing-table.yaml".into(), text: table(regions) };
+        let source = crate::source::Source {
+            path: "routing-table.yaml".into(),
+            text: table(regions),
+        };
         match load_source(&source) {
             Ok(_) => Vec::new(),
             Err(e) => e.0.iter().map(|e| e.to_string()).collect(),
@@ -108,7 +114,10 @@ mod tests {
         let text = table(
             "  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  ap:\n    upstreams: [\"http://127.0.0.1:2\"]\n    failover: { region: eu }\n",
         );
-        let source = crate::source::Source { path: "routing-table.yaml".into(), text };
+        let source = crate::source::Source {
+            path: "routing-table.yaml".into(),
+            text,
+        };
         let t = load_source(&source).expect("valid");
         let ap = t.regions.iter().find(|r| r.name == "ap").expect("ap");
         let f = ap.failover.expect("a failover");
@@ -124,16 +133,39 @@ mod tests {
 
     #[test]
     fn check_refuses_a_bad_failover_at_its_line() {
-        let e = errors("  eu:\n    upstreams: [\"http://127.0.0.1:1\"]\n    failover: { region: mars }\n");
-        assert!(e.iter().any(|e| e.contains(":5:") && e.contains("`mars` is not defined")), "{e:?}");
-        let e = errors("  eu:\n    upstreams: [\"http://127.0.0.1:1\"]\n    failover: { region: eu }\n");
-        assert!(e.iter().any(|e| e.contains(":5:") && e.contains("to itself")), "{e:?}");
+        let e = errors(
+            "  eu:\n    upstreams: [\"http://127.0.0.1:1\"]\n    failover: { region: mars }\n",
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.contains(":5:") && e.contains("`mars` is not defined")),
+            "{e:?}"
+        );
+        let e = errors(
+            "  eu:\n    upstreams: [\"http://127.0.0.1:1\"]\n    failover: { region: eu }\n",
+        );
+        assert!(
+            e.iter()
+                .any(|e| e.contains(":5:") && e.contains("to itself")),
+            "{e:?}"
+        );
         let chain = "  eu:\n    upstreams: [\"http://127.0.0.1:1\"]\n    failover: { region: us }\n  us:\n    upstreams: [\"http://127.0.0.1:2\"]\n    failover: { region: eu }\n";
         let e = errors(chain);
-        assert_eq!(e.iter().filter(|e| e.contains("one hop")).count(), 2, "{e:?}");
-        assert!(e.iter().any(|e| e.contains(":5:")) && e.iter().any(|e| e.contains(":8:")), "{e:?}");
+        assert_eq!(
+            e.iter().filter(|e| e.contains("one hop")).count(),
+            2,
+            "{e:?}"
+        );
+        assert!(
+            e.iter().any(|e| e.contains(":5:")) && e.iter().any(|e| e.contains(":8:")),
+            "{e:?}"
+        );
         let e = errors("  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  us:\n    upstreams: [\"http://127.0.0.1:2\"]\n    failover: { region: eu, overprovisioning: 0.5 }\n");
-        assert!(e.iter().any(|e| e.contains(":6:") && e.contains("within 1 and 10")), "{e:?}");
+        assert!(
+            e.iter()
+                .any(|e| e.contains(":6:") && e.contains("within 1 and 10")),
+            "{e:?}"
+        );
         let e = errors("  eu: { upstreams: [\"http://127.0.0.1:1\"] }\n  us:\n    upstreams: [\"http://127.0.0.1:2\"]\n    failover: { region: eu, serves: writes }\n");
         assert!(!e.is_empty(), "serves is reads or all");
     }

@@ -11,10 +11,10 @@
 //! The live table is swapped whole (`arc-swap`) by the reloader; a table is immutable once
 //! built, which is what lets requests in flight finish on the table they started with.
 
+mod failover_load;
 mod live;
 mod load;
 pub mod model;
-mod failover_load;
 mod moves_load;
 #[cfg(test)]
 mod moves_tests;

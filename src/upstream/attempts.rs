@@ -22,9 +22,9 @@ use tracing::Instrument;
 
 use super::health::{self, Pick};
 use super::regions::{Connects, RegionPermit, RegionRuntime, Routing, Upstream};
-use crate::table::{Failover, RegionId};
 use crate::config::{HealthPolicy, Limits, RetryPolicy};
 use crate::error::{Blame, Error, ErrorKind, Retry, ShedReason};
+use crate::table::{Failover, RegionId};
 use crate::trace::{Stamp, Traced};
 
 /// Why an attempt failed.
@@ -230,7 +230,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
             _ => None,
         };
         if let Some(f) = failover {
-            if !region.keeps(&f, crate::clock::now_ms()) {
+            if !keeps(region, &f, crate::clock::now_ms()) {
                 at = fail_over(routing, region, f, &mut x);
                 permit = admit(at, policies)?;
                 detour = Detour::FailedOver(f.region);
@@ -240,11 +240,18 @@ pub fn attempts<'a, X: Exchange + 'a>(
         let mut tried = 0u64;
         let mut last: Option<(Error, Authority)> = None;
         let mut attempt = 0u32;
+        let mut following_hint = false;
         'attempts: loop {
             if attempt > max_retries + u32::from(matches!(detour, Detour::Hinted(_))) {
                 break;
             }
-            if attempt > 0 && (!x.replayable() || !region.state.budget.withdraw(policies.retry)) {
+            // Sending a request once more to the owner a `421` named is not a retry: the
+            // region said it did nothing, so it spends no retry budget.
+            let hinted = std::mem::take(&mut following_hint);
+            if attempt > 0
+                && !hinted
+                && (!x.replayable() || !region.state.budget.withdraw(policies.retry))
+            {
                 break;
             }
             let i = loop {
@@ -308,9 +315,9 @@ pub fn attempts<'a, X: Exchange + 'a>(
                         state.health.success();
                         let hinted = X::owner_hint(&head).and_then(|name| routing.by_name(name));
                         drop(head);
-                        let Some(owner) = hinted.filter(|_| {
-                            !matches!(detour, Detour::Hinted(_)) && x.replayable()
-                        }) else {
+                        let Some(owner) = hinted
+                            .filter(|_| !matches!(detour, Detour::Hinted(_)) && x.replayable())
+                        else {
                             return Err(ForwardError::Misdirected {
                                 region: at.name.clone(),
                                 upstream: upstream.authority.clone(),
@@ -322,6 +329,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
                         permit = admit(at, policies)?;
                         detour = Detour::Hinted(owner);
                         tried = 0;
+                        following_hint = true;
                         continue;
                     }
                     match x.deliver(upstream, head).await {
@@ -419,6 +427,17 @@ pub fn attempts<'a, X: Exchange + 'a>(
             None => Err(ForwardError::Unavailable { retry_after_ms: 0 }),
         }
     }
+}
+
+/// Whether a request that may fail over stays with `region`: an even draw against the
+/// share it keeps at its health share (Envoy's priority load, docs/failover.md).
+fn keeps(region: &RegionRuntime, failover: &Failover, now: u64) -> bool {
+    let kept = failover.kept(region.health_share(now));
+    if kept >= 1.0 {
+        return true;
+    }
+    let draw = (health::random() >> 11) as f64 / (1u64 << 53) as f64;
+    draw < kept
 }
 
 /// Where connections to `at`'s upstreams ask for room.

@@ -24,6 +24,9 @@ use lru::LruCache;
 /// Canonical id text → (region name, or `None` for "no region", when learned).
 type OwnerLru = LruCache<Box<str>, (Option<Box<str>>, Instant)>;
 
+/// Id fingerprint → (the region a `421` named, when learned).
+type HintLru = LruCache<u64, (Box<str>, Instant)>;
+
 /// What the cache knows of an id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Known {
@@ -40,7 +43,7 @@ pub enum Known {
 pub struct Owners {
     cache: Option<Mutex<OwnerLru>>,
     /// Owners named by `421` answers, by id fingerprint.
-    hints: Option<Mutex<LruCache<u64, (Box<str>, Instant)>>>,
+    hints: Option<Mutex<HintLru>>,
     /// Set at the first hint learned: until then no request looks.
     any_hint: AtomicBool,
     ttl: Duration,
@@ -142,7 +145,11 @@ impl Owners {
 
     /// The owner a region named for the id with fingerprint `id`, within the TTL.
     pub fn hinted(&self, id: u64) -> Option<Box<str>> {
-        let mut hints = self.hints.as_ref()?.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hints = self
+            .hints
+            .as_ref()?
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         let (region, at) = hints.get(&id)?;
         if at.elapsed() >= self.ttl {
             hints.pop(&id);

@@ -182,17 +182,6 @@ impl RegionRuntime {
             .count();
         up as f64 / n as f64
     }
-
-    /// Whether a request that may fail over stays with the region: an even draw against
-    /// the share it keeps at its health share (Envoy's priority load, docs/failover.md).
-    pub fn keeps(&self, failover: &Failover, now: u64) -> bool {
-        let kept = failover.kept(self.health_share(now));
-        if kept >= 1.0 {
-            return true;
-        }
-        let draw = (super::health::random() >> 11) as f64 / (1u64 << 53) as f64;
-        draw < kept
-    }
 }
 
 /// The serving table and its regions' runtime, indexed alike by [`RegionId`], with the
@@ -213,6 +202,15 @@ impl Routing {
     #[inline]
     pub fn region(&self, id: RegionId) -> &RegionRuntime {
         &self.regions[usize::from(id.0)]
+    }
+
+    /// Whether the own engine's head path can carry a request to `region` itself: every
+    /// upstream of it, and of its failover region (a read may move, docs/failover.md),
+    /// speaks HTTP/1.1 on the own engine's sockets.
+    pub fn raw_capable(&self, region: RegionId) -> bool {
+        let own = |r: &RegionRuntime| r.upstreams.iter().all(|u| u.state.raw_capable());
+        let region = self.region(region);
+        own(region) && region.failover.is_none_or(|f| own(self.region(f.region)))
     }
 
     /// How many regions the table has.

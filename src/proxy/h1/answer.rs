@@ -272,3 +272,10 @@ pub(super) fn framing_problem(e: FramingError) -> Problem {
         }
     }
 }
+
+/// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1), which the
+/// head path answers itself; another is ignored, through the shared phases.
+pub(super) fn expects_continue(buf: &[u8], head: &crate::http1::head::RequestHead) -> bool {
+    let mut all = crate::http1::head::all(buf, &head.fields, b"expect");
+    all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
+}

@@ -148,7 +148,8 @@ impl Proxy {
             || (http10 && !(connection && Nominated::asks(buf, &head.fields, b"keep-alive")));
         if !head.target.of(buf).starts_with(b"/") {
             // Absolute-form (and `OPTIONS *`): the shared phases read the target.
-            let expect = head.seen.has(Seen::EXPECT) && !http10 && expects_continue(buf, head);
+            let expect =
+                head.seen.has(Seen::EXPECT) && !http10 && answer::expects_continue(buf, head);
             // Boxed: the shared phases' future is large, and every request's would be
             // sized for it.
             let bridged = self.h1_bridge(client, head, addr, client_close, expect, life);
@@ -216,7 +217,7 @@ impl Proxy {
                 return done.outcome;
             }
             Err(Stop::Mirror) => {
-                let expect = expect && expects_continue(client.pending(), head);
+                let expect = expect && answer::expects_continue(client.pending(), head);
                 let moved = super::moving::Moved {
                     sampled: Some(true),
                     ..Default::default()
@@ -227,7 +228,7 @@ impl Proxy {
                 return Box::pin(bridged).await;
             }
             Err(Stop::Shared | Stop::Graphql(_) | Stop::Json(_)) => {
-                let expect = expect && expects_continue(client.pending(), head);
+                let expect = expect && answer::expects_continue(client.pending(), head);
                 // Boxed, as above.
                 let bridged = self.h1_bridge(client, head, addr, client_close, expect, life);
                 return Box::pin(bridged).await;
@@ -316,14 +317,26 @@ impl Proxy {
         // request (measured: 184 instructions of `memcpy` per REST request).
         let answered = match life.span.is_disabled() {
             true => {
-                self.h1_forward(client, (&planned.routing, region), outbound, &life, client_close)
-                    .await
+                self.h1_forward(
+                    client,
+                    (&planned.routing, region),
+                    outbound,
+                    &life,
+                    client_close,
+                )
+                .await
             }
             false => {
                 let span = life.span.clone();
-                self.h1_forward(client, (&planned.routing, region), outbound, &life, client_close)
-                    .instrument(span)
-                    .await
+                self.h1_forward(
+                    client,
+                    (&planned.routing, region),
+                    outbound,
+                    &life,
+                    client_close,
+                )
+                .instrument(span)
+                .await
             }
         };
         if let Some(n) = held {
@@ -348,7 +361,7 @@ impl Proxy {
         let fields = &head.fields;
         let seen = head.seen;
         if seen.has(Seen::UPGRADE)
-            || seen.has(Seen::EXPECT) && !expects_continue(buf, head)
+            || seen.has(Seen::EXPECT) && !answer::expects_continue(buf, head)
             || seen.has(Seen::CONTENT_TYPE)
                 && crate::extract::grpc::is_grpc_content_type(
                     head::all(buf, fields, b"content-type").next(),
@@ -440,14 +453,7 @@ impl Proxy {
         route: Option<crate::extract::RouteKind>,
         mut told: Told,
     ) -> Result<Planned, Stop<'r>> {
-        let raw = |r| {
-            let region = routing.region(r);
-            let own = |r: &crate::upstream::regions::RegionRuntime| {
-                r.upstreams.iter().all(|u| u.state.raw_capable())
-            };
-            // A read may fail over (docs/failover.md): its failover region's upstreams too.
-            own(region) && region.failover.is_none_or(|f| own(routing.region(f.region)))
-        };
+        let raw = |r| routing.raw_capable(r);
         let mut region = decision.region;
         if let crate::table::Rule::Move { index } = decision.rule {
             let access = told
@@ -602,11 +608,4 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
 {
     answer::write_problem(client, problem, &RequestId::fresh(), true, idle, None).await;
-}
-
-/// Whether the request's only expectation is `100-continue` (RFC 9110 §10.1.1); another is
-/// ignored, through the shared phases.
-fn expects_continue(buf: &[u8], head: &RequestHead) -> bool {
-    let mut all = head::all(buf, &head.fields, b"expect");
-    all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
 }

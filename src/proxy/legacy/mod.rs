@@ -12,7 +12,6 @@
 //! it the first region's 404/410 is the answer. A flood of unknown ids then costs the
 //! regions about one request each, not one per region.
 
-
 use bytes::Bytes;
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use http::request::Parts;
@@ -24,8 +23,8 @@ use crate::metrics::{self, ProbeSkip};
 use crate::table::{Decision, RegionId, Rule};
 use crate::trace::Traced;
 use crate::upstream::forward::{self, Answered, Outgoing};
-use crate::upstream::regions::Routing;
 use crate::upstream::owners::Known;
+use crate::upstream::regions::Routing;
 
 /// A request that may be probed: its id's canonical text, and the region first asked.
 #[derive(Debug)]
@@ -131,8 +130,14 @@ impl Proxy {
                 async move {
                     (
                         id,
-                        self.send((routing, region), head, Outgoing::Held(Bytes::new()), trace, true)
-                            .await,
+                        self.send(
+                            (routing, region),
+                            head,
+                            Outgoing::Held(Bytes::new()),
+                            trace,
+                            true,
+                        )
+                        .await,
                     )
                 }
             })

@@ -271,7 +271,10 @@ impl Proxy {
         let max = self.config.limits.fanout_region_bytes;
         let idle = self.config.timeouts.idle();
         let exchange = async {
-            let answered = match self.send((routing, region), head, Outgoing::Held(body), trace, false).await {
+            let answered = match self
+                .send((routing, region), head, Outgoing::Held(body), trace, false)
+                .await
+            {
                 Ok(answered) => answered,
                 Err(ForwardError::Overloaded(reason)) => {
                     return Err(LegFailure::new(

@@ -18,7 +18,7 @@ use serde::Deserialize;
 use super::{scheme_or_default, Extraction, Kind, Route, RouteError, Token};
 use crate::extract::graphql::plan::ParseLimits;
 use crate::extract::grpc::{self, FieldSpec};
-use crate::extract::RouteKind;
+use crate::extract::{Access, RouteKind};
 use crate::problem::Problem;
 use crate::proxy::ClientBody;
 use crate::upstream::body::{Inbound, Prefixed};
@@ -73,6 +73,23 @@ impl Kind for Spec {
             reads: self.reads,
         })));
         Ok(())
+    }
+}
+
+impl super::Routes {
+    /// What `found` says of whether the request reads, over its method: a GraphQL
+    /// request's operations, or a `grpc:` route of method `path` with `reads: true` (its
+    /// calls are reads, docs/failover.md; any other call is a write).
+    pub fn said(&self, found: &Extraction<'_, '_>, path: &str) -> Option<Access> {
+        match found {
+            Extraction::Ids(_, access, _) => Some(*access),
+            Extraction::Id(_, RouteKind::Grpc) => self
+                .routes
+                .iter()
+                .any(|r| matches!(r, Route::Grpc(g) if g.reads && g.path == path))
+                .then_some(Access::Read),
+            _ => None,
+        }
     }
 }
 

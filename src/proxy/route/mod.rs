@@ -333,14 +333,6 @@ fn add<K: Kind>(
 }
 
 impl Routes {
-    /// Whether the `grpc:` route of method `path` says it only reads (`reads: true`):
-    /// then its calls are reads (docs/failover.md); any other call is a write.
-    pub fn grpc_reads(&self, path: &str) -> bool {
-        self.routes
-            .iter()
-            .any(|r| matches!(r, Route::Grpc(g) if g.reads && g.path == path))
-    }
-
     /// Compiles `routes:` as written; `limits` bound GraphQL parsing, `table` is the routing
     /// table's file (named when a route's scheme is not in it).
     ///

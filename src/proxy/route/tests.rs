@@ -83,7 +83,7 @@ fn bad_routes_are_reported_at_their_keys() {
         "router.yaml:3:13: routes[1].header: `bad header` is not a header name",
         "router.yaml:4:32: routes[2].header: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
         "router.yaml:5:31: routes[3].order: order goes with a fanout route",
-        "router.yaml:6:24: routes[4].nope: unknown field `nope`, expected one of `path`, `scheme`, `header`, `graphql`, `persisted_id_variables`, `split_nodes`, `id_arguments`, `json_numbers`, `fanout`, `items`, `id_field`, `order`, `limit`, `cursor`, `timeout_ms`, `on_region_error`, `grpc`, `field`, `query`, `json`",
+        "router.yaml:6:24: routes[4].nope: unknown field `nope`, expected one of `path`, `scheme`, `header`, `graphql`, `persisted_id_variables`, `split_nodes`, `id_arguments`, `json_numbers`, `fanout`, `items`, `id_field`, `order`, `limit`, `cursor`, `timeout_ms`, `on_region_error`, `grpc`, `field`, `reads`, `query`, `json`",
         "router.yaml:7:5: routes[5]: a route has exactly one of path, header, graphql, fanout, grpc, query, json",
         "router.yaml:8:11: routes[6].grpc: a grpc route needs `field:`, the field holding the id",
         "router.yaml:9:32: routes[7].scheme: the scheme name is empty",
