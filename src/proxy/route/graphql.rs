@@ -332,7 +332,11 @@ pub(in crate::proxy) fn resolve_all(
             .map_err(|e| Problem::unresolved(e, Some(RouteKind::Graphql), text))?;
         resolved.push(found);
     }
-    let first = resolved[0].1;
+    let mut first = resolved[0].1;
+    if resolved.len() == 1 {
+        // One id: an owner a region names for it is learned (docs/failover.md).
+        first.id = resolved[0].0.fingerprint();
+    }
     if resolved.iter().all(|(_, d)| d.region == first.region) {
         // One id of a moving group makes the request the group's (docs/moves.md: a
         // mutation of it is held in `fence`).
