@@ -422,3 +422,70 @@ async fn the_moves_panel_is_hidden_without_a_move() {
     assert!(!b.displayed("#moves-section").await, "no moves: no panel");
     b.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium and chromedriver: bash .ci/run installs them and runs it"]
+async fn the_regions_panel_shows_a_dark_regions_health_share_and_its_reads_failing_over() {
+    let _turn = TURN.lock().await;
+    // b's two upstreams are down (nothing listens: their checks fail) and b fails over to a.
+    let a = Upstream::start("a").await;
+    let table = format!(
+        "version: console-failover\nregions:\n  a: {{ upstreams: [\"{}\"] }}\n  \
+         b: {{ upstreams: [\"{}\", \"{}\"], failover: {{ region: a }} }}\n\
+         countries:\n  1: a\n  2: b\ndefault_region: a\n",
+        a.url(),
+        url(free_port()),
+        url(free_port())
+    );
+    let config = ConfigYaml::new()
+        .route_path("/v1/orders/{id}")
+        .timeouts(300, 2000, 10_000)
+        .watch(false)
+        .extra("health_check: { path: /healthz, interval_ms: 100, timeout_ms: 500 }");
+    let router = Router::start(&config.yaml(), &table).await;
+    let dark = common::eventually(Duration::from_secs(10), || async {
+        let report = common::get_json(&router.admin_url("/admin/regions")).await;
+        report["regions"][1]["health_share"] == 0.0
+    })
+    .await;
+    assert!(dark.is_some(), "b's upstreams never failed their checks");
+    // What the panel will say is what the data path does: b's reads are a's, marked.
+    let resp = client()
+        .get(router.url(&format!("/v1/orders/{}", common::iuid_for(2))))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["x-upstream"], "a");
+    assert_eq!(resp.headers()["x-iuid-failover"], "b");
+
+    let b = Browser::start().await;
+    b.client.goto(&router.admin_url("/")).await.expect("goto");
+    b.wait_displayed("#console").await;
+    let row = b
+        .wait_text("#regions tr[data-region=\"b\"]", "100 % to a")
+        .await;
+    let cell = |n: usize| format!("#regions tr[data-region=\"b\"] td:nth-child({n})");
+    assert_eq!(b.text(&cell(2)).await, "0 %", "b's health share: {row}");
+    assert_eq!(b.text(&cell(3)).await, "0 / 2", "in rotation: {row}");
+    assert_eq!(b.text(&cell(4)).await, "a reads", "its failover: {row}");
+    assert_eq!(b.text(&cell(5)).await, "100 % to a", "{row}");
+    let share = b
+        .client
+        .find(Locator::Css("#regions tr[data-region=\"b\"]"))
+        .await
+        .expect("row")
+        .attr("data-share")
+        .await
+        .expect("attribute");
+    assert_eq!(share.as_deref(), Some("0"));
+    // a is whole and has no failover.
+    let a_row = b.text("#regions tr[data-region=\"a\"]").await;
+    let a_cell = |n: usize| format!("#regions tr[data-region=\"a\"] td:nth-child({n})");
+    assert_eq!(b.text(&a_cell(2)).await, "100 %", "{a_row}");
+    assert_eq!(b.text(&a_cell(3)).await, "1 / 1", "{a_row}");
+    assert_eq!(b.text(&a_cell(4)).await, "none", "{a_row}");
+    assert_eq!(b.text(&a_cell(5)).await, "—", "{a_row}");
+    b.shot("regions-failover").await;
+    b.close().await;
+}
