@@ -46,19 +46,32 @@ pub struct RegionRate {
     pub error_ratio: f64,
 }
 
+/// Sets every region's `iuid_router_region_health_ratio` (docs/failover.md) at `now`.
+fn health_gauges(regions: &Regions, now: u64) {
+    for (_, region) in regions.current().all() {
+        crate::metrics::failover::region_health(&region.name, region.health_share(now));
+    }
+}
+
 impl Rates {
     /// Rates for `regions`, sampled by a task from now on (a first sample is taken at once).
     pub fn spawn(regions: Arc<Regions>) -> Arc<Rates> {
         let rates = Arc::new(Rates::default());
         rates.sample(&regions, now_ms());
+        health_gauges(&regions, now_ms());
         let weak = Arc::downgrade(&rates);
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(SAMPLE);
+            // Every second the health gauges (docs/failover.md); every `SAMPLE` the rates.
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.tick().await;
-            loop {
+            for n in 1u64.. {
                 tick.tick().await;
                 let Some(rates) = weak.upgrade() else { return };
-                rates.sample(&regions, now_ms());
+                let now = now_ms();
+                health_gauges(&regions, now);
+                if n % SAMPLE.as_secs() == 0 {
+                    rates.sample(&regions, now);
+                }
             }
         });
         rates
@@ -71,8 +84,6 @@ impl Rates {
         let mut samples = self.samples.lock().unwrap_or_else(|p| p.into_inner());
         samples.retain(|name, _| routing.by_name(name).is_some());
         for (_, region) in routing.all() {
-            // The health gauge (docs/failover.md) follows the same second's tick.
-            crate::metrics::failover::region_health(&region.name, region.health_share(now));
             let (answered, failed) = region.state.metrics.totals();
             let ring = samples.entry(region.name.clone()).or_default();
             ring.push_back((now, answered, failed));

@@ -278,7 +278,13 @@ impl Proxy {
             Some(id) => {
                 let region = routing.region(id);
                 match self
-                    .send((&routing, region), head, Outgoing::Held(body), None, true)
+                    .send(
+                        (&routing, region),
+                        head,
+                        Outgoing::Held(body),
+                        None,
+                        (None, true),
+                    )
                     .await
                 {
                     Ok(answered) => {

@@ -10,6 +10,7 @@ use http::request::Parts;
 
 use super::{headers, Proxy, Target};
 use crate::error::{Blame, ErrorKind, ShedReason};
+use crate::extract::Access;
 use crate::problem::Problem;
 use crate::trace::Traced;
 use crate::upstream::attempts::{attempts, Delivered, Exchange, ForwardError, Policies};
@@ -51,15 +52,16 @@ impl Proxy {
     /// spends the region's budget as a request to it would: docs/rate-limits.md); each
     /// attempt's span is a child of the current one, and of the request's `trace`.
     ///
-    /// `stays`: it asks `region` alone, never its failover region (a legacy probe, a mirror
-    /// copy: docs/failover.md); a fan-out leg or a split may fail over.
+    /// `way`: whether it reads, over its method (a `nodes` split's `POST` does), and whether
+    /// it asks `region` alone, never its failover region (a legacy probe, a mirror copy:
+    /// docs/failover.md); a fan-out leg or a split may fail over.
     pub(super) fn send<'a>(
         &'a self,
         (routing, region): (&'a Routing, &'a RegionRuntime),
         parts: Parts,
         body: Outgoing,
         trace: Option<&'a Traced>,
-        stays: bool,
+        (said, stays): (Option<Access>, bool),
     ) -> impl Future<Output = Result<Answered, ForwardError>> + 'a {
         let limited = self.limits.as_ref().map(|limits| {
             limits.check_region(|| super::phases::RequestView::path(&parts), &region.name)
@@ -68,7 +70,7 @@ impl Proxy {
         let aim = move |head: &mut Parts, upstream: &UpstreamState| {
             headers::aim(head, &upstream.authority, &upstream.host, preserve_host);
         };
-        let x = HttpExchange::new(parts, body, None, aim);
+        let x = HttpExchange::new(parts, body, said, aim);
         let x = if stays { x.staying() } else { x };
         async move {
             if let Some(verdict) = limited {

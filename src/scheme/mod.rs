@@ -164,6 +164,11 @@ impl Key<'_> {
         fn mix(h: u64, word: u64) -> u64 {
             (h.rotate_left(5) ^ word).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95)
         }
+        fn sixteen(h: u64, b: &[u8; 16]) -> u64 {
+            let (lo, hi) = b.split_at(8);
+            let word = |w: &[u8]| u64::from_le_bytes(w.try_into().unwrap_or_default());
+            mix(mix(h, word(lo)), word(hi))
+        }
         fn bytes(mut h: u64, b: &[u8]) -> u64 {
             for chunk in b.chunks(8) {
                 let mut word = [0u8; 8];
@@ -173,9 +178,9 @@ impl Key<'_> {
             mix(h, b.len() as u64)
         }
         let h = match self {
-            Key::Iuid(iuid::IuidKey::Iuid(k)) => bytes(1, k.as_uuid().as_bytes()),
-            Key::Iuid(iuid::IuidKey::NoRoutingBits(u)) => bytes(1, u.as_bytes()),
-            Key::GuidShard(g) => bytes(2, &g.0),
+            Key::Iuid(iuid::IuidKey::Iuid(k)) => sixteen(1, k.as_uuid().as_bytes()),
+            Key::Iuid(iuid::IuidKey::NoRoutingBits(u)) => sixteen(1, u.as_bytes()),
+            Key::GuidShard(g) => sixteen(2, &g.0),
             Key::Uniqid(u) => mix(
                 mix(3, u64::from(u.shard) << 16 | u64::from(u.random)),
                 u64::from(u.seconds) << 32 | u64::from(u.micros),

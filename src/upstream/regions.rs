@@ -207,6 +207,7 @@ impl Routing {
     /// Whether the own engine's head path can carry a request to `region` itself: every
     /// upstream of it, and of its failover region (a read may move, docs/failover.md),
     /// speaks HTTP/1.1 on the own engine's sockets.
+    #[inline]
     pub fn raw_capable(&self, region: RegionId) -> bool {
         let own = |r: &RegionRuntime| r.upstreams.iter().all(|u| u.state.raw_capable());
         let region = self.region(region);

@@ -279,3 +279,12 @@ pub(super) fn expects_continue(buf: &[u8], head: &crate::http1::head::RequestHea
     let mut all = crate::http1::head::all(buf, &head.fields, b"expect");
     all.all(|v| v.trim_ascii().eq_ignore_ascii_case(b"100-continue"))
 }
+
+/// Answers a request head the codec refused (with a fresh request id); the caller then
+/// closes the connection.
+pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::time::Duration)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    write_problem(client, problem, &RequestId::fresh(), true, idle, None).await;
+}

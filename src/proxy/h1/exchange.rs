@@ -140,7 +140,7 @@ where
     }
 
     fn reads(&self) -> bool {
-        self.out.reads
+        self.out.reads()
     }
 
     fn may_fail_over(&self) -> bool {
@@ -207,6 +207,18 @@ where
             // Nothing of the answer went out: 502, the upstream's fault.
             Err(detail) => Err(Error::new(ErrorKind::Reset, detail)),
         })
+    }
+}
+
+impl Outbound {
+    /// Whether it reads (docs/data-path.md "Reads and writes"): it may fail over
+    /// (docs/failover.md). Its method is the head's first word.
+    fn reads(&self) -> bool {
+        let method = self.bytes.split(|&b| b == b' ').next().unwrap_or_default();
+        let access = self
+            .said
+            .unwrap_or_else(|| crate::extract::Access::of_method(method));
+        access == crate::extract::Access::Read
     }
 }
 

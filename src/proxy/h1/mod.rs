@@ -34,7 +34,6 @@ use super::headers::ClientAddr;
 use super::life::Life;
 use super::moving::HeadMove;
 use super::phases::{HeadView, RequestView, Told};
-use super::request_id::RequestId;
 use super::route::Extraction;
 use super::Proxy;
 use crate::error::{Error, ErrorKind};
@@ -70,8 +69,9 @@ pub(super) struct Outbound {
     held: Option<usize>,
     framing: Framing,
     idempotent: bool,
-    /// It reads (docs/data-path.md "Reads and writes"): it may fail over (docs/failover.md).
-    reads: bool,
+    /// What its body says it does (GraphQL), over its method: whether it reads
+    /// (`Outbound::reads`) is asked only of a region with a failover.
+    said: Option<crate::extract::Access>,
     /// A trusted peer failed it over already: served here, never failed over again.
     stays: bool,
     head_request: bool,
@@ -98,6 +98,8 @@ struct Planned {
     /// The id's fingerprint (`Decision::id`), for an owner a `421` names.
     id: u64,
 }
+
+pub use answer::refuse;
 
 /// Why the head stops here.
 enum Stop<'r> {
@@ -310,6 +312,7 @@ impl Proxy {
         client.consume(head.len);
         let held = outbound.held;
         let region = planned.routing.region(planned.region);
+        let to = (&*planned.routing, region);
         life.record_region(&region.state.metrics);
         life.route = planned.route;
         // Instrumented only when the span is on, and the future awaited where it is made:
@@ -317,26 +320,14 @@ impl Proxy {
         // request (measured: 184 instructions of `memcpy` per REST request).
         let answered = match life.span.is_disabled() {
             true => {
-                self.h1_forward(
-                    client,
-                    (&planned.routing, region),
-                    outbound,
-                    &life,
-                    client_close,
-                )
-                .await
+                self.h1_forward(client, to, outbound, &life, client_close)
+                    .await
             }
             false => {
                 let span = life.span.clone();
-                self.h1_forward(
-                    client,
-                    (&planned.routing, region),
-                    outbound,
-                    &life,
-                    client_close,
-                )
-                .instrument(span)
-                .await
+                self.h1_forward(client, to, outbound, &life, client_close)
+                    .instrument(span)
+                    .await
             }
         };
         if let Some(n) = held {
@@ -589,8 +580,7 @@ impl Proxy {
             held,
             framing,
             idempotent: crate::extract::Access::resendable(method, said),
-            reads: said.unwrap_or_else(|| crate::extract::Access::of_method(method))
-                == crate::extract::Access::Read,
+            said,
             stays: life.trusted_peer
                 && head::all(buf, &head.fields, b"x-iuid-failover")
                     .next()
@@ -599,13 +589,4 @@ impl Proxy {
             http10: head.minor == 0,
         })
     }
-}
-
-/// Answers a request head the codec refused (with a fresh request id); the caller then
-/// closes the connection.
-pub async fn refuse<S>(client: &mut Buffered<S>, problem: Problem, idle: std::time::Duration)
-where
-    S: AsyncRead + AsyncWrite + Unpin,
-{
-    answer::write_problem(client, problem, &RequestId::fresh(), true, idle, None).await;
 }

@@ -135,7 +135,7 @@ impl Proxy {
                             head,
                             Outgoing::Held(Bytes::new()),
                             trace,
-                            true,
+                            (None, true),
                         )
                         .await,
                     )

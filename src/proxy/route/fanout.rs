@@ -260,11 +260,14 @@ impl Proxy {
     /// type). The body is held against `limits.fanout_buffer_bytes` while the returned leg
     /// lives; one that does not fit fails as [`LegError::BufferFull`]. The caller counts the outcome
     /// ([`metrics::fanout_leg`]) once it has judged the body too.
+    ///
+    /// `said`: whether it reads, over its method (a `nodes` split reads, whatever it is sent
+    /// with): a read may be answered by the region's failover region (docs/failover.md).
     pub(super) async fn ask(
         &self,
         (routing, region): (&Routing, &RegionRuntime),
         head: Parts,
-        body: Bytes,
+        (body, said): (Bytes, Option<crate::extract::Access>),
         timeout: Duration,
         trace: Option<&Traced>,
     ) -> Result<Leg<'_>, LegFailure> {
@@ -272,7 +275,13 @@ impl Proxy {
         let idle = self.config.timeouts.idle();
         let exchange = async {
             let answered = match self
-                .send((routing, region), head, Outgoing::Held(body), trace, false)
+                .send(
+                    (routing, region),
+                    head,
+                    Outgoing::Held(body),
+                    trace,
+                    (said, false),
+                )
                 .await
             {
                 Ok(answered) => answered,
@@ -438,7 +447,13 @@ impl Proxy {
             async move {
                 let started = Instant::now();
                 let answer = self
-                    .ask((routing, region), head, Bytes::new(), route.timeout, trace)
+                    .ask(
+                        (routing, region),
+                        head,
+                        (Bytes::new(), None),
+                        route.timeout,
+                        trace,
+                    )
                     .await;
                 (region, started, answer)
             }

@@ -269,7 +269,13 @@ impl Proxy {
                     .insert(CONTENT_LENGTH, HeaderValue::from(body.len()));
                 let mut served_by = None;
                 let judged = self
-                    .ask((routing, region), head, body, timeout, trace)
+                    .ask(
+                        (routing, region),
+                        head,
+                        (body, Some(Access::Read)),
+                        timeout,
+                        trace,
+                    )
                     .await
                     .and_then(|leg| {
                         served_by = leg.served_by.clone();
