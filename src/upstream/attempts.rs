@@ -315,16 +315,8 @@ pub fn attempts<'a, X: Exchange + 'a>(
                         state.health.success();
                         let hinted = X::owner_hint(&head).and_then(|name| routing.by_name(name));
                         drop(head);
-                        let Some(owner) = hinted
-                            .filter(|_| !matches!(detour, Detour::Hinted(_)) && x.replayable())
-                        else {
-                            return Err(ForwardError::Misdirected {
-                                region: at.name.clone(),
-                                upstream: upstream.authority.clone(),
-                            });
-                        };
-                        let to = routing.region(owner);
-                        crate::metrics::failover::owner_hint(&at.name, &to.name);
+                        let followed = !matches!(detour, Detour::Hinted(_)) && x.replayable();
+                        let (owner, to) = follow(routing, (at, upstream), hinted, followed)?;
                         at = to;
                         permit = admit(at, policies)?;
                         detour = Detour::Hinted(owner);
@@ -440,6 +432,28 @@ fn keeps(region: &RegionRuntime, failover: &Failover, now: u64) -> bool {
     draw < kept
 }
 
+/// The owner a `421` named (`hinted`) and its runtime, when it is `followed` (the first
+/// hint, the request held); else why not: `Misdirected`. Counted. Out of the loop's way:
+/// no request the regions answer as usual runs it.
+#[cold]
+#[inline(never)]
+fn follow<'a>(
+    routing: &'a Routing,
+    (at, upstream): (&RegionRuntime, &Upstream),
+    hinted: Option<RegionId>,
+    followed: bool,
+) -> Result<(RegionId, &'a RegionRuntime), ForwardError> {
+    let Some(owner) = hinted.filter(|_| followed) else {
+        return Err(ForwardError::Misdirected {
+            region: at.name.clone(),
+            upstream: upstream.authority.clone(),
+        });
+    };
+    let to = routing.region(owner);
+    crate::metrics::failover::owner_hint(&at.name, &to.name);
+    Ok((owner, to))
+}
+
 /// Where connections to `at`'s upstreams ask for room.
 fn connects<'a>(at: &'a RegionRuntime, policies: Policies<'_>) -> Connects<'a> {
     Connects {
@@ -449,6 +463,7 @@ fn connects<'a>(at: &'a RegionRuntime, policies: Policies<'_>) -> Connects<'a> {
 }
 
 /// A place in `at`'s limit for a request a detour sends there.
+#[cold]
 fn admit(at: &RegionRuntime, policies: Policies<'_>) -> Result<RegionPermit, ForwardError> {
     at.state.admit(policies.limits).ok_or_else(|| {
         at.state.metrics.shed(ShedReason::MaxInFlight);
@@ -458,6 +473,7 @@ fn admit(at: &RegionRuntime, policies: Policies<'_>) -> Result<RegionPermit, For
 
 /// Marks `x` as failed over from `region` (its `X-Iuid-Failover`) and counts it; the
 /// failover region's runtime.
+#[cold]
 fn fail_over<'a, X: Exchange>(
     routing: &'a Routing,
     region: &RegionRuntime,
