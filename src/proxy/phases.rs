@@ -423,7 +423,7 @@ impl Proxy {
             // A peer failed this read over to us: served in our region, never sent on
             // (docs/failover.md "In a mesh").
             routing.by_name(&self.config.region).unwrap_or(region)
-        } else if probe.is_none() && decision.id != 0 && self.owners.has_hints() {
+        } else if self.owners.has_hints() && probe.is_none() && decision.id != 0 {
             // An owner a region named in a `421` (docs/failover.md); a move decides first.
             match decision.rule {
                 Rule::Move { .. } => region,

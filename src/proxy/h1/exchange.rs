@@ -112,8 +112,11 @@ struct HeadWire<'a, S> {
     /// The trace fields the next attempt sends (docs/traces.md); boxed, as a request without
     /// tracing carries one word for them.
     stamp: Option<Box<Stamp>>,
-    /// The owner region once failed over: its `X-Iuid-Failover` (docs/failover.md).
-    failed_over: Option<Box<str>>,
+    /// The region the request is for: once failed over, its `X-Iuid-Failover`
+    /// (docs/failover.md).
+    owner: &'a str,
+    /// Whether the attempts go to its failover region now.
+    failed_over: bool,
 }
 
 /// What an attempt writes besides the request's head: its trace fields and, failed over,
@@ -147,8 +150,9 @@ where
         !self.out.stays
     }
 
-    fn fail_over(&mut self, owner: &str) {
-        self.failed_over = Some(owner.into());
+    fn fail_over(&mut self, _owner: &str) {
+        // The loop fails over from the region this wire was made for: `self.owner`.
+        self.failed_over = true;
     }
 
     fn owner_hint((up, head): &(RawConn, ResponseHead)) -> Option<&str> {
@@ -175,7 +179,7 @@ where
     ) -> impl std::future::Future<Output = Result<(RawConn, ResponseHead), Failed>> + 's {
         let marks = Marks {
             stamp: self.stamp.as_deref(),
-            failed_over: self.failed_over.as_deref(),
+            failed_over: self.failed_over.then_some(self.owner),
         };
         self.proxy
             .h1_send(self.client, &upstream.state, self.out, marks, connects)
@@ -197,7 +201,7 @@ where
             self.out,
             self.id,
             self.close,
-            self.failed_over.as_deref(),
+            self.failed_over.then_some(self.owner),
         );
         futures_util::FutureExt::map(responding, |responded| match responded {
             Ok(responded) => {
@@ -250,7 +254,8 @@ impl Proxy {
             close,
             head: ResponseHead::default(),
             stamp: None,
-            failed_over: None,
+            owner: &region.name,
+            failed_over: false,
         };
         let failed = match self.exchange(routing, region, life.traced(), wire).await {
             Ok(delivered) => {
