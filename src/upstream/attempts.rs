@@ -225,11 +225,12 @@ pub fn attempts<'a, X: Exchange + 'a>(
         // Where attempts go now: the region, or after a detour another one.
         let mut at = region;
         let mut detour = Detour::Stayed;
-        let failover = match region.failover {
-            Some(f) if f.moves(x.reads()) && x.may_fail_over() => Some(f),
-            _ => None,
-        };
-        if let Some(f) = failover {
+        // Whether it may go to the region's failover region (then `region.failover` is set):
+        // a flag, not the failover itself, so the loop's future carries one byte for it.
+        let movable = region
+            .failover
+            .is_some_and(|f| f.moves(x.reads()) && x.may_fail_over());
+        if let (true, Some(f)) = (movable, region.failover) {
             if !keeps(region, &f, crate::clock::now_ms()) {
                 at = fail_over(routing, region, f, &mut x);
                 permit = admit(at, policies)?;
@@ -258,13 +259,15 @@ pub fn attempts<'a, X: Exchange + 'a>(
                 match health::pick(&at.upstreams, &at.state.cursor, tried) {
                     Pick::Upstream(i) => break i,
                     // The region has none left to try: its reads go to the failover region.
-                    _ if failover.is_some() && detour == Detour::Stayed => {
-                        let f = failover.unwrap_or_else(|| unreachable!());
-                        at = fail_over(routing, region, f, &mut x);
-                        permit = admit(at, policies)?;
-                        detour = Detour::FailedOver(f.region);
-                        tried = 0;
-                    }
+                    _ if movable && detour == Detour::Stayed => match region.failover {
+                        Some(f) => {
+                            at = fail_over(routing, region, f, &mut x);
+                            permit = admit(at, policies)?;
+                            detour = Detour::FailedOver(f.region);
+                            tried = 0;
+                        }
+                        None => break 'attempts,
+                    },
                     Pick::AllEjected { retry_after_ms } if last.is_none() => {
                         return Err(ForwardError::Unavailable { retry_after_ms })
                     }
@@ -280,7 +283,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
             // unless a `421` may still send it to its owner.
             let again = x.replayable()
                 && (detour != Detour::Stayed
-                    || (attempt < max_retries && (at.upstreams.len() > 1 || failover.is_some()))
+                    || (attempt < max_retries && (at.upstreams.len() > 1 || movable))
                     || routing.len() > 1);
             let span = attempt_span(at, upstream, attempt);
             let mut client_span = trace.and_then(|t| {
@@ -392,7 +395,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
                 break;
             }
             // A read that failed on a dying upstream is tried next on the failover region.
-            if let (Some(f), Detour::Stayed) = (failover, detour) {
+            if let (true, Some(f), Detour::Stayed) = (movable, region.failover, detour) {
                 if x.replayable() && attempt <= max_retries {
                     at = fail_over(routing, region, f, &mut x);
                     permit = admit(at, policies)?;
@@ -405,9 +408,7 @@ pub fn attempts<'a, X: Exchange + 'a>(
             // A write its region's failover does not take, refused before anything was sent:
             // the region is dark to it, said as such (docs/failover.md), not as a bad gateway.
             Some((error, _))
-                if region.failover.is_some()
-                    && failover.is_none()
-                    && error.kind == ErrorKind::Connect =>
+                if region.failover.is_some() && !movable && error.kind == ErrorKind::Connect =>
             {
                 let now = crate::clock::now_ms();
                 let soonest = at.upstreams.iter().map(|u| u.state.health.ejected_until());
