@@ -352,7 +352,7 @@ impl Problem {
                 "region {region} answered 421 Misdirected Request with no owner to send it to once more"
             ),
             Problem::Unavailable { region, retry_after } => format!(
-                "every upstream of region {region} is ejected after failures; the first returns in {} ms",
+                "no upstream of region {region} is in rotation (ejected after failures, failing its health check, or refusing connections); retry in {} ms",
                 retry_after.as_millis()
             ),
             Problem::Overloaded {
