@@ -100,6 +100,11 @@ pub const RATE_LIMIT_KEYS: &str = "iuid_router_rate_limit_keys";
 /// with `-`: always `dropped`) or `other` (`dropped` or `passed`, `limits.underscore_fields`).
 pub const UNDERSCORE_FIELDS: &str = "iuid_router_underscore_fields_total";
 
+/// Gauge `{version,commit}`, always 1: the router's version (`Cargo.toml`) and the commit it
+/// was built from (`git rev-parse --short=12 HEAD` at build time, `unknown` outside a
+/// checkout), as Prometheus exporters report their build (`build.rs`).
+pub const BUILD_INFO: &str = "iuid_router_build_info";
+
 /// Upstream latency buckets, seconds: 0.5 ms to 30 s.
 const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0, 30.0,
@@ -117,6 +122,12 @@ pub fn handle() -> &'static PrometheusHandle {
         match builder.install_recorder() {
             Ok(handle) => {
                 describe();
+                ::metrics::gauge!(
+                    BUILD_INFO,
+                    "version" => env!("CARGO_PKG_VERSION"),
+                    "commit" => env!("IUID_ROUTER_COMMIT")
+                )
+                .set(1.0);
                 handle
             }
             Err(e) => {
@@ -145,6 +156,10 @@ pub fn spawn_upkeep(every: std::time::Duration) {
 }
 
 fn describe() {
+    ::metrics::describe_gauge!(
+        BUILD_INFO,
+        "The router's version and the commit it was built from (always 1)."
+    );
     ::metrics::describe_counter!(
         REQUESTS,
         "Requests answered, by route kind, region and status class."
