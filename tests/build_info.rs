@@ -8,7 +8,11 @@ use common::{lettered_table, metric_sum, metrics_text, orders_config, Router, Up
 #[tokio::test]
 async fn build_info_names_the_version_and_the_commit() {
     let up = Upstream::start("a").await;
-    let router = Router::start(&orders_config().yaml(), &lettered_table("b", &[&[up.url()]])).await;
+    let router = Router::start(
+        &orders_config().yaml(),
+        &lettered_table("b", &[&[up.url()]]),
+    )
+    .await;
     let text = metrics_text(router.admin).await;
     let version = format!("version=\"{}\"", env!("CARGO_PKG_VERSION"));
     let commit = std::process::Command::new("git")
