@@ -157,7 +157,8 @@ impl Life {
         let region = region
             .or(self.region.as_deref())
             .unwrap_or(&proxy.no_region);
-        region.request(self.protocol, self.route, status);
+        let seconds = self.started.elapsed().as_secs_f64();
+        region.request(self.protocol, self.route, status, seconds);
         let label = (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label);
         if let Some(trace) = &self.trace {
             let route = |path: &str| {
