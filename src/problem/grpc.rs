@@ -24,6 +24,29 @@ pub fn grpc_code(status: StatusCode) -> u8 {
     }
 }
 
+/// The HTTP status a gRPC answer's `grpc-status` stands for, as `google.rpc.Code` maps them
+/// (OK → 200, INVALID_ARGUMENT → 400, NOT_FOUND → 404, UNAVAILABLE → 503, …): what a gRPC
+/// answer is counted as in `iuid_router_requests_total{status}` (docs/metrics.md), since
+/// its HTTP status is 200 whatever happened. `None`: no `grpc-status` in `headers` (it
+/// comes in trailers, after the head).
+pub fn counted_status(headers: &http::HeaderMap) -> Option<u16> {
+    let code: u8 = headers.get("grpc-status")?.to_str().ok()?.parse().ok()?;
+    Some(match code {
+        0 => 200,
+        1 => 499,
+        3 | 9 | 11 => 400,
+        4 => 504,
+        5 => 404,
+        6 | 10 => 409,
+        7 => 403,
+        8 => 429,
+        12 => 501,
+        14 => 503,
+        16 => 401,
+        _ => 500,
+    })
+}
+
 /// A refusal as gRPC sees it: HTTP 200, trailers-only (`grpc-status`, `grpc-message`
 /// percent-encoded as the gRPC HTTP/2 protocol asks), no body.
 pub fn grpc_response(made: &RouterMade) -> Response<Full<Bytes>> {

@@ -17,7 +17,7 @@ use crate::table::ResolveError;
 mod grpc;
 mod limited;
 
-pub use grpc::{grpc_code, grpc_response};
+pub use grpc::{counted_status, grpc_code, grpc_response};
 pub use limited::LimitedBody;
 
 /// Why a request is a routing loop (docs/data-path.md: 508).
@@ -45,6 +45,8 @@ pub enum Problem {
     Unowned(ResolveError),
     /// No route found an id and `unrouted: reject` (404).
     NoId,
+    /// An admin route that does not exist, or is off in this config (404): what is missing.
+    NotFound(&'static str),
     /// A GraphQL request that cannot be decoded (400): the decoder's message.
     GraphqlInvalid(String),
     /// A `json:` route's body that is not JSON, or whose value at the pointer is no id (400):
@@ -172,6 +174,8 @@ pub enum Problem {
         name: String,
         /// When to try again: the move's `hold_ms`.
         retry_after: std::time::Duration,
+        /// `Some(limits.held_requests)`: refused at once, that many writes held already.
+        held_full: Option<usize>,
     },
     /// A field the router reads for a decision (a `{ header: NAME }` rate limit's key) sent
     /// on several lines with different values (400, docs/rate-limits.md): the router would
@@ -214,7 +218,7 @@ impl Problem {
             | Problem::RegionConflict { .. }
             | Problem::AmbiguousHeader(_) => StatusCode::BAD_REQUEST,
             Problem::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            Problem::Unowned(_) | Problem::NoId => StatusCode::NOT_FOUND,
+            Problem::Unowned(_) | Problem::NoId | Problem::NotFound(_) => StatusCode::NOT_FOUND,
             Problem::Loop(_) => StatusCode::LOOP_DETECTED,
             Problem::BadGateway { .. } | Problem::Misdirected { .. } => StatusCode::BAD_GATEWAY,
             Problem::Unavailable { .. } | Problem::Overloaded { .. } => {
@@ -258,6 +262,7 @@ impl Problem {
             }
             Problem::Unowned(_) => ("unowned-country", "No region owns this id"),
             Problem::NoId => ("no-id", "No entity id in the request"),
+            Problem::NotFound(_) => ("not-found", "Not found"),
             Problem::GraphqlInvalid(_) => ("invalid-graphql", "Undecodable GraphQL request"),
             Problem::InvalidJson(_) => ("invalid-json", "Undecodable JSON body"),
             Problem::AmbiguousJson(_) => ("ambiguous-json", "JSON body read two ways"),
@@ -403,7 +408,7 @@ impl Problem {
                 format!("the table was not installed; version {serving} keeps serving")
             }
             Problem::BadParameter(m) | Problem::GrpcInvalid(m) => m.clone(),
-            Problem::Unauthorized(why) => (*why).to_owned(),
+            Problem::Unauthorized(why) | Problem::NotFound(why) => (*why).to_owned(),
             Problem::ForeignOrigin => {
                 "a state-changing request from another origin is refused".to_owned()
             }
@@ -435,10 +440,13 @@ impl Problem {
                  router reads it for a rate limit and the upstream could read another value: \
                  send it once"
             ),
-            Problem::Moving { name, retry_after } => format!(
-                "the entity is moving between regions (move `{name}`): its write waits for \
-                 the move to flip, which it did not within {} ms (or too many writes wait \
-                 already); retry shortly",
+            Problem::Moving { name, held_full: Some(n), .. } => format!(
+                "the entity is moving between regions (move `{name}`): its write was refused at \
+                 once, not held: {n} writes (limits.held_requests) were held already; retry shortly"
+            ),
+            Problem::Moving { name, retry_after, .. } => format!(
+                "the entity is moving between regions (move `{name}`): its write was held {} ms \
+                 (the move's hold_ms) and the move did not flip; retry shortly",
                 retry_after.as_millis()
             ),
         }

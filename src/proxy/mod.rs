@@ -69,12 +69,10 @@ pub struct InFlightGuards {
     _moved: Option<crate::moves::FromWrite>,
 }
 
-/// A request body after extraction: still streaming (with what a `grpc:` route read of it
-/// put back in front), or read whole (GraphQL).
+/// A request body after extraction: streaming (a `grpc:` route's read put back) or whole.
 type ClientBody = Either<Prefixed, Bytes>;
 
-/// Where a request goes: the snapshot it was resolved on and the region (the snapshot is kept so
-/// the region outlives a reload without copying it), and whether it is a legacy id to probe.
+/// Where a request goes: its snapshot (kept, so the region outlives a reload) and region.
 struct Target {
     routing: Arc<Routing>,
     region: RegionId,
@@ -92,8 +90,7 @@ struct Target {
 enum Routed {
     /// One region (the usual case).
     Region(Target, ClientBody),
-    /// A `fanout:` list route: every region; the body (a `GET`'s, which no region is
-    /// sent) is read and dropped first.
+    /// A `fanout:` list route: every region; the body (a `GET`'s) is read and dropped first.
     Fanout(Arc<FanoutRoute>, ClientBody),
     /// A GraphQL `nodes(ids: $var)` whose ids live in several regions, split by region.
     Split {
@@ -244,17 +241,21 @@ impl Proxy {
         // captured and as what it awaits.
         let phases = self.phases(parts, body, client, life).instrument(span);
         futures_util::FutureExt::map(phases, move |(mut resp, mut life)| {
+            // A gRPC answer is counted by its grpc-status, not its HTTP 200 (docs/metrics.md).
+            let mut counted = resp.status().as_u16();
             if let Some(made) = resp.extensions().get::<crate::problem::RouterMade>() {
                 life.refused(made.slug);
                 if grpc {
-                    // A gRPC client reads the status in trailers, not a problem+json body
-                    // (docs/tls-h2-grpc.md).
+                    // A gRPC client reads the status in trailers, not a problem+json body.
+                    counted = made.status.as_u16();
                     resp = crate::problem::grpc_response(made).map(Either::Right);
                 }
+            } else if grpc {
+                counted = crate::problem::counted_status(resp.headers()).unwrap_or(counted);
             }
             resp.headers_mut()
                 .insert(request_id::HEADER.clone(), request_id);
-            life.finish(self, resp.status().as_u16());
+            life.finish(self, counted);
             resp
         })
     }
