@@ -570,7 +570,8 @@ fn tour(
     );
     let _ = write!(
         out,
-        "Decode any id with: cargo run --release -- decode {}\nPress Ctrl-C to stop.",
+        "Decode any id with: iuid-router decode {} (from the source tree: cargo run \
+         --release -- decode …)\nPress Ctrl-C to stop.",
         order(1)
     );
     out

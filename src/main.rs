@@ -62,7 +62,8 @@ enum Command {
         #[arg(long, default_value = DEFAULT_CONFIG)]
         config: PathBuf,
     },
-    /// Print an id's fields and creation time as JSON.
+    /// Print an id's fields and creation time as JSON (also `inspect`, the console's name).
+    #[command(visible_alias = "inspect")]
     Decode {
         /// The id, in any accepted text form.
         id: String,

@@ -54,17 +54,21 @@ pub struct Rate {
 }
 
 impl Rate {
-    /// Reads `N/s`, `N/min` or `N/h` (also `sec`, `second`, `m`, `minute`, `hour`). Errors:
-    /// why it is not one.
+    /// Reads `N/s`, `N/min` or `N/h`, and no other spelling of a unit (`5/sec`, `5/m`,
+    /// `5/hour` are refused, not guessed at). Errors: why it is not one.
     pub fn parse(text: &str) -> Result<Rate, String> {
         let bad = || format!("rate `{text}` must be N/s, N/min or N/h with N at least 1");
         let (count, unit) = text.split_once('/').ok_or_else(bad)?;
         let count: u32 = count.trim().parse().map_err(|_| bad())?;
         let secs = match unit.trim() {
-            "s" | "sec" | "second" => 1,
-            "m" | "min" | "minute" => 60,
-            "h" | "hour" => 3600,
-            _ => return Err(bad()),
+            "s" => 1,
+            "min" => 60,
+            "h" => 3600,
+            other => {
+                return Err(format!(
+                    "rate `{text}`: `{other}` is not a unit: write N/s, N/min or N/h"
+                ))
+            }
         };
         if count == 0 {
             return Err(bad());
@@ -324,6 +328,19 @@ mod tests {
         assert_eq!(Rate::parse("10/h").expect("rate").window_secs(), 3600);
         for bad in ["", "0/s", "10", "10/d", "-1/s", "x/s", "10/"] {
             assert!(Rate::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn rates_accept_only_the_documented_units() {
+        for (good, secs) in [("5/s", 1), ("5/min", 60), ("5/h", 3600)] {
+            assert_eq!(Rate::parse(good).expect(good).window_secs(), secs);
+        }
+        for bad in [
+            "5/sec", "5/second", "5/m", "5/minute", "5/hour", "5/S", "5/hr",
+        ] {
+            let why = Rate::parse(bad).expect_err(bad);
+            assert!(why.contains("N/s, N/min or N/h"), "{bad}: {why}");
         }
     }
 }

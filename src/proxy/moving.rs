@@ -211,18 +211,20 @@ impl Proxy {
             return Ok(None);
         };
         let hold = Duration::from_millis(spec.hold_ms);
-        let refused = || Problem::Moving {
+        let limit = self.config.limits.held_requests;
+        let refused = |held_full| Problem::Moving {
             name: spec.name.clone(),
             retry_after: hold,
+            held_full,
         };
-        let limit = self.config.limits.held_requests;
         let (name, step) = match state.clone().hold(hold, limit).await {
             Release::To => (&spec.to_name, Step::Go),
             Release::From(write) => (&spec.from_name, Step::Write(write)),
-            Release::TimedOut | Release::Refused => return Err(refused()),
+            Release::TimedOut => return Err(refused(None)),
+            Release::Refused => return Err(refused(Some(limit))),
         };
         let serving = self.regions.current();
-        let region = serving.by_name(name).ok_or_else(refused)?;
+        let region = serving.by_name(name).ok_or_else(|| refused(None))?;
         moving.phase = state.phase();
         moving.step = step;
         Ok(Some((serving, region)))
