@@ -270,18 +270,16 @@ fn attempt(
 
 /// `POST /admin/login` with the token as the body (`token=` optional): opens a session and
 /// sets its cookie (303 to `/`); 401 for a wrong token, 429 (`Retry-After`) while the
-/// address is throttled.
+/// address is throttled; 404 `not-found` without a token file.
 pub async fn login(
     State(access): State<Arc<Access>>,
     Extension(ClientAddr(addr)): Extension<ClientAddr>,
     body: String,
 ) -> Response {
     let Some(file) = &access.settings.token_file else {
-        return (
-            StatusCode::NOT_FOUND,
-            "no admin.token_file: nothing to log in to\n",
-        )
-            .into_response();
+        return Problem::NotFound("no admin.token_file: nothing to log in to")
+            .into_response()
+            .map(axum::body::Body::new);
     };
     let given = body.trim();
     let given = given.strip_prefix("token=").unwrap_or(given);

@@ -19,6 +19,7 @@
 //! | `POST /admin/login` | the console's login: opens a session, sets its cookie (`auth`) |
 //! | `POST /admin/logout` | ends the session, clears its cookie |
 //! | `GET /admin/tls` | the listener's certificates (file, names, SHA-256) and their reloads; 404 without `tls:` |
+//! | anything else | 404 problem+json `not-found`, after the same access checks |
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -87,6 +88,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/admin/decode/{id}", get(decode_all))
         .with_state(state)
         .merge(login)
+        .fallback(unknown_route)
         .layer(axum::middleware::from_fn_with_state(access, auth::require))
 }
 
@@ -260,12 +262,16 @@ async fn decode_all(State(s): State<AdminState>, Path(id): Path<String>) -> Resp
 async fn tls_status(State(s): State<AdminState>) -> Response {
     match &s.tls {
         Some(certs) => Json(certs.status()).into_response(),
-        None => (
-            StatusCode::NOT_FOUND,
-            Json(json!({"error": "the listener has no tls"})),
-        )
-            .into_response(),
+        None => problem(Problem::NotFound("the listener has no `tls:` section")),
     }
+}
+
+/// Any path no route serves: 404 problem+json, past the same access checks as the routes
+/// (an unknown path is no way around the token).
+async fn unknown_route() -> Response {
+    problem(Problem::NotFound(
+        "no admin route has this path (docs/admin.md)",
+    ))
 }
 
 /// A problem+json response of the one renderer the data path uses too.

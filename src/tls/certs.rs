@@ -73,7 +73,7 @@ impl std::fmt::Debug for Certificates {
 pub struct TlsStatus {
     /// Each certificate in use: its file, names and fingerprint.
     pub certificates: Vec<CertStatus>,
-    /// When the set in use was loaded (RFC 3339).
+    /// When the set in use was loaded (RFC 3339, in milliseconds like every admin timestamp).
     pub loaded_at: Option<String>,
     /// Reloads that installed a new set.
     pub reloads: u64,
@@ -205,7 +205,10 @@ impl Certificates {
                 })
                 .collect(),
             loaded_at: history.loaded_at.and_then(|t| {
-                time::OffsetDateTime::from(t)
+                // Cut to the millisecond, as `table::rfc3339_ms` writes every admin timestamp.
+                let t = time::OffsetDateTime::from(t);
+                t.replace_millisecond(t.millisecond())
+                    .ok()?
                     .format(&time::format_description::well_known::Rfc3339)
                     .ok()
             }),
