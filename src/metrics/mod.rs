@@ -24,10 +24,6 @@ pub use region::{DecisionCounters, Protocol, RegionMetrics};
 /// Requests answered, by `route` kind (`path`, `header`, `graphql`, `fanout`, `grpc`, `none`), `region`
 /// (`none` when refused before one was chosen) and `status` class (`2xx` … `5xx`).
 pub const REQUESTS: &str = "iuid_router_requests_total";
-/// Histogram, seconds, with [`REQUESTS`]' labels: a request as its client saw it, from its
-/// head read to its answer's last byte written (Envoy's `downstream_rq_time`); buckets
-/// 0.5 ms to 30 s (`LATENCY_BUCKETS`).
-pub const REQUEST_DURATION: &str = "iuid_router_request_duration_seconds";
 /// Requests being handled now.
 pub const IN_FLIGHT: &str = "iuid_router_requests_in_flight";
 /// Time from sending a request upstream to its response headers, by `region`, in seconds.
@@ -160,11 +156,6 @@ pub fn spawn_upkeep(every: std::time::Duration) {
 }
 
 fn describe() {
-    ::metrics::describe_histogram!(
-        REQUEST_DURATION,
-        ::metrics::Unit::Seconds,
-        "Requests as their clients saw them, head read to last byte written, by route kind, region, status class and protocol."
-    );
     ::metrics::describe_gauge!(
         BUILD_INFO,
         "The router's version and the commit it was built from (always 1)."

@@ -69,8 +69,6 @@ pub struct RegionMetrics {
     /// The region name: a metric label and log field, shared rather than copied.
     pub label: Arc<str>,
     requests: [[[OnceLock<Counter>; 5]; ROUTES]; 3],
-    /// [`REQUEST_DURATION`], indexed as `requests`.
-    durations: [[[OnceLock<Histogram>; 5]; ROUTES]; 3],
     upstream_duration: OnceLock<Histogram>,
     upstream_errors: [OnceLock<Counter>; ErrorKind::UPSTREAM.len()],
     shed: [OnceLock<Counter>; ShedReason::ALL.len()],
@@ -86,7 +84,6 @@ impl RegionMetrics {
         RegionMetrics {
             label: label.into(),
             requests: Default::default(),
-            durations: Default::default(),
             upstream_duration: OnceLock::new(),
             upstream_errors: Default::default(),
             shed: Default::default(),
@@ -108,10 +105,8 @@ impl RegionMetrics {
     }
 
     /// Counts one answered request, by the protocol it came in, the kind of route that
-    /// found its id (`None`: no route matched) and its status class, and records how long
-    /// it took as the client saw it (`seconds`: its head read to its answer's last byte
-    /// written, [`REQUEST_DURATION`]).
-    pub fn request(&self, protocol: Protocol, route: Option<RouteKind>, status: u16, seconds: f64) {
+    /// found its id (`None`: no route matched) and its status class.
+    pub fn request(&self, protocol: Protocol, route: Option<RouteKind>, status: u16) {
         // A kind's index in `RouteKind::ALL` is its discriminant (tested there).
         let r = route.map_or(ROUTES - 1, |kind| kind as usize);
         let c = class_index(status);
@@ -125,12 +120,6 @@ impl RegionMetrics {
                 ::metrics::counter!(REQUESTS, "route" => route_label(route), "region" => self.shared_label(), "status" => CLASSES[c], "protocol" => protocol.as_str())
             })
             .increment(1);
-        self.durations[protocol as usize][r][c]
-            .get_or_init(|| {
-                handle();
-                ::metrics::histogram!(REQUEST_DURATION, "route" => route_label(route), "region" => self.shared_label(), "status" => CLASSES[c], "protocol" => protocol.as_str())
-            })
-            .record(seconds);
     }
 
     /// Records one upstream exchange's time to response headers.

@@ -157,8 +157,7 @@ impl Life {
         let region = region
             .or(self.region.as_deref())
             .unwrap_or(&proxy.no_region);
-        let seconds = self.started.elapsed().as_secs_f64();
-        region.request(self.protocol, self.route, status, seconds);
+        region.request(self.protocol, self.route, status);
         let label = (!std::ptr::eq(region, &proxy.no_region)).then(|| &*region.label);
         if let Some(trace) = &self.trace {
             let route = |path: &str| {
